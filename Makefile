@@ -1,0 +1,47 @@
+# narwhal-bench: the two commands a newcomer needs are `make demo` and `make test`.
+GO        ?= go
+BIN       := bin/narwhal-bench
+DEMORATES := 0.6,1.0,1.6,2.4,3.2,4.4,5.4,6.4
+# The demo's arms: every static split of the 8-instance demo fleet, and aggregated.
+DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:6P2D,static:7P1D,aggregated
+PKGS      := ./...
+
+.PHONY: all build demo test vet fmtcheck lint bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/narwhal-bench
+
+## demo: the reference demo sweep (9 arms x 8 rates on 8 instances) and its table.
+demo: build
+	./$(BIN) sim --trace demo --arms $(DEMOARMS) --rates $(DEMORATES)
+
+## test: everything CI checks: formatting, vet, the import rule, unit and
+## property tests, race detector on the concurrent packages.
+test: fmtcheck vet
+	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 -race ./sweep/ ./cmd/...
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmtcheck:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+## lint: vet plus formatting (the same checks make test starts with).
+lint: fmtcheck vet
+
+## bench: hot-path benchmarks (simulator, trace generation).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./sim/ ./traces/ ./sweep/
+
+## fuzz: run each fuzz target for a while (FUZZTIME=30s).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./traces/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./fleet/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,194 @@
+// Command narwhal-bench simulates and serves prefill/decode-disaggregated
+// LLM fleets. See the README for its subcommands.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/sweep"
+	"github.com/narwhal-bench/narwhal-bench/traces"
+)
+
+// version is stamped into run metadata.
+const version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
+}
+
+// run executes the command line and returns the process exit code: 0 on
+// success, 1 when the work failed, 2 on bad usage or bad input.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "narwhal-bench: internal error: %v\n", r)
+			code = 1
+		}
+	}()
+	cmd := &cli.Command{
+		Name:           "narwhal-bench",
+		Usage:          "simulate and benchmark adaptive prefill/decode allocation for LLM serving",
+		Version:        version,
+		Writer:         stdout,
+		ErrWriter:      stderr,
+		ExitErrHandler: func(context.Context, *cli.Command, error) {},
+		Commands:       []*cli.Command{simCommand(stderr)},
+	}
+	if err := cmd.Run(ctx, args); err != nil {
+		fmt.Fprintf(stderr, "narwhal-bench: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) || strings.Contains(err.Error(), "flag provided but not defined") {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// usageError marks bad input (exit code 2).
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+func simCommand(stderr io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:  "sim",
+		Usage: "replay a trace against fleet designs in the discrete-event simulator",
+		Description: "Runs every arm at every rate on the same trace and fleet and prints, per arm and rate,\n" +
+			"the share of offered requests that met both SLOs, and each arm's sustained rate (the\n" +
+			"highest swept rate with at least 90% attainment).",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace name (" + strings.Join(traces.Builtin(), ", ") + ") or a trace YAML file"},
+			&cli.StringFlag{Name: "arms", Usage: "comma-separated arms: static:kPmD, aggregated (default: every static split and aggregated)"},
+			&cli.StringFlag{Name: "rates", Usage: "comma-separated mean arrival rates in req/s (default: the trace's own rate)"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed for the trace's random draws (default: the trace's seed)"},
+			&cli.StringFlag{Name: "fleet", Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file (default: the trace's fleet, else demo)"},
+			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
+			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
+			&cli.IntFlag{Name: "workers", Usage: "runs in parallel (default: one per CPU)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (see docs/sim.md)"},
+		},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			cfg, err := simConfig(c)
+			if err != nil {
+				return usageError{err}
+			}
+			cfg.Progress = progressBar(stderr)
+			res, err := sweep.Execute(cfg)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.Root().Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			return sweep.WriteTable(c.Root().Writer, res)
+		},
+	}
+}
+
+func simConfig(c *cli.Command) (sweep.Config, error) {
+	var cfg sweep.Config
+	tr, err := traces.Load(c.String("trace"))
+	if err != nil {
+		return cfg, err
+	}
+	fleetName := c.String("fleet")
+	if fleetName == "" {
+		fleetName = tr.Fleet
+	}
+	if fleetName == "" {
+		fleetName = "demo"
+	}
+	fl, err := fleet.Load(fleetName)
+	if err != nil {
+		return cfg, err
+	}
+	cfg = sweep.Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: int(c.Int("workers"))}
+	if c.IsSet("seed") {
+		cfg.Seed = c.Uint64("seed")
+	}
+	if tr.SLO.TTFT > 0 {
+		cfg.SLO.TTFT = tr.SLO.TTFT.Seconds()
+	}
+	if tr.SLO.TPOT > 0 {
+		cfg.SLO.TPOT = tr.SLO.TPOT.Seconds()
+	}
+	for _, f := range []struct {
+		name string
+		dst  *float64
+	}{{"ttft-slo", &cfg.SLO.TTFT}, {"tpot-slo", &cfg.SLO.TPOT}} {
+		if s := c.String(f.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return cfg, fmt.Errorf("--%s %q: expected a positive duration such as 2.1s or 45ms", f.name, s)
+			}
+			*f.dst = d.Seconds()
+		}
+	}
+	if s := c.String("arms"); s != "" {
+		for _, a := range strings.Split(s, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				cfg.Arms = append(cfg.Arms, a)
+			}
+		}
+	} else {
+		cfg.Arms = append(core.StaticArms(fl.Size()), "aggregated")
+	}
+	for _, a := range cfg.Arms {
+		if _, err := core.NewController(a, fl.Size()); err != nil {
+			return cfg, fmt.Errorf("--arms: %w", err)
+		}
+	}
+	if s := c.String("rates"); s != "" {
+		for _, f := range strings.Split(s, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || !(r > 0) || r > 1e7 {
+				return cfg, fmt.Errorf("--rates: %q: expected positive numbers of requests per second, comma-separated", f)
+			}
+			cfg.Rates = append(cfg.Rates, r)
+		}
+	}
+	return cfg, nil
+}
+
+// progressBar returns a progress callback that draws on stderr when it is a
+// terminal and the sweep has run for over a second; otherwise it is silent.
+func progressBar(stderr io.Writer) func(done, total int) {
+	f, ok := stderr.(*os.File)
+	if !ok {
+		return nil
+	}
+	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	return func(done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(start) < time.Second {
+			return
+		}
+		const w = 30
+		fill := w * done / total
+		fmt.Fprintf(f, "\r[%s%s] %d/%d runs", strings.Repeat("#", fill), strings.Repeat(".", w-fill), done, total)
+		if done == total {
+			fmt.Fprint(f, "\r\033[K")
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package core
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Controller decides where each request runs and which role each instance
+// holds. Implementations read the core's view and act through Core.Move and
+// Core.Decide; they keep their own state and read no clock.
+type Controller interface {
+	// Name is the arm's name as the CLI spells it.
+	Name() string
+	// Init sets the opening roles (Core.SetRole) and validates the fleet size.
+	Init(c *Core) error
+	// PlacePrefill returns the instance for r's prefill, or NoInstance and
+	// the refusal cause.
+	PlacePrefill(c *Core, r Request) (event.Instance, event.Cause)
+	// PlaceDecode returns the instance for r's decode leg; r.PrefillInst is
+	// where its KV is.
+	PlaceDecode(c *Core, r Request) event.Instance
+	// Tick runs the controller's periodic work at c.Now().
+	Tick(c *Core)
+	// NextTick is when the controller next wants Tick, or event.Never.
+	NextTick() event.Time
+}
+
+var staticRE = regexp.MustCompile(`^static:(\d+)P(\d+)D$`)
+
+// NewController builds the controller an arm name asks for, for a fleet of n
+// instances. Known arms: "static:kPmD" (k+m must equal n) and "aggregated".
+func NewController(arm string, n int) (Controller, error) {
+	if m := staticRE.FindStringSubmatch(arm); m != nil {
+		p, _ := strconv.Atoi(m[1])
+		d, _ := strconv.Atoi(m[2])
+		if p < 1 || d < 1 || p+d != n {
+			return nil, fmt.Errorf("arm %q: %dP%dD on %d instances: expected k>=1 prefill and m>=1 decode with k+m = %d", arm, p, d, n, n)
+		}
+		return &Static{Prefill: p}, nil
+	}
+	switch arm {
+	case "aggregated":
+		return &Aggregated{}, nil
+	}
+	return nil, fmt.Errorf("arm %q: expected static:kPmD (e.g. static:3P5D) or aggregated", arm)
+}
+
+// StaticArms lists static:1P(n-1)D through static:(n-1)P1D.
+func StaticArms(n int) []string {
+	var out []string
+	for p := 1; p < n; p++ {
+		out = append(out, fmt.Sprintf("static:%dP%dD", p, n-p))
+	}
+	return out
+}
+
+// Static is a fixed split: the first Prefill instances take prefill, the
+// rest decode, forever. Prefill goes to the prefill instance with the fewest
+// resident prompt tokens, decode to the decode instance with the fewest
+// resident context tokens (ties to the lowest index), as the Narwhal
+// reference's static arms do.
+type Static struct {
+	Prefill int
+}
+
+// Name implements Controller.
+func (s *Static) Name() string { return "static" }
+
+// Init implements Controller.
+func (s *Static) Init(c *Core) error {
+	n := len(c.Instances())
+	if s.Prefill < 1 || s.Prefill >= n {
+		return fmt.Errorf("static split: %d prefill of %d instances: expected 1..%d", s.Prefill, n, n-1)
+	}
+	for i := range c.Instances() {
+		r := event.RoleDecode
+		if i < s.Prefill {
+			r = event.RolePrefill
+		}
+		c.SetRole(event.Instance(i), r)
+	}
+	return nil
+}
+
+// PlacePrefill implements Controller.
+func (s *Static) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
+	return argmin(c, event.RolePrefill, func(in *Instance) int64 { return in.PrefillTokens }), event.CauseNone
+}
+
+// PlaceDecode implements Controller.
+func (s *Static) PlaceDecode(c *Core, r Request) event.Instance {
+	return argmin(c, event.RoleDecode, func(in *Instance) int64 { return in.DecodeTokens })
+}
+
+// Tick implements Controller.
+func (s *Static) Tick(*Core) {}
+
+// NextTick implements Controller.
+func (s *Static) NextTick() event.Time { return event.Never }
+
+// Aggregated runs both phases on every instance: prefill goes to the
+// instance with the fewest resident tokens of either phase, and decode stays
+// where its prefill ran, so KV never moves.
+type Aggregated struct{}
+
+// Name implements Controller.
+func (Aggregated) Name() string { return "aggregated" }
+
+// Init implements Controller.
+func (Aggregated) Init(c *Core) error {
+	for i := range c.Instances() {
+		c.SetRole(event.Instance(i), event.RoleMixed)
+	}
+	return nil
+}
+
+// PlacePrefill implements Controller.
+func (Aggregated) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
+	return argmin(c, event.RoleMixed, func(in *Instance) int64 { return in.PrefillTokens + in.DecodeTokens }), event.CauseNone
+}
+
+// PlaceDecode implements Controller.
+func (Aggregated) PlaceDecode(c *Core, r Request) event.Instance { return r.PrefillInst }
+
+// Tick implements Controller.
+func (Aggregated) Tick(*Core) {}
+
+// NextTick implements Controller.
+func (Aggregated) NextTick() event.Time { return event.Never }
+
+// argmin returns the instance of role with the smallest key (lowest index on
+// ties); with no instance of that role it searches the whole fleet.
+func argmin(c *Core, role event.Role, key func(*Instance) int64) event.Instance {
+	best, bestKey := event.NoInstance, int64(0)
+	for pass := 0; pass < 2 && best == event.NoInstance; pass++ {
+		for i := range c.inst {
+			in := &c.inst[i]
+			if pass == 0 && in.Role != role {
+				continue
+			}
+			if k := key(in); best == event.NoInstance || k < bestKey {
+				best, bestKey = event.Instance(i), k
+			}
+		}
+	}
+	return best
+}

@@ -1,0 +1,169 @@
+package event
+
+import "strconv"
+
+// Kind says what a Record reports. The meaning of a Record's generic fields
+// (Tokens, Ref, Peer, Cause) depends on its Kind, as documented per constant.
+type Kind uint8
+
+// Kinds of records. A request's life is Arrival, then either Refuse or
+// Admit ... PrefillStart, PrefillDone (its first token), optionally
+// KVStart/KVDone when its decode runs on another instance, DecodeStart, and
+// exactly one terminal record: Finish, Refuse, Expire or Fail.
+const (
+	KindNone Kind = iota
+	// KindRunMeta opens a run. Text holds the run metadata as JSON.
+	KindRunMeta
+	// KindArrival: a request reached the system. Ref = scheduled send time,
+	// Tokens = prompt tokens, Want = output tokens it may produce (the
+	// trace's answer length, or its output cap when lower), Class = request
+	// class.
+	KindArrival
+	// KindAdmit: the request was placed for prefill on Inst.
+	KindAdmit
+	// KindQueue: the request waits for admission; Tokens = queue depth.
+	KindQueue
+	// KindRefuse: terminal. The request was refused; Cause says why.
+	KindRefuse
+	// KindExpire: terminal. The request did not end before a deadline
+	// (queue timeout, or the simulator's drain limit); Cause says which.
+	// Tokens = output tokens produced before it expired.
+	KindExpire
+	// KindPrefillStart: the first chunk of the prompt ran on Inst.
+	// Tokens = prompt tokens served from the prefix cache.
+	KindPrefillStart
+	// KindPrefillDone: the prompt finished on Inst; this is the first
+	// output token's time.
+	KindPrefillDone
+	// KindKVStart: KV transfer from Inst to Peer began; Tokens = context
+	// tokens moved.
+	KindKVStart
+	// KindKVDone: KV transfer from Inst to Peer finished.
+	KindKVDone
+	// KindDecodeStart: the decode leg was placed on Inst (Peer = prefill
+	// instance). Cause is CauseCrossed when the KV had to move.
+	KindDecodeStart
+	// KindFinish: terminal. The last token was produced on Inst.
+	// Tokens = output tokens produced (the first token included);
+	// Cause = the finish reason (stop, length, cancel).
+	KindFinish
+	// KindFail: terminal. The request failed; Cause says why; Tokens =
+	// output tokens produced before the failure.
+	KindFail
+	// KindRoleMove: Inst changed role From -> To. Cause = what moved it,
+	// Tokens = resident decode tokens at the move, Ref = resident prefill
+	// work at the move in nanoseconds of profile time, Text = the reason.
+	KindRoleMove
+	// KindDecision: a controller decision. Text holds the candidates with
+	// their scores, the choice and why (JSON).
+	KindDecision
+	// KindHealth: Inst's health changed; Tokens = process generation,
+	// Cause = the new state.
+	KindHealth
+	kindCount
+)
+
+var kindNames = [...]string{
+	"none", "run_meta", "arrival", "admit", "queue", "refuse", "expire",
+	"prefill_start", "prefill_done", "kv_start", "kv_done", "decode_start",
+	"finish", "fail", "role_move", "decision", "health",
+}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Terminal reports whether k ends a request's life.
+func (k Kind) Terminal() bool {
+	return k == KindFinish || k == KindRefuse || k == KindExpire || k == KindFail
+}
+
+// Cause qualifies a Record: a finish reason, a refusal or failure cause, or
+// what moved a role.
+type Cause uint8
+
+// Causes.
+const (
+	CauseNone Cause = iota
+	// Finish reasons.
+	CauseStop   // the answer ended naturally
+	CauseLength // the answer reached its output cap
+	CauseCancel // the client cancelled
+	// Refusal causes.
+	CauseNoCapacity // no instance can take the request
+	CauseOverload   // the queue bound was reached (HTTP 529/503 style)
+	CausePrompt     // the prompt alone cannot meet the TTFT SLO
+	// Expiry causes.
+	CauseDrainLimit   // the simulator stopped draining before it ended
+	CauseQueueTimeout // it waited in the admission queue too long
+	// Failure causes.
+	CauseEngineError // the engine failed the request
+	// Decode placement.
+	CauseCrossed // the decode leg runs on another instance than its prefill
+	// Role-move reasons.
+	CauseController // a role controller moved it
+	CauseInline     // Algorithm 1 flipped it inline to place a request
+	CauseOperator   // an operator moved it
+	causeCount
+)
+
+var causeNames = [...]string{
+	"", "stop", "length", "cancel",
+	"no_capacity", "overload", "prompt",
+	"drain_limit", "queue_timeout",
+	"engine_error",
+	"crossed",
+	"controller", "inline", "operator",
+}
+
+func (c Cause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return "cause(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Record is one observable fact. Seq orders records within a run; At is
+// when the fact happened. Fields a Kind does not use are zero (Inst and
+// Peer are NoInstance).
+type Record struct {
+	Seq    uint64
+	At     Time
+	Kind   Kind
+	Cause  Cause
+	From   Role
+	To     Role
+	Inst   Instance
+	Peer   Instance
+	Req    RequestID
+	Tokens int64
+	Want   int64
+	Ref    Time
+	Class  string
+	Text   string
+}
+
+// Recorder receives records in the order they happen. Drivers stamp Seq.
+type Recorder interface {
+	Record(r *Record)
+}
+
+// Discard is a Recorder that drops everything.
+var Discard Recorder = discard{}
+
+type discard struct{}
+
+func (discard) Record(*Record) {}
+
+// Tee is a Recorder that forwards each record to every recorder in order.
+type Tee []Recorder
+
+// Record forwards r to each member.
+func (t Tee) Record(r *Record) {
+	for _, x := range t {
+		x.Record(r)
+	}
+}

@@ -1,0 +1,215 @@
+package fleet
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/timing"
+)
+
+//go:embed *.yaml
+var builtin embed.FS
+
+// Spec is a fleet file.
+type Spec struct {
+	// Name identifies the fleet in reports.
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	// Instances lists the engines, or gives a count of identical ones.
+	Instances Instances `yaml:"instances"`
+	// SLO is the objective pair: ttft and tpot durations.
+	SLO SLO `yaml:"slo"`
+	// KV prices KV transfers (default: the reference's flat 50 ms).
+	KV *KV `yaml:"kv"`
+	// Batch configures continuous batching (defaults 2048 / 16384 / 0).
+	Batch *Batch `yaml:"batch"`
+	// DrainLimit is how long a simulation drains after its last arrival
+	// (default 600 s).
+	DrainLimit *event.Duration `yaml:"drain_limit"`
+}
+
+// Instances is either {count, profile} or a list of named instances.
+type Instances struct {
+	Count   int            `yaml:"count"`
+	Profile timing.Profile `yaml:"profile"`
+	List    []Instance     `yaml:"list"`
+}
+
+// Instance is one named engine.
+type Instance struct {
+	Name    string         `yaml:"name"`
+	Profile timing.Profile `yaml:"profile"`
+	// URL is the engine's base URL (live runs only).
+	URL string `yaml:"url"`
+}
+
+// SLO is the objective pair as durations.
+type SLO struct {
+	TTFT event.Duration `yaml:"ttft"`
+	TPOT event.Duration `yaml:"tpot"`
+}
+
+// KV is the YAML form of timing.KV.
+type KV struct {
+	Latency       event.Duration `yaml:"latency"`
+	BytesPerToken float64        `yaml:"bytes_per_token"`
+	// Bandwidth is bytes per second.
+	Bandwidth float64 `yaml:"bandwidth"`
+}
+
+// Batch is the YAML form of the simulator's batch settings.
+type Batch struct {
+	ChunkTokens  int `yaml:"chunk_tokens"`
+	BudgetTokens int `yaml:"budget_tokens"`
+	MaxSeqs      int `yaml:"max_seqs"`
+}
+
+// Builtin returns the names of the built-in fleets.
+func Builtin() []string {
+	ents, _ := builtin.ReadDir(".")
+	var out []string
+	for _, e := range ents {
+		out = append(out, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Load reads a built-in fleet by name or a fleet file by path.
+func Load(nameOrPath string) (*Spec, error) {
+	if data, err := builtin.ReadFile(nameOrPath + ".yaml"); err == nil && !strings.ContainsAny(nameOrPath, "/\\") {
+		return Parse(data, nameOrPath)
+	}
+	data, err := os.ReadFile(nameOrPath)
+	if err != nil {
+		return nil, fmt.Errorf("fleet %q: not a built-in fleet (%s) and not a readable file: %w",
+			nameOrPath, strings.Join(Builtin(), ", "), err)
+	}
+	return Parse(data, path.Base(nameOrPath))
+}
+
+// Parse decodes a fleet file strictly (unknown fields are errors) and
+// validates it. source names the file in errors.
+func Parse(data []byte, source string) (spec *Spec, err error) {
+	defer func() {
+		if r := recover(); r != nil { // the YAML library must never crash a user
+			spec, err = nil, fmt.Errorf("fleet %s: unreadable YAML: %v", source, r)
+		}
+	}()
+	var s Spec
+	if err := yaml.UnmarshalWithOptions(data, &s, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
+		return nil, fmt.Errorf("fleet %s: %s", source, yaml.FormatError(err, false, true))
+	}
+	if bytes.TrimSpace(data) == nil {
+		return nil, fmt.Errorf("fleet %s: empty file: expected a fleet spec", source)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("fleet %s: %w", source, err)
+	}
+	return &s, nil
+}
+
+// Validate reports every violation, each naming its field and value.
+func (s *Spec) Validate() error {
+	var errs []error
+	in := s.Instances
+	switch {
+	case in.Count > 0 && len(in.List) > 0:
+		errs = append(errs, fmt.Errorf("instances: both count %d and a list of %d: expected one of them", in.Count, len(in.List)))
+	case in.Count < 0:
+		errs = append(errs, fmt.Errorf("instances.count: %d: expected >= 1", in.Count))
+	case in.Count == 0 && len(in.List) == 0:
+		errs = append(errs, errors.New("instances: none: expected count >= 1 with a profile, or a list"))
+	case in.Count > 100000:
+		errs = append(errs, fmt.Errorf("instances.count: %d: expected at most 100000", in.Count))
+	}
+	if in.Count > 0 {
+		if err := in.Profile.Validate(); err != nil {
+			errs = append(errs, prefix("instances.profile", err))
+		}
+	}
+	names := map[string]int{}
+	for i, x := range in.List {
+		if err := x.Profile.Validate(); err != nil {
+			errs = append(errs, prefix(fmt.Sprintf("instances.list[%d].profile", i), err))
+		}
+		if x.Name != "" {
+			if j, dup := names[x.Name]; dup {
+				errs = append(errs, fmt.Errorf("instances.list[%d].name: %q also names list[%d]: expected unique names", i, x.Name, j))
+			}
+			names[x.Name] = i
+		}
+	}
+	if err := s.SLO.core().Validate(); err != nil {
+		errs = append(errs, prefix("slo", err))
+	}
+	if err := s.KVModel().Validate(); err != nil {
+		errs = append(errs, prefix("kv", err))
+	}
+	if b := s.Batch; b != nil {
+		if b.ChunkTokens < 1 {
+			errs = append(errs, fmt.Errorf("batch.chunk_tokens: %d: expected >= 1", b.ChunkTokens))
+		}
+		if b.BudgetTokens < 2 {
+			errs = append(errs, fmt.Errorf("batch.budget_tokens: %d: expected >= 2", b.BudgetTokens))
+		}
+		if b.MaxSeqs < 0 {
+			errs = append(errs, fmt.Errorf("batch.max_seqs: %d: expected >= 0 (0 = no cap)", b.MaxSeqs))
+		}
+	}
+	if s.DrainLimit != nil && *s.DrainLimit <= 0 {
+		errs = append(errs, fmt.Errorf("drain_limit: %v: expected a positive duration", *s.DrainLimit))
+	}
+	return errors.Join(errs...)
+}
+
+func prefix(field string, err error) error {
+	var lines []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		lines = append(lines, field+"."+l)
+	}
+	return errors.New(strings.Join(lines, "\n"))
+}
+
+func (s SLO) core() core.SLO { return core.SLO{TTFT: s.TTFT.Seconds(), TPOT: s.TPOT.Seconds()} }
+
+// CoreSLO returns the objectives in seconds.
+func (s *Spec) CoreSLO() core.SLO { return s.SLO.core() }
+
+// Profiles returns one profile per instance.
+func (s *Spec) Profiles() []timing.Profile {
+	if s.Instances.Count > 0 {
+		out := make([]timing.Profile, s.Instances.Count)
+		for i := range out {
+			out[i] = s.Instances.Profile
+		}
+		return out
+	}
+	out := make([]timing.Profile, len(s.Instances.List))
+	for i, x := range s.Instances.List {
+		out[i] = x.Profile
+	}
+	return out
+}
+
+// Size is the number of instances.
+func (s *Spec) Size() int { return len(s.Profiles()) }
+
+// KVModel returns the KV transfer model (the reference's flat 50 ms when
+// the file gives none).
+func (s *Spec) KVModel() timing.KV {
+	if s.KV == nil {
+		return timing.FlatKV
+	}
+	return timing.KV{Latency: s.KV.Latency.Seconds(), BytesPerToken: s.KV.BytesPerToken, Bandwidth: s.KV.Bandwidth}
+}

@@ -1,0 +1,4 @@
+// Package importrule holds the test that enforces the house plan's import
+// rule (docs/architecture.md): which project packages each package may
+// import, and what the pure core must never touch.
+package importrule

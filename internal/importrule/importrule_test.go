@@ -1,0 +1,103 @@
+package importrule
+
+import (
+	"encoding/json"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/narwhal-bench/narwhal-bench"
+
+// allowed lists, per package, the project packages it may import (directly
+// or not). cmd/ and internal/ may import anything.
+var allowed = map[string][]string{
+	"event":   {},
+	"timing":  {"event"},
+	"core":    {"event", "timing"},
+	"sim":     {"core", "event", "timing"},
+	"traces":  {"event"},
+	"fleet":   {"core", "event", "timing"},
+	"journal": {"event"},
+	"report":  {"event", "journal"},
+	"live":    {"core", "event", "timing", "fleet", "journal"},
+	"sweep":   {"core", "event", "fleet", "journal", "report", "sim", "timing", "traces"},
+}
+
+// forbiddenInCore are imports that would give the core a clock, I/O,
+// global randomness or logging (ARCHITECTURE: "one core, two clocks").
+var forbiddenInCore = []string{"net", "net/http", "os", "os/exec", "time", "math/rand", "math/rand/v2", "log", "log/slog", "io/fs", "syscall"}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+func list(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	var pkgs []pkg
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func TestImportRule(t *testing.T) {
+	pkgs := list(t)
+	if len(pkgs) < 5 {
+		t.Fatalf("go list found %d packages: expected the whole module", len(pkgs))
+	}
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		top := strings.SplitN(rel, "/", 2)[0]
+		if top == "cmd" || top == "internal" {
+			continue
+		}
+		ok, known := allowed[top]
+		if !known {
+			t.Errorf("package %s is not in the import rule's table: add it (and to docs/architecture.md)", rel)
+			continue
+		}
+		okSet := map[string]bool{top: true}
+		for _, a := range ok {
+			okSet[a] = true
+		}
+		var bad []string
+		for _, d := range p.Deps {
+			if !strings.HasPrefix(d, module+"/") {
+				continue
+			}
+			dt := strings.SplitN(strings.TrimPrefix(d, module+"/"), "/", 2)[0]
+			if dt == "internal" && top != "internal" {
+				continue
+			}
+			if !okSet[dt] {
+				bad = append(bad, strings.TrimPrefix(d, module+"/"))
+			}
+		}
+		sort.Strings(bad)
+		if len(bad) > 0 {
+			t.Errorf("%s imports %v: the import rule allows only %v", rel, bad, ok)
+		}
+		if top == "core" {
+			for _, imp := range p.Imports {
+				for _, f := range forbiddenInCore {
+					if imp == f {
+						t.Errorf("%s imports %q: the core reads no clock, does no I/O and uses no global randomness", rel, imp)
+					}
+				}
+			}
+		}
+	}
+}

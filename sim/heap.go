@@ -1,0 +1,122 @@
+package sim
+
+// evHeap is a binary min-heap of events ordered by (at, seq), so events at
+// the same time run in the order they were scheduled.
+type evHeap []ev
+
+func (h evHeap) less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h *evHeap) push(e ev) {
+	*h = append(*h, e)
+	a := *h
+	i := len(a) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !a.less(i, p) {
+			break
+		}
+		a[i], a[p] = a[p], a[i]
+		i = p
+	}
+}
+
+func (h *evHeap) pop() ev {
+	a := *h
+	top := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	a = a[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && a.less(r, l) {
+			m = r
+		}
+		if !a.less(m, i) {
+			break
+		}
+		a[i], a[m] = a[m], a[i]
+		i = m
+	}
+	*h = a
+	return top
+}
+
+// finishEntry is a running decode stream and the engine iteration count at
+// which it produces its last token.
+type finishEntry struct {
+	at  int64
+	req int32
+}
+
+// finishHeap orders an engine's running streams by finishing iteration,
+// then by request, so ties finish in a fixed order.
+type finishHeap struct{ items []finishEntry }
+
+func (h *finishHeap) Len() int { return len(h.items) }
+
+func (h *finishHeap) less(i, j int) bool {
+	a, b := h.items[i], h.items[j]
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.req < b.req
+}
+
+func (h *finishHeap) min() finishEntry { return h.items[0] }
+
+func (h *finishHeap) push(f finishEntry) {
+	h.items = append(h.items, f)
+	i := len(h.items) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h.items[i], h.items[p] = h.items[p], h.items[i]
+		i = p
+	}
+}
+
+func (h *finishHeap) pop() finishEntry {
+	a := h.items
+	top := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	h.items = a[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			break
+		}
+		h.items[i], h.items[m] = h.items[m], h.items[i]
+		i = m
+	}
+	return top
+}
+
+func (h *finishHeap) contains(req int32) bool {
+	for _, f := range h.items {
+		if f.req == req {
+			return true
+		}
+	}
+	return false
+}

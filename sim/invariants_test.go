@@ -1,0 +1,179 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// checker asserts the simulator's invariants on every record and token of
+// a run: the clock never goes back, every offered request ends exactly
+// once, token k never comes before token k-1, the first token comes after
+// the arrival, decode never starts before the first token exists.
+type checker struct {
+	t      testing.TB
+	last   event.Time
+	seq    uint64
+	fold   event.Fold
+	tokens map[event.RequestID][]event.Time
+	first  map[event.RequestID]event.Time
+	errs   int
+}
+
+func newChecker(t testing.TB) *checker {
+	return &checker{t: t, tokens: map[event.RequestID][]event.Time{}, first: map[event.RequestID]event.Time{}}
+}
+
+func (c *checker) errorf(format string, args ...any) {
+	c.errs++
+	if c.errs <= 10 {
+		c.t.Errorf(format, args...)
+	}
+}
+
+func (c *checker) Record(r *event.Record) {
+	if r.Seq != c.seq+1 {
+		c.errorf("record seq %d after %d", r.Seq, c.seq)
+	}
+	c.seq = r.Seq
+	if r.At < c.last {
+		c.errorf("clock went back: %s at %v after %v", r.Kind, r.At, c.last)
+	}
+	c.last = r.At
+	switch r.Kind {
+	case event.KindPrefillDone:
+		c.first[r.Req] = r.At
+	case event.KindDecodeStart:
+		if f, ok := c.first[r.Req]; !ok || r.At < f {
+			c.errorf("request %d: decode placed at %v before its first token (%v, %v)", r.Req, r.At, f, ok)
+		}
+	}
+	c.fold.Record(r)
+}
+
+func (c *checker) hook(req event.RequestID, k int, at event.Time) {
+	ts := c.tokens[req]
+	if k != len(ts)+1 {
+		c.errorf("request %d: token %d reported after %d tokens", req, k, len(ts))
+	}
+	if len(ts) > 0 && at < ts[len(ts)-1] {
+		c.errorf("request %d: token %d at %v before token %d at %v", req, k, at, k-1, ts[len(ts)-1])
+	}
+	c.tokens[req] = append(ts, at)
+}
+
+// finish checks the run as a whole.
+func (c *checker) finish(reqs []Request, st Stats) {
+	if err := c.fold.Err(); err != nil {
+		c.errorf("life cycle: %v", err)
+	}
+	rows := c.fold.Rows()
+	if len(rows) != len(reqs) {
+		c.errorf("%d requests folded, %d offered", len(rows), len(reqs))
+	}
+	if got := st.Finished + st.Refused + st.Expired; got != st.Offered {
+		c.errorf("outcomes %d finished + %d refused + %d expired != %d offered", st.Finished, st.Refused, st.Expired, st.Offered)
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.Scheduled != reqs[i].At || r.Arrival < r.Scheduled {
+			c.errorf("request %d: scheduled %v arrival %v, trace says %v", r.Req, r.Scheduled, r.Arrival, reqs[i].At)
+		}
+		if r.FirstToken != event.Never && r.TTFT() <= 0 {
+			c.errorf("request %d: TTFT %v, want > 0", r.Req, r.TTFT())
+		}
+		if r.Terminal == event.KindFinish {
+			ts := c.tokens[r.Req]
+			if int64(len(ts)) != r.OutputTokens {
+				c.errorf("request %d: %d tokens seen, finish says %d", r.Req, len(ts), r.OutputTokens)
+			} else if ts[0] != r.FirstToken || ts[len(ts)-1] != r.End {
+				c.errorf("request %d: tokens span %v..%v, records say %v..%v", r.Req, ts[0], ts[len(ts)-1], r.FirstToken, r.End)
+			}
+			want := reqs[i].OutputTokens
+			if reqs[i].OutputCap > 0 && want > reqs[i].OutputCap {
+				want = reqs[i].OutputCap
+			}
+			if int(r.OutputTokens) != want {
+				c.errorf("request %d: %d tokens, want %d", r.Req, r.OutputTokens, want)
+			}
+		}
+	}
+}
+
+// runChecked runs reqs on cfg under arm with every invariant checked.
+func runChecked(t testing.TB, cfg Config, arm string, reqs []Request) (Stats, []event.Row) {
+	t.Helper()
+	c := newChecker(t)
+	cfg.TokenHook = c.hook
+	s, err := New(cfg, mustController(t, arm, len(cfg.Profiles)), reqs, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.finish(reqs, st)
+	return st, c.fold.Rows()
+}
+
+// randomTrace draws n requests with mixed prompt and answer lengths.
+func randomTrace(seed uint64, n int, rate float64) []Request {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	reqs := make([]Request, n)
+	t := 0.0
+	for i := range reqs {
+		t += rng.ExpFloat64() / rate
+		in := 100 + rng.IntN(9000)
+		if rng.IntN(2) == 0 {
+			in = 50 + rng.IntN(500)
+		}
+		reqs[i] = Request{At: event.Seconds(t), InputTokens: in, OutputTokens: 1 + rng.IntN(400)}
+		if rng.IntN(5) == 0 {
+			reqs[i].OutputCap = 1 + rng.IntN(300)
+		}
+	}
+	return reqs
+}
+
+// Every arm, on random traces at light and overloaded rates, with small
+// and large batch budgets: the invariants hold on every run.
+func TestInvariantsAcrossArms(t *testing.T) {
+	arms := append(core.StaticArms(4), "aggregated")
+	for _, rate := range []float64{0.5, 4, 30} {
+		for _, batch := range []Batch{DefaultBatch, {ChunkTokens: 512, BudgetTokens: 1024, MaxSeqs: 8}} {
+			for _, arm := range arms {
+				t.Run(fmt.Sprintf("%s/rate=%v/budget=%d", arm, rate, batch.BudgetTokens), func(t *testing.T) {
+					cfg := refConfig(4)
+					cfg.Batch = batch
+					reqs := randomTrace(uint64(rate*100), 300, rate)
+					st, _ := runChecked(t, cfg, arm, reqs)
+					if st.Offered != 300 {
+						t.Fatalf("offered %d", st.Offered)
+					}
+				})
+			}
+		}
+	}
+}
+
+// The drain limit ends what is still open as expired, and every request
+// still has exactly one outcome.
+func TestDrainLimitExpires(t *testing.T) {
+	cfg := refConfig(2)
+	cfg.DrainLimit = 2 * event.Second
+	reqs := randomTrace(3, 200, 50) // far beyond what 2 instances serve
+	st, rows := runChecked(t, cfg, "static:1P1D", reqs)
+	if st.Expired == 0 || st.Finished == 0 {
+		t.Fatalf("finished %d expired %d: want both", st.Finished, st.Expired)
+	}
+	last := reqs[len(reqs)-1].At
+	for _, r := range rows {
+		if r.Terminal == event.KindExpire && (r.End != last+2*event.Second || r.Cause != event.CauseDrainLimit) {
+			t.Fatalf("request %d expired at %v (%v), want at the drain limit %v", r.Req, r.End, r.Cause, last+2*event.Second)
+		}
+	}
+}

@@ -1,0 +1,611 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/timing"
+)
+
+// Stats summarises one run.
+type Stats struct {
+	Offered   int
+	Finished  int
+	Refused   int
+	Expired   int
+	Moves     int        // role moves
+	End       event.Time // virtual time when the run ended
+	Events    int        // heap events processed
+	LastToken event.Time // time of the last output token
+}
+
+type evKind uint8
+
+const (
+	evIterDone evKind = iota + 1 // an iteration with prefill chunks ended
+	evSpan                       // a decode-only span reached its target iteration
+	evKVReady                    // a decode leg's KV arrived at its engine
+	evTick                       // the controller asked for a tick
+	evStart                      // an idle engine starts its next iteration
+)
+
+type ev struct {
+	at   event.Time
+	seq  uint64
+	kind evKind
+	eng  int32
+	req  int32
+	gen  uint32
+}
+
+// reqState is the simulator's truth about one request.
+type reqState struct {
+	input    int
+	want     int // tokens it will produce: min(output, cap)
+	capped   bool
+	done     int // prompt tokens computed
+	produced int // output tokens produced
+	prefill  int32
+	decode   int32
+	joinIter int64 // decode engine's iteration count when it joined the batch
+	ended    bool
+	started  bool // first prefill chunk ran
+}
+
+// chunk is one prompt's share of a prefill iteration.
+type chunk struct {
+	req    int32
+	tokens int
+}
+
+type engine struct {
+	id   int32
+	prof timing.Profile
+	link timing.Link
+
+	prefillQ []int32 // prompts placed here, FIFO
+	waiting  []int32 // decode legs ready to join the running batch
+	running  finishHeap
+	ctx      int64 // resident context of the running batch
+	iters    int64 // decode iterations completed
+
+	// current activity
+	busy   bool
+	gen    uint32
+	chunks []chunk // the prefill iteration in flight
+	// decode-only span: iterations from spanIters0 priced in closed form
+	inSpan     bool
+	spanStart  event.Time
+	spanIters0 int64
+	spanCtx0   int64
+	spanM      int64
+	spanTarget int64      // iterations after spanIters0 at which the span event fires
+	spanAt     event.Time // when it fires
+	tokensAt   int64      // iterations already reported to the TokenHook
+}
+
+// Sim is one simulated run. Build it with New and call Run once.
+type Sim struct {
+	cfg  Config
+	core *core.Core
+	rec  event.Recorder
+	reqs []Request
+	st   []reqState
+	eng  []engine
+
+	heap     evHeap
+	seq      uint64
+	now      event.Time
+	recSeq   uint64
+	open     int
+	tickAt   event.Time
+	tickGen  uint32
+	stats    Stats
+	record   event.Record
+	drainEnd event.Time
+}
+
+// New prepares a run of reqs (sorted by At) on cfg, with ctrl deciding
+// placements and roles. rec receives every record; nil discards them.
+func New(cfg Config, ctrl core.Controller, reqs []Request, rec event.Recorder) (*Sim, error) {
+	if cfg.Batch == (Batch{}) {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.DrainLimit == 0 {
+		cfg.DrainLimit = DefaultDrainLimit
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if r.InputTokens < 1 || r.OutputTokens < 1 || r.OutputCap < 0 {
+			return nil, fmt.Errorf("sim: request %d: input %d, output %d, cap %d: expected input >= 1, output >= 1, cap >= 0",
+				i+1, r.InputTokens, r.OutputTokens, r.OutputCap)
+		}
+		if i > 0 && r.At < reqs[i-1].At {
+			return nil, fmt.Errorf("sim: request %d at %v before request %d at %v: expected arrivals sorted by time", i+1, r.At, i, reqs[i-1].At)
+		}
+		if r.At < 0 {
+			return nil, fmt.Errorf("sim: request %d at %v: expected a time >= 0", i+1, r.At)
+		}
+	}
+	c, err := core.New(core.Config{Profiles: cfg.Profiles, SLO: cfg.SLO}, ctrl)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	if rec == nil {
+		rec = event.Discard
+	}
+	s := &Sim{cfg: cfg, core: c, rec: rec, reqs: reqs, st: make([]reqState, len(reqs)), tickAt: event.Never}
+	s.eng = make([]engine, len(cfg.Profiles))
+	for i, p := range cfg.Profiles {
+		s.eng[i] = engine{id: int32(i), prof: p}
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		want := r.OutputTokens
+		st := &s.st[i]
+		if r.OutputCap > 0 && want > r.OutputCap {
+			want, st.capped = r.OutputCap, true
+		}
+		st.input, st.want, st.prefill, st.decode = r.InputTokens, want, -1, -1
+	}
+	return s, nil
+}
+
+// Core exposes the scheduling core (for inspection in tests).
+func (s *Sim) Core() *core.Core { return s.core }
+
+// Run simulates until every request has ended, or the drain limit passes.
+func (s *Sim) Run() (Stats, error) {
+	s.stats.Offered = len(s.reqs)
+	s.open = len(s.reqs)
+	s.emitCore()
+	s.scheduleTick()
+	last := event.Time(0)
+	if n := len(s.reqs); n > 0 {
+		last = s.reqs[n-1].At
+	}
+	s.drainEnd = last + s.cfg.DrainLimit
+	next := 0
+	for s.open > 0 {
+		var at event.Time = event.Never
+		if len(s.heap) > 0 {
+			at = s.heap[0].at
+		}
+		if next < len(s.reqs) && s.reqs[next].At <= at {
+			s.setNow(s.reqs[next].At)
+			s.arrive(int32(next))
+			next++
+			continue
+		}
+		if at == event.Never || at > s.drainEnd {
+			break
+		}
+		e := s.heap.pop()
+		s.setNow(e.at)
+		s.stats.Events++
+		switch e.kind {
+		case evIterDone:
+			if e.gen == s.eng[e.eng].gen {
+				s.iterDone(&s.eng[e.eng])
+			}
+		case evSpan:
+			if e.gen == s.eng[e.eng].gen {
+				s.spanDone(&s.eng[e.eng])
+			}
+		case evKVReady:
+			s.kvReady(&s.eng[e.eng], e.req)
+		case evStart:
+			if e.gen == s.eng[e.eng].gen {
+				s.startIteration(&s.eng[e.eng])
+			}
+		case evTick:
+			if e.gen == s.tickGen {
+				s.tickAt = event.Never
+				s.core.Tick(s.now)
+				s.applyCore()
+				s.scheduleTick()
+			}
+		}
+	}
+	if s.open > 0 {
+		s.expireAll()
+	}
+	s.stats.End = s.now
+	return s.stats, nil
+}
+
+func (s *Sim) setNow(t event.Time) {
+	if t < s.now {
+		panic(fmt.Sprintf("sim: clock went back from %v to %v", s.now, t))
+	}
+	s.now = t
+}
+
+func (s *Sim) push(e ev) {
+	s.seq++
+	e.seq = s.seq
+	s.heap.push(e)
+}
+
+func (s *Sim) emit(r *event.Record) {
+	s.recSeq++
+	r.Seq = s.recSeq
+	s.rec.Record(r)
+}
+
+// emitReq emits a request record with the common fields filled.
+func (s *Sim) emitReq(kind event.Kind, req int32, inst, peer int32, tokens int64, cause event.Cause) {
+	r := &s.record
+	*r = event.Record{At: s.now, Kind: kind, Req: event.RequestID(req + 1), Inst: event.Instance(inst),
+		Peer: event.Instance(peer), Tokens: tokens, Cause: cause}
+	s.emit(r)
+}
+
+func (s *Sim) emitCore() {
+	for _, r := range s.core.Records() {
+		if r.Kind == event.KindRoleMove {
+			s.stats.Moves++
+		}
+		s.emit(&r)
+	}
+}
+
+func (s *Sim) scheduleTick() {
+	t := s.core.NextTick()
+	if t == event.Never || t >= s.tickAt {
+		return
+	}
+	if t < s.now {
+		t = s.now
+	}
+	s.tickGen++
+	s.tickAt = t
+	s.push(ev{at: t, kind: evTick, gen: s.tickGen})
+}
+
+// applyCore carries out the core's decisions.
+func (s *Sim) applyCore() {
+	for _, d := range s.core.Decisions() {
+		switch d.Kind {
+		case core.PlacePrefill:
+			s.placePrefill(int32(d.Req-1), int32(d.Inst))
+		case core.PlaceDecode:
+			s.placeDecode(int32(d.Req-1), int32(d.Inst))
+		case core.Refuse:
+			i := int32(d.Req - 1)
+			s.emitReq(event.KindRefuse, i, -1, -1, 0, d.Cause)
+			s.end(i)
+			s.stats.Refused++
+		case core.Move:
+			// A role is only a label for new placements (Arrow §5.2):
+			// the engine keeps running what it holds.
+		}
+	}
+	s.emitCore()
+}
+
+func (s *Sim) arrive(i int32) {
+	r := &s.reqs[i]
+	s.record = event.Record{At: s.now, Kind: event.KindArrival, Req: event.RequestID(i + 1),
+		Inst: event.NoInstance, Peer: event.NoInstance, Tokens: int64(r.InputTokens),
+		Want: int64(s.st[i].want), Ref: r.At, Class: r.Class}
+	s.emit(&s.record)
+	s.core.Arrive(s.now, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens})
+	s.applyCore()
+	s.scheduleTick()
+}
+
+func (s *Sim) end(i int32) {
+	s.st[i].ended = true
+	s.open--
+}
+
+func (s *Sim) placePrefill(i int32, inst int32) {
+	st := &s.st[i]
+	st.prefill = inst
+	s.emitReq(event.KindAdmit, i, inst, -1, 0, event.CauseNone)
+	e := &s.eng[inst]
+	e.prefillQ = append(e.prefillQ, i)
+	s.poke(e)
+}
+
+func (s *Sim) placeDecode(i int32, inst int32) {
+	st := &s.st[i]
+	st.decode = inst
+	crossed := inst != st.prefill
+	cause := event.CauseNone
+	if crossed {
+		cause = event.CauseCrossed
+	}
+	ctx := int64(st.input + st.produced)
+	s.emitReq(event.KindDecodeStart, i, inst, st.prefill, ctx, cause)
+	if !crossed {
+		s.join(&s.eng[inst], i)
+		return
+	}
+	src := &s.eng[st.prefill]
+	ready := src.link.Transfer(s.cfg.KV, s.now, ctx)
+	s.emitReq(event.KindKVStart, i, st.prefill, inst, ctx, event.CauseNone)
+	s.push(ev{at: ready, kind: evKVReady, eng: inst, req: i})
+}
+
+func (s *Sim) kvReady(e *engine, i int32) {
+	st := &s.st[i]
+	s.emitReq(event.KindKVDone, i, st.prefill, e.id, int64(st.input+st.produced), event.CauseNone)
+	s.join(e, i)
+}
+
+// join queues a decode leg to enter the running batch at the engine's next
+// iteration boundary.
+func (s *Sim) join(e *engine, i int32) {
+	e.waiting = append(e.waiting, i)
+	s.poke(e)
+}
+
+// poke tells an engine new work is there: an idle engine starts an
+// iteration now, after every other event of this instant (so work that
+// arrives together is batched together); a decode span stops at its next
+// iteration boundary so the work can join; an iteration with prefill picks
+// it up when it ends.
+func (s *Sim) poke(e *engine) {
+	if !e.busy {
+		e.busy = true
+		e.gen++
+		s.push(ev{at: s.now, kind: evStart, eng: e.id, gen: e.gen})
+		return
+	}
+	if !e.inSpan {
+		return
+	}
+	j := e.itersBy(s.now) + 1 // the iteration in progress ends at end(j)
+	if j >= e.spanTarget {
+		return
+	}
+	e.spanTarget = j
+	e.spanAt = e.spanEnd(j)
+	e.gen++
+	s.push(ev{at: e.spanAt, kind: evSpan, eng: e.id, gen: e.gen})
+}
+
+// startIteration begins the engine's next iteration at s.now: decode legs
+// join first, then prompt chunks fill what is left of the token budget.
+func (s *Sim) startIteration(e *engine) {
+	b := s.cfg.Batch
+	maxSeqs := b.BudgetTokens
+	if b.MaxSeqs > 0 && b.MaxSeqs < maxSeqs {
+		maxSeqs = b.MaxSeqs
+	}
+	k := 0
+	for ; k < len(e.waiting) && e.running.Len() < maxSeqs; k++ {
+		i := e.waiting[k]
+		st := &s.st[i]
+		st.joinIter = e.iters
+		e.ctx += int64(st.input + st.produced)
+		e.running.push(finishEntry{at: e.iters + int64(st.want-st.produced), req: i})
+	}
+	if k > 0 {
+		e.waiting = append(e.waiting[:0], e.waiting[k:]...)
+	}
+	m := e.running.Len()
+	budget := b.BudgetTokens - m
+	e.chunks = e.chunks[:0]
+	var secs float64
+	for _, i := range e.prefillQ {
+		if budget <= 0 {
+			break
+		}
+		st := &s.st[i]
+		n := min(st.input-st.done, b.ChunkTokens, budget)
+		if !st.started {
+			st.started = true
+			s.emitReq(event.KindPrefillStart, i, e.id, -1, int64(st.done), event.CauseNone)
+		}
+		secs += e.prof.PrefillSpan(st.done, st.done+n)
+		e.chunks = append(e.chunks, chunk{req: i, tokens: n})
+		budget -= n
+	}
+	e.gen++
+	e.busy = true
+	e.inSpan = false
+	if len(e.chunks) > 0 {
+		if m > 0 {
+			secs += e.prof.Interval(e.ctx)
+		}
+		s.push(ev{at: s.now + iterTime(secs), kind: evIterDone, eng: e.id, gen: e.gen})
+		return
+	}
+	if m == 0 {
+		e.busy = false
+		return
+	}
+	// Decode only: price every iteration until the first stream finishes
+	// in closed form; new work breaks the span at an iteration boundary.
+	e.inSpan = true
+	e.spanStart, e.spanIters0, e.spanCtx0, e.spanM = s.now, e.iters, e.ctx, int64(m)
+	e.spanTarget = e.running.min().at - e.iters
+	e.spanAt = e.spanEnd(e.spanTarget)
+	s.push(ev{at: e.spanAt, kind: evSpan, eng: e.id, gen: e.gen})
+}
+
+// iterTime converts an iteration's seconds to Time; an iteration always
+// takes at least a nanosecond, so the clock always moves.
+func iterTime(secs float64) event.Time {
+	return max(event.Seconds(secs), 1)
+}
+
+// spanEnd is when iteration j of the current span ends: the decode interval
+// grows by Slope·m each iteration as every stream adds a token of context.
+func (e *engine) spanEnd(j int64) event.Time {
+	a := e.prof.Slope*float64(e.spanCtx0) + e.prof.Intercept
+	jf := float64(j)
+	secs := jf*a + e.prof.Slope*float64(e.spanM)*jf*(jf-1)/2
+	return e.spanStart + max(event.Seconds(secs), event.Time(j))
+}
+
+// itersBy returns how many span iterations have ended by t.
+func (e *engine) itersBy(t event.Time) int64 {
+	x := (t - e.spanStart).Seconds()
+	a := e.prof.Slope*float64(e.spanCtx0) + e.prof.Intercept
+	q := e.prof.Slope * float64(e.spanM) / 2
+	var j float64
+	if q > 0 {
+		b := a - q
+		j = (-b + math.Sqrt(b*b+4*q*x)) / (2 * q)
+	} else if a > 0 {
+		j = x / a
+	} else {
+		j = float64(e.spanTarget)
+	}
+	n := min(int64(math.Max(0, j)), e.spanTarget)
+	for n < e.spanTarget && e.spanEnd(n+1) <= t {
+		n++
+	}
+	for n > 0 && e.spanEnd(n) > t {
+		n--
+	}
+	return n
+}
+
+func (s *Sim) spanDone(e *engine) {
+	s.advanceDecode(e, e.spanTarget)
+	e.busy, e.inSpan = false, false
+	s.startIteration(e)
+}
+
+func (s *Sim) iterDone(e *engine) {
+	if e.running.Len() > 0 {
+		s.advanceDecode(e, 1)
+	}
+	// Apply prompt chunks; completed prompts have their first token now.
+	w := 0
+	for _, c := range e.chunks {
+		st := &s.st[c.req]
+		st.done += c.tokens
+		if st.done < st.input {
+			continue
+		}
+		s.prefillDone(e, c.req)
+	}
+	for _, i := range e.prefillQ {
+		if st := &s.st[i]; st.done < st.input {
+			e.prefillQ[w] = i
+			w++
+		}
+	}
+	e.prefillQ = e.prefillQ[:w]
+	e.chunks = e.chunks[:0]
+	e.busy = false
+	s.startIteration(e)
+}
+
+// advanceDecode ends n decode iterations of the running batch at s.now:
+// every stream gains n tokens, and streams that reached their length finish.
+func (s *Sim) advanceDecode(e *engine, n int64) {
+	if s.cfg.TokenHook != nil {
+		s.reportTokens(e, n)
+	}
+	e.iters += n
+	e.ctx += n * int64(e.running.Len())
+	for e.running.Len() > 0 && e.running.min().at <= e.iters {
+		f := e.running.pop()
+		st := &s.st[f.req]
+		st.produced = st.want
+		e.ctx -= int64(st.input + st.want)
+		s.finish(f.req, e.id)
+	}
+	s.stats.LastToken = s.now
+}
+
+// reportTokens calls the TokenHook for every token of the next n iterations
+// (tests only: it costs an event per token).
+func (s *Sim) reportTokens(e *engine, n int64) {
+	for j := int64(1); j <= n; j++ {
+		at := s.now
+		if e.inSpan {
+			at = e.spanEnd(e.iters - e.spanIters0 + j)
+		}
+		for _, f := range e.running.items {
+			st := &s.st[f.req]
+			k := st.produced + int(e.iters+j-st.joinIter)
+			s.cfg.TokenHook(event.RequestID(f.req+1), k, at)
+		}
+	}
+}
+
+func (s *Sim) prefillDone(e *engine, i int32) {
+	st := &s.st[i]
+	st.produced = 1
+	s.emitReq(event.KindPrefillDone, i, e.id, -1, 0, event.CauseNone)
+	if s.cfg.TokenHook != nil {
+		s.cfg.TokenHook(event.RequestID(i+1), 1, s.now)
+	}
+	s.stats.LastToken = s.now
+	req := core.Request{ID: event.RequestID(i + 1), InputTokens: st.input, PrefillInst: event.Instance(e.id)}
+	if st.want <= 1 {
+		// The answer is complete with its first token: no decode leg.
+		req.NoDecode = true
+		s.core.PrefillDone(s.now, req)
+		s.finish(i, e.id)
+		return
+	}
+	s.core.PrefillDone(s.now, req)
+	s.applyCore()
+	s.scheduleTick()
+}
+
+func (s *Sim) finish(i int32, inst int32) {
+	st := &s.st[i]
+	cause := event.CauseStop
+	if st.capped {
+		cause = event.CauseLength
+	}
+	s.emitReq(event.KindFinish, i, inst, -1, int64(st.produced), cause)
+	if st.decode >= 0 {
+		s.core.Finished(s.now, event.Instance(inst), core.Request{ID: event.RequestID(i + 1), InputTokens: st.input,
+			PrefillInst: event.Instance(st.prefill), ContextTokens: int64(st.input + st.produced)})
+		s.applyCore()
+		s.scheduleTick()
+	}
+	s.end(i)
+	s.stats.Finished++
+}
+
+// expireAll ends every open request at the drain limit.
+func (s *Sim) expireAll() {
+	if s.drainEnd > s.now {
+		s.setNow(s.drainEnd)
+	}
+	for i := range s.st {
+		st := &s.st[i]
+		if st.ended {
+			continue
+		}
+		produced := st.produced
+		if st.decode >= 0 {
+			e := &s.eng[st.decode]
+			if e.running.contains(int32(i)) {
+				produced += int(s.decodeItersNow(e) - st.joinIter)
+			}
+		}
+		s.emitReq(event.KindExpire, int32(i), -1, -1, int64(produced), event.CauseDrainLimit)
+		st.ended = true
+		s.stats.Expired++
+	}
+	s.open = 0
+}
+
+// decodeItersNow is how many decode iterations the engine has completed by
+// s.now, counting a span in progress.
+func (e *engine) itersNow(now event.Time) int64 {
+	if e.inSpan {
+		return e.spanIters0 + e.itersBy(now)
+	}
+	return e.iters
+}
+
+func (s *Sim) decodeItersNow(e *engine) int64 { return e.itersNow(s.now) }

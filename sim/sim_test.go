@@ -1,0 +1,141 @@
+package sim
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/timing"
+)
+
+func refConfig(n int) Config {
+	ps := make([]timing.Profile, n)
+	for i := range ps {
+		ps[i] = timing.Reference
+	}
+	return Config{Profiles: ps, SLO: core.SLO{TTFT: 10, TPOT: 0.125}, KV: timing.FlatKV, Batch: DefaultBatch}
+}
+
+func mustController(t testing.TB, arm string, n int) core.Controller {
+	t.Helper()
+	c, err := core.NewController(arm, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// tokenLog records every token's time per request.
+type tokenLog map[event.RequestID][]event.Time
+
+func (l tokenLog) hook(req event.RequestID, k int, at event.Time) {
+	ts := l[req]
+	if k != len(ts)+1 {
+		panic(fmt.Sprintf("request %d: token %d reported after %d tokens", req, k, len(ts)))
+	}
+	l[req] = append(ts, at)
+}
+
+// One request on an idle 1P1D fleet: its first token comes exactly T(n)
+// after it arrives, the KV moves in the flat 50 ms, and every later gap is
+// the decode interval at the batch's context then (Arrow §3.1).
+func TestSingleRequestClosedForm(t *testing.T) {
+	cfg := refConfig(2)
+	log := tokenLog{}
+	cfg.TokenHook = log.hook
+	in, out := 1000, 20
+	reqs := []Request{{At: event.Second, InputTokens: in, OutputTokens: out}}
+	s, err := New(cfg, mustController(t, "static:1P1D", 2), reqs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ts := log[1]
+	if len(ts) != out {
+		t.Fatalf("%d tokens, want %d", len(ts), out)
+	}
+	p := timing.Reference
+	if got, want := ts[0]-event.Second, event.Seconds(p.Prefill(in)); got != want {
+		t.Errorf("TTFT %v (%d ns), want T(%d) = %d ns", got, got, in, want)
+	}
+	// Token 2 waits for the KV (50 ms), then one iteration over input+1 tokens.
+	want2 := event.Seconds(0.05) + event.Seconds(p.Interval(int64(in+1)))
+	if d := ts[1] - ts[0]; abs(d-want2) > 1 {
+		t.Errorf("gap 1->2 = %d ns, want %d", d, want2)
+	}
+	for k := 2; k < out; k++ {
+		want := event.Seconds(p.Interval(int64(in + k)))
+		if d := ts[k] - ts[k-1]; abs(d-want) > 1 {
+			t.Errorf("gap %d->%d = %d ns, want I(%d) = %d ns", k, k+1, d, in+k, want)
+		}
+	}
+}
+
+func abs(t event.Time) event.Time {
+	if t < 0 {
+		return -t
+	}
+	return t
+}
+
+// A saturated prefill engine completes prompts at the profile's rate: with
+// every prompt one chunk long, an iteration prices each at T(n), so n-token
+// prompts finish at 1/T(n) per second (Arrow §3.1).
+func TestSaturatedPrefillThroughput(t *testing.T) {
+	cfg := refConfig(2)
+	n, count := 2048, 800
+	reqs := make([]Request, count)
+	for i := range reqs {
+		reqs[i] = Request{InputTokens: n, OutputTokens: 1}
+	}
+	st, rows := runChecked(t, cfg, "static:1P1D", reqs)
+	if st.Finished != count {
+		t.Fatalf("finished %d of %d", st.Finished, count)
+	}
+	var last event.Time
+	for _, r := range rows {
+		last = max(last, r.End)
+	}
+	want := float64(count) * timing.Reference.Prefill(n)
+	if got := last.Seconds(); got < want-1e-6 || got > want+1e-6 {
+		t.Fatalf("last prompt done at %.6fs, want %d x T(%d) = %.6fs", got, count, n, want)
+	}
+}
+
+// A saturated decode engine produces tokens at the profile's rate: 64
+// streams that join together run every iteration at I(context), and the
+// context grows by 64 tokens per iteration (Arrow §3.1).
+func TestSaturatedDecodeThroughput(t *testing.T) {
+	cfg := refConfig(2)
+	m, in, out := 64, 100, 200
+	reqs := make([]Request, m)
+	for i := range reqs {
+		reqs[i] = Request{InputTokens: in, OutputTokens: out}
+	}
+	_, rows := runChecked(t, cfg, "static:1P1D", reqs)
+	p := timing.Reference
+	prefill := float64(m) * p.Prefill(in) // one iteration holds all 64 prompts
+	want := prefill + 0.05
+	for k := 0; k < out-1; k++ {
+		want += p.Interval(int64(m*(in+1) + m*k))
+	}
+	for _, r := range rows {
+		if r.FirstToken != event.Seconds(prefill) {
+			t.Fatalf("request %d: first token %v, want %.6fs", r.Req, r.FirstToken, prefill)
+		}
+		if d := r.End.Seconds() - want; d < -2e-9 || d > 2e-9 {
+			t.Fatalf("request %d: last token %.9fs, want %.9fs", r.Req, r.End.Seconds(), want)
+		}
+	}
+}
+
+// A cross-instance decode leg never starts before its first token exists:
+// the reference stamped token 2 before token 1 (narwhal-core §0 item 5).
+func TestCausalityUnderLoad(t *testing.T) {
+	cfg := refConfig(8)
+	reqs := randomTrace(11, 2000, 12)
+	runChecked(t, cfg, "static:4P4D", reqs) // the checker fails on any violation
+}
