@@ -1,0 +1,54 @@
+package event
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// SchemaVersion is the version of the record model a journal was written
+// with. Readers refuse journals from a newer schema.
+const SchemaVersion = 1
+
+// RunMeta describes one run; it is the Text of the run's KindRunMeta record,
+// as JSON. Everything here is a pure function of the experiment, so a
+// simulated run's metadata is byte-identical across repeats (StartUnixNano
+// is 0 in simulations; live runs set it).
+type RunMeta struct {
+	Schema     int     `json:"schema"`
+	Version    string  `json:"version"`     // narwhal-bench version
+	Driver     string  `json:"driver"`      // "sim" or "live"
+	Arm        string  `json:"arm"`         // controller arm, e.g. "static:3P5D"
+	Rate       float64 `json:"rate"`        // mean arrival rate used, req/s
+	Seed       uint64  `json:"seed"`        // trace seed
+	Trace      string  `json:"trace"`       // trace name
+	TraceHash  string  `json:"trace_hash"`  // sha256 of the trace file's bytes
+	Fleet      string  `json:"fleet"`       // fleet name
+	ConfigHash string  `json:"config_hash"` // sha256 of the resolved configuration
+	Instances  int     `json:"instances"`
+	GPUs       int     `json:"gpus,omitempty"` // GPUs in the fleet, when known
+	TTFTSLO    float64 `json:"ttft_slo_s"`
+	TPOTSLO    float64 `json:"tpot_slo_s"`
+	// StartUnixNano is the wall-clock start of a live run; 0 in simulations.
+	StartUnixNano int64 `json:"start_unix_nano,omitempty"`
+}
+
+// Encode returns m as JSON.
+func (m RunMeta) Encode() string {
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// DecodeRunMeta reads a KindRunMeta record's Text. It refuses a newer schema.
+func DecodeRunMeta(text string) (RunMeta, error) {
+	var m RunMeta
+	if err := json.Unmarshal([]byte(text), &m); err != nil {
+		return m, fmt.Errorf("run metadata: %w", err)
+	}
+	if m.Schema > SchemaVersion {
+		return m, fmt.Errorf("run metadata: schema %d: this narwhal-bench reads schema %d or older; upgrade it", m.Schema, SchemaVersion)
+	}
+	if m.Schema < 1 {
+		return m, fmt.Errorf("run metadata: schema %d: expected >= 1", m.Schema)
+	}
+	return m, nil
+}
