@@ -4,63 +4,16 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
-// SLO is the pair of objectives a request is judged by.
-type SLO struct {
-	TTFT event.Time
-	TPOT event.Time
-}
-
-// Check names the first qualification check a request failed.
-type Check uint8
-
-// Checks, in the order Qualify applies them.
-const (
-	CheckOK         Check = iota
-	CheckNotDone          // refused, expired or failed
-	CheckLength           // finished at its output cap
-	CheckCancelled        // cancelled by the client
-	CheckEmpty            // fewer than two output tokens (no TPOT to judge)
-	CheckTTFT             // TTFT above its SLO
-	CheckTPOT             // TPOT above its SLO
-)
-
-var checkNames = [...]string{"ok", "not_completed", "length", "cancelled", "too_short", "ttft", "tpot"}
-
-func (c Check) String() string { return checkNames[c] }
-
-// Qualify applies the project's qualification rule to one request: it
-// finished naturally (not at the output cap, not cancelled), produced at
-// least two tokens, its TTFT measured from the scheduled send time is at or
-// below the TTFT SLO, and its TPOT (mean gap after the first token) is at or
-// below the TPOT SLO. It returns CheckOK or the first check that failed.
-func Qualify(r *event.Row, slo SLO) Check {
-	switch {
-	case r.Terminal != event.KindFinish:
-		return CheckNotDone
-	case r.Cause == event.CauseLength:
-		return CheckLength
-	case r.Cause == event.CauseCancel:
-		return CheckCancelled
-	case r.OutputTokens < 2:
-		return CheckEmpty
-	case r.TTFT() > slo.TTFT:
-		return CheckTTFT
-	case r.TPOT() > slo.TPOT:
-		return CheckTPOT
-	}
-	return CheckOK
-}
-
 // Summary counts one run's outcomes.
 type Summary struct {
 	Offered   int
 	Completed int // finished, naturally or at the cap
-	Qualified int // passed Qualify
+	Qualified int // passed event.Qualify
 	Refused   int
 	Expired   int
 	Failed    int
 	// Misses counts requests by the first check they failed.
-	Misses [CheckTPOT + 1]int
+	Misses [event.NumChecks]int
 }
 
 // Attainment is the share of offered requests that qualified (0 when
@@ -73,7 +26,7 @@ func (s Summary) Attainment() float64 {
 }
 
 // Summarize scores rows, one per offered request.
-func Summarize(rows []event.Row, slo SLO) Summary {
+func Summarize(rows []event.Row, slo event.SLO) Summary {
 	s := Summary{Offered: len(rows)}
 	for i := range rows {
 		r := &rows[i]
@@ -87,9 +40,9 @@ func Summarize(rows []event.Row, slo SLO) Summary {
 		case event.KindFail:
 			s.Failed++
 		}
-		c := Qualify(r, slo)
+		c := event.Qualify(r, slo)
 		s.Misses[c]++
-		if c == CheckOK {
+		if c == event.CheckOK {
 			s.Qualified++
 		}
 	}

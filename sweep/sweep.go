@@ -135,7 +135,7 @@ func Execute(cfg Config) (*Result, error) {
 	res := &Result{Trace: cfg.Trace.Name, Fleet: cfg.Fleet.Name, Instances: n, Seed: cfg.Seed,
 		SLO: SLOJSON{TTFT: slo.TTFT, TPOT: slo.TPOT}, BaseRate: base, Rates: rates, Arms: cfg.Arms,
 		Runs: make([]Run, len(cfg.Arms)*len(rates)), Sustained: map[string]*float64{}}
-	scoreSLO := report.SLO{TTFT: event.Seconds(slo.TTFT), TPOT: event.Seconds(slo.TPOT)}
+	scoreSLO := event.SLO{TTFT: event.Seconds(slo.TTFT), TPOT: event.Seconds(slo.TPOT)}
 
 	workers := cfg.Workers
 	if workers <= 0 {
@@ -183,7 +183,7 @@ func Execute(cfg Config) (*Result, error) {
 	return res, nil
 }
 
-func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo report.SLO,
+func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo event.SLO,
 	fold *event.Fold, recorder func(string, float64) (event.Recorder, error)) (Run, error) {
 	ctrl, err := core.NewController(arm, n)
 	if err != nil {
@@ -216,6 +216,6 @@ func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request,
 	sum := report.Summarize(rows, slo)
 	return Run{Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves,
-		MissTTFT: sum.Misses[report.CheckTTFT], MissTPOT: sum.Misses[report.CheckTPOT],
+		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
 }
