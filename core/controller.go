@@ -44,8 +44,18 @@ func NewController(arm string, n int) (Controller, error) {
 	switch arm {
 	case "aggregated":
 		return &Aggregated{}, nil
+	case "adaptive":
+		return &Adaptive{Cfg: DefaultAdaptive}, nil
+	case "arrow":
+		return &Arrow{Cfg: DefaultArrow}, nil
+	case "planner":
+		return NewPlanner(), nil
+	case "coldswap":
+		return NewColdSwap(), nil
+	case "oracle":
+		return nil, fmt.Errorf("arm %q: the oracle needs a schedule chosen in hindsight; the sweep builds it (core.Scheduled)", arm)
 	}
-	return nil, fmt.Errorf("arm %q: expected static:kPmD (e.g. static:3P5D) or aggregated", arm)
+	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, oracle, aggregated, static:kPmD (e.g. static:3P5D)", arm)
 }
 
 // StaticArms lists static:1P(n-1)D through static:(n-1)P1D.

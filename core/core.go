@@ -51,6 +51,30 @@ type Request struct {
 	// NoDecode says the answer ended with its first token (PrefillDone):
 	// there is no decode leg to place.
 	NoDecode bool
+	// OutputTokens is the output produced when the request ends (Finished).
+	OutputTokens int
+	// TTFT and TPOT are the request's measured latencies when it ends
+	// (Finished), event.Never when undefined.
+	TTFT, TPOT event.Time
+}
+
+// Observation is what a driver saw an engine do since its previous
+// Observation: the decode iterations it ran and how long they took, and the
+// decode context it holds now. The simulator reports it before each tick;
+// the live router derives it from the token stream.
+type Observation struct {
+	// DecodeIters is the number of decode iterations (one token per running
+	// stream each) since the last observation.
+	DecodeIters int64
+	// DecodeSeconds is their total duration, so DecodeSeconds/DecodeIters
+	// is the mean inter-token gap of the streams there.
+	DecodeSeconds float64
+	// DecodeTokens is the resident decode context now (prompt plus output
+	// so far, over every decode leg placed there).
+	DecodeTokens int64
+	// DecodeWaiting is the decode legs placed there that are not yet
+	// generating (KV in flight or batch full).
+	DecodeWaiting int
 }
 
 // Instance is the core's view of one engine, fed only by facts.
@@ -64,9 +88,76 @@ type Instance struct {
 	PrefillTokens int64
 	PrefillWork   float64
 	// DecodeCount and DecodeTokens describe the decode legs resident here:
-	// how many and their context tokens at placement.
+	// how many and their context tokens (last observed, plus placements
+	// since, minus what finished since).
 	DecodeCount  int
 	DecodeTokens int64
+	// DecodeWaiting is the decode legs not yet generating, last observed.
+	DecodeWaiting int
+
+	// Monitor windows (Arrow §5.5): the interval-average of resident
+	// prefill work and the mean decode gap, published at each Roll.
+	priceIntegral float64    // ∫ PrefillWork dt since windowStart, s·s
+	priceAnchor   event.Time // last time PrefillWork changed
+	windowStart   event.Time
+	gapSecs       float64
+	gapIters      int64
+	// MeanPrefillWork is the published interval-average of PrefillWork, s.
+	MeanPrefillWork float64
+	// MeanInterval is the published mean decode gap, s (0 when none seen;
+	// a quiet interval keeps the previous value).
+	MeanInterval float64
+
+	// OfflineUntil: the instance takes no new placements before this time
+	// (cold-swap emulation); zero when online.
+	OfflineUntil event.Time
+	// LastMove is when its role last changed (event.Never if never... 0
+	// counts as never moved at start).
+	LastMove event.Time
+	// Moved reports whether it ever changed role.
+	Moved bool
+}
+
+// Online reports whether the instance takes new placements at now.
+func (in *Instance) Online(now event.Time) bool { return now >= in.OfflineUntil }
+
+// MaxTokens is MT for the instance at the core's TPOT SLO (Arrow §5.3).
+func (c *Core) MaxTokens(i event.Instance) float64 {
+	return c.inst[i].Profile.MaxTokens(c.slo.TPOT)
+}
+
+func (in *Instance) touchPrice(now event.Time) {
+	in.priceIntegral += in.PrefillWork * (now - in.priceAnchor).Seconds()
+	in.priceAnchor = now
+}
+
+// Roll closes the monitor's update interval (Arrow §5.5): it publishes each
+// instance's mean resident prefill work and mean decode gap over the
+// interval, and opens the next one. Controllers call it once per pass.
+func (c *Core) Roll() {
+	now := c.now
+	for i := range c.inst {
+		in := &c.inst[i]
+		in.touchPrice(now)
+		if span := (now - in.windowStart).Seconds(); span > 0 {
+			in.MeanPrefillWork = in.priceIntegral / span
+		}
+		in.priceIntegral, in.windowStart = 0, now
+		if in.gapIters > 0 {
+			in.MeanInterval = in.gapSecs / float64(in.gapIters)
+		}
+		in.gapSecs, in.gapIters = 0, 0
+	}
+}
+
+// Observe records what an engine did since its last observation.
+func (c *Core) Observe(now event.Time, inst event.Instance, o Observation) {
+	c.advance(now)
+	in := &c.inst[inst]
+	in.gapSecs += o.DecodeSeconds
+	in.gapIters += o.DecodeIters
+	in.DecodeTokens = o.DecodeTokens
+	in.DecodeWaiting = o.DecodeWaiting
 }
 
 // DecisionKind says what a Decision asks the driver to do.
@@ -103,6 +194,7 @@ type Core struct {
 	ctrl    Controller
 	now     event.Time
 	out     []Decision
+	scratch []event.Instance
 	records []event.Record
 }
 
@@ -121,6 +213,12 @@ func New(cfg Config, ctrl Controller) (*Core, error) {
 	}
 	if err := ctrl.Init(c); err != nil {
 		return nil, fmt.Errorf("core: %s: %w", ctrl.Name(), err)
+	}
+	// The opening roles are role-move records from RoleNone, so a journal
+	// alone tells the split at every instant.
+	for i := range c.inst {
+		c.records = append(c.records, event.Record{Kind: event.KindRoleMove, Inst: event.Instance(i),
+			Peer: event.NoInstance, From: event.RoleNone, To: c.inst[i].Role, Text: "opening role"})
 	}
 	return c, nil
 }
@@ -174,12 +272,16 @@ func (c *Core) Records() []event.Record {
 // Arrive places a new request's prefill, or refuses it.
 func (c *Core) Arrive(now event.Time, r Request) {
 	c.advance(now)
+	if o, ok := c.ctrl.(arrivalObserver); ok {
+		o.Arrived(c, r)
+	}
 	inst, cause := c.ctrl.PlacePrefill(c, r)
 	if inst == event.NoInstance {
 		c.out = append(c.out, Decision{Kind: Refuse, Req: r.ID, Inst: event.NoInstance, Cause: cause})
 		return
 	}
 	in := &c.inst[inst]
+	in.touchPrice(now)
 	in.PrefillCount++
 	in.PrefillTokens += int64(r.InputTokens)
 	in.PrefillWork += in.Profile.Prefill(r.InputTokens)
@@ -191,11 +293,15 @@ func (c *Core) Arrive(now event.Time, r Request) {
 func (c *Core) PrefillDone(now event.Time, r Request) {
 	c.advance(now)
 	in := &c.inst[r.PrefillInst]
+	in.touchPrice(now)
 	in.PrefillCount--
 	in.PrefillTokens -= int64(r.InputTokens)
 	in.PrefillWork -= in.Profile.Prefill(r.InputTokens)
 	if in.PrefillCount == 0 { // forget float drift
 		in.PrefillWork, in.PrefillTokens = 0, 0
+	}
+	if o, ok := c.ctrl.(finishObserver); ok && r.NoDecode {
+		o.Finished(c, r)
 	}
 	if r.NoDecode {
 		return
@@ -217,11 +323,20 @@ func (c *Core) Finished(now event.Time, inst event.Instance, r Request) {
 	c.advance(now)
 	in := &c.inst[inst]
 	in.DecodeCount--
-	in.DecodeTokens -= int64(r.InputTokens) + 1
+	in.DecodeTokens = max(0, in.DecodeTokens-r.ContextTokens)
 	if in.DecodeCount == 0 {
 		in.DecodeTokens = 0
 	}
+	if o, ok := c.ctrl.(finishObserver); ok {
+		o.Finished(c, r)
+	}
 }
+
+// arrivalObserver is implemented by controllers that watch every arrival.
+type arrivalObserver interface{ Arrived(c *Core, r Request) }
+
+// finishObserver is implemented by controllers that watch every ending.
+type finishObserver interface{ Finished(c *Core, r Request) }
 
 // Tick lets the controller act on time passing.
 func (c *Core) Tick(now event.Time) {
@@ -242,6 +357,7 @@ func (c *Core) Move(inst event.Instance, to event.Role, cause event.Cause, reaso
 		return
 	}
 	in.Role = to
+	in.LastMove, in.Moved = c.now, true
 	c.out = append(c.out, Decision{Kind: Move, Inst: inst, From: from, To: to, Cause: cause})
 	c.records = append(c.records, event.Record{
 		At: c.now, Kind: event.KindRoleMove, Inst: inst, Peer: event.NoInstance,

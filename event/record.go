@@ -50,7 +50,8 @@ const (
 	// KindFail: terminal. The request failed; Cause says why; Tokens =
 	// output tokens produced before the failure.
 	KindFail
-	// KindRoleMove: Inst changed role From -> To. Cause = what moved it,
+	// KindRoleMove: Inst changed role From -> To. From is RoleNone for an
+	// instance's opening role, recorded at time 0. Cause = what moved it,
 	// Tokens = resident decode tokens at the move, Ref = resident prefill
 	// work at the move in nanoseconds of profile time, Text = the reason.
 	KindRoleMove

@@ -51,7 +51,8 @@ type reqState struct {
 	decode   int32
 	joinIter int64 // decode engine's iteration count when it joined the batch
 	ended    bool
-	started  bool // first prefill chunk ran
+	started  bool       // first prefill chunk ran
+	firstAt  event.Time // first token
 }
 
 // chunk is one prompt's share of a prefill iteration.
@@ -83,7 +84,15 @@ type engine struct {
 	spanM      int64
 	spanTarget int64      // iterations after spanIters0 at which the span event fires
 	spanAt     event.Time // when it fires
-	tokensAt   int64      // iterations already reported to the TokenHook
+	iterStart  event.Time // when the iteration with prefill in flight began
+
+	// what the core has been told (Observation deltas)
+	decIters      int64   // decode iterations completed, cumulative
+	decSecs       float64 // their total duration, s
+	reportedIters int64
+	reportedSecs  float64
+	pendingCtx    int64 // context of decode legs placed here but not running
+	pendingN      int
 }
 
 // Sim is one simulated run. Build it with New and call Run once.
@@ -206,6 +215,7 @@ func (s *Sim) Run() (Stats, error) {
 		case evTick:
 			if e.gen == s.tickGen {
 				s.tickAt = event.Never
+				s.observe()
 				s.core.Tick(s.now)
 				s.applyCore()
 				s.scheduleTick()
@@ -248,7 +258,7 @@ func (s *Sim) emitReq(kind event.Kind, req int32, inst, peer int32, tokens int64
 
 func (s *Sim) emitCore() {
 	for _, r := range s.core.Records() {
-		if r.Kind == event.KindRoleMove {
+		if r.Kind == event.KindRoleMove && r.From != event.RoleNone {
 			s.stats.Moves++
 		}
 		s.emit(&r)
@@ -324,6 +334,9 @@ func (s *Sim) placeDecode(i int32, inst int32) {
 	}
 	ctx := int64(st.input + st.produced)
 	s.emitReq(event.KindDecodeStart, i, inst, st.prefill, ctx, cause)
+	dst := &s.eng[inst]
+	dst.pendingCtx += ctx
+	dst.pendingN++
 	if !crossed {
 		s.join(&s.eng[inst], i)
 		return
@@ -386,6 +399,8 @@ func (s *Sim) startIteration(e *engine) {
 		st := &s.st[i]
 		st.joinIter = e.iters
 		e.ctx += int64(st.input + st.produced)
+		e.pendingCtx -= int64(st.input + st.produced)
+		e.pendingN--
 		e.running.push(finishEntry{at: e.iters + int64(st.want-st.produced), req: i})
 	}
 	if k > 0 {
@@ -416,6 +431,7 @@ func (s *Sim) startIteration(e *engine) {
 		if m > 0 {
 			secs += e.prof.Interval(e.ctx)
 		}
+		e.iterStart = s.now
 		s.push(ev{at: s.now + iterTime(secs), kind: evIterDone, eng: e.id, gen: e.gen})
 		return
 	}
@@ -509,6 +525,12 @@ func (s *Sim) advanceDecode(e *engine, n int64) {
 	if s.cfg.TokenHook != nil {
 		s.reportTokens(e, n)
 	}
+	e.decIters += n
+	if e.inSpan {
+		e.decSecs += (e.spanEnd(n) - e.spanStart).Seconds()
+	} else {
+		e.decSecs += (s.now - e.iterStart).Seconds()
+	}
 	e.iters += n
 	e.ctx += n * int64(e.running.Len())
 	for e.running.Len() > 0 && e.running.min().at <= e.iters {
@@ -519,6 +541,25 @@ func (s *Sim) advanceDecode(e *engine, n int64) {
 		s.finish(f.req, e.id)
 	}
 	s.stats.LastToken = s.now
+}
+
+// observe tells the core what every engine did since the last tick.
+func (s *Sim) observe() {
+	for k := range s.eng {
+		e := &s.eng[k]
+		iters, secs, ctx := e.decIters, e.decSecs, e.ctx
+		if e.inSpan {
+			j := e.itersBy(s.now)
+			iters += j
+			secs += (e.spanEnd(j) - e.spanStart).Seconds()
+			ctx += j * e.spanM
+		}
+		s.core.Observe(s.now, event.Instance(k), core.Observation{
+			DecodeIters: iters - e.reportedIters, DecodeSeconds: secs - e.reportedSecs,
+			DecodeTokens: ctx + e.pendingCtx, DecodeWaiting: e.pendingN,
+		})
+		e.reportedIters, e.reportedSecs = iters, secs
+	}
 }
 
 // reportTokens calls the TokenHook for every token of the next n iterations
@@ -548,11 +589,13 @@ func (s *Sim) prefillDone(e *engine, i int32) {
 	req := core.Request{ID: event.RequestID(i + 1), InputTokens: st.input, PrefillInst: event.Instance(e.id)}
 	if st.want <= 1 {
 		// The answer is complete with its first token: no decode leg.
-		req.NoDecode = true
+		req.NoDecode, req.OutputTokens = true, 1
+		req.TTFT, req.TPOT = s.now-s.reqs[i].At, event.Never
 		s.core.PrefillDone(s.now, req)
 		s.finish(i, e.id)
 		return
 	}
+	st.firstAt = s.now
 	s.core.PrefillDone(s.now, req)
 	s.applyCore()
 	s.scheduleTick()
@@ -567,7 +610,9 @@ func (s *Sim) finish(i int32, inst int32) {
 	s.emitReq(event.KindFinish, i, inst, -1, int64(st.produced), cause)
 	if st.decode >= 0 {
 		s.core.Finished(s.now, event.Instance(inst), core.Request{ID: event.RequestID(i + 1), InputTokens: st.input,
-			PrefillInst: event.Instance(st.prefill), ContextTokens: int64(st.input + st.produced)})
+			PrefillInst: event.Instance(st.prefill), ContextTokens: int64(st.input + st.produced),
+			OutputTokens: st.produced, TTFT: st.firstAt - s.reqs[i].At,
+			TPOT: (s.now - st.firstAt) / event.Time(st.produced-1)})
 		s.applyCore()
 		s.scheduleTick()
 	}

@@ -51,8 +51,22 @@ type Run struct {
 	// or on TPOT (first failed check).
 	MissTTFT int `json:"miss_ttft"`
 	MissTPOT int `json:"miss_tpot"`
+	// Thrash counts moves reversed within 30 s.
+	Thrash int `json:"thrash"`
+	// LagMean is the mean adaptation lag over the trace's phase changes, s:
+	// from a phase's start until the split is within one engine of the
+	// oracle's split for it (a phase never reached counts whole).
+	LagMean float64 `json:"lag_mean_s"`
+	// LagMissed counts phase changes whose oracle split was never reached.
+	LagMissed int `json:"lag_missed"`
 	// SimSeconds is the virtual time the run took to drain.
 	SimSeconds float64 `json:"sim_seconds"`
+}
+
+// OracleSplits is the hindsight split chosen for each phase at one rate.
+type OracleSplits struct {
+	Rate    float64 `json:"rate"`
+	Prefill []int   `json:"prefill"`
 }
 
 // Result is a whole sweep.
@@ -67,6 +81,9 @@ type Result struct {
 	Arms      []string            `json:"arms"`
 	Runs      []Run               `json:"runs"`
 	Sustained map[string]*float64 `json:"sustained"`
+	// Oracle lists the hindsight split per phase and rate, when computed
+	// (an adaptive or oracle arm is in the sweep).
+	Oracle []OracleSplits `json:"oracle,omitempty"`
 	// Requests is the total simulated requests across runs.
 	Requests int `json:"requests"`
 }
@@ -100,9 +117,18 @@ func Execute(cfg Config) (*Result, error) {
 		}
 	}
 	n := cfg.Fleet.Size()
+	needOracle := false
 	for _, a := range cfg.Arms {
-		if _, err := core.NewController(a, n); err != nil {
+		if a == "oracle" {
+			needOracle = true
+			continue
+		}
+		c, err := core.NewController(a, n)
+		if err != nil {
 			return nil, fmt.Errorf("sweep: %w", err)
+		}
+		if _, static := c.(*core.Static); !static && a != "aggregated" {
+			needOracle = true
 		}
 	}
 	slo := cfg.Fleet.CoreSLO()
@@ -141,6 +167,27 @@ func Execute(cfg Config) (*Result, error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
+	// Hindsight splits per phase, one set per rate (the oracle arm's
+	// schedule and the yardstick of adaptation lag).
+	targets := make([][]report.PhaseTarget, len(rates))
+	if needOracle {
+		bounds := phaseBounds(cfg.Trace)
+		err := parallel(len(rates), workers, func(i int) error {
+			t, err := oracle(simCfg, workloads[i], bounds, scoreSLO)
+			targets[i] = t
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sweep: oracle: %w", err)
+		}
+		for i, r := range rates {
+			o := OracleSplits{Rate: r}
+			for _, t := range targets[i] {
+				o.Prefill = append(o.Prefill, t.Prefill)
+			}
+			res.Oracle = append(res.Oracle, o)
+		}
+	}
 	jobs := make(chan int)
 	errs := make([]error, len(res.Runs))
 	var done atomic.Int64
@@ -152,7 +199,7 @@ func Execute(cfg Config) (*Result, error) {
 			var fold event.Fold
 			for k := range jobs {
 				arm, ri := cfg.Arms[k/len(rates)], k%len(rates)
-				res.Runs[k], errs[k] = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, &fold, cfg.Recorder)
+				res.Runs[k], errs[k] = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Recorder)
 				if cfg.Progress != nil {
 					cfg.Progress(int(done.Add(1)), len(res.Runs))
 				}
@@ -184,19 +231,29 @@ func Execute(cfg Config) (*Result, error) {
 }
 
 func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo event.SLO,
-	fold *event.Fold, recorder func(string, float64) (event.Recorder, error)) (Run, error) {
-	ctrl, err := core.NewController(arm, n)
-	if err != nil {
-		return Run{}, err
+	targets []report.PhaseTarget, fold *event.Fold, recorder func(string, float64) (event.Recorder, error)) (Run, error) {
+	var ctrl core.Controller
+	if arm == "oracle" {
+		steps := make([]core.ScheduleStep, len(targets))
+		for i, t := range targets {
+			steps[i] = core.ScheduleStep{At: t.Start, Prefill: t.Prefill}
+		}
+		ctrl = &core.Scheduled{Arm: "oracle", Steps: steps}
+	} else {
+		var err error
+		if ctrl, err = core.NewController(arm, n); err != nil {
+			return Run{}, err
+		}
 	}
 	fold.Reset()
-	var rec event.Recorder = fold
+	moves := &moveLog{}
+	var rec event.Recorder = event.Tee{fold, moves}
 	if recorder != nil {
 		extra, err := recorder(arm, rate)
 		if err != nil {
 			return Run{}, fmt.Errorf("sweep: %s at %v req/s: %w", arm, rate, err)
 		}
-		rec = event.Tee{fold, extra}
+		rec = event.Tee{fold, moves, extra}
 	}
 	s, err := sim.New(cfg, ctrl, reqs, rec)
 	if err != nil {
@@ -214,8 +271,59 @@ func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request,
 		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %d requests folded, %d offered", arm, rate, len(rows), len(reqs))
 	}
 	sum := report.Summarize(rows, slo)
-	return Run{Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
+	splits := report.Splits(moves.moves)
+	var lagMean float64
+	lags, missed := report.Lag(splits, targets)
+	for _, l := range lags {
+		lagMean += l.Seconds() / float64(len(lags))
+	}
+	return Run{Thrash: report.Thrash(splits, report.DefaultThrashWindow), LagMean: lagMean, LagMissed: missed,Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
+}
+
+// phaseBounds returns the trace's phase start times and its end.
+func phaseBounds(t *traces.Spec) []event.Time {
+	b := []event.Time{0}
+	var at event.Time
+	for _, p := range t.Phases {
+		at += event.Time(p.Duration)
+		b = append(b, at)
+	}
+	return b
+}
+
+// parallel runs f(0..n-1) on up to workers goroutines and joins the errors.
+func parallel(n, workers int, f func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < min(workers, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				errs[i] = f(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// CheckArm reports whether arm names a known arm for a fleet of n.
+func CheckArm(arm string, n int) error {
+	if arm == "oracle" {
+		if n < 2 {
+			return fmt.Errorf("arm oracle: %d instance: expected at least 2", n)
+		}
+		return nil
+	}
+	_, err := core.NewController(arm, n)
+	return err
 }

@@ -150,7 +150,7 @@ func simConfig(c *cli.Command) (sweep.Config, error) {
 		cfg.Arms = append(core.StaticArms(fl.Size()), "aggregated")
 	}
 	for _, a := range cfg.Arms {
-		if _, err := core.NewController(a, fl.Size()); err != nil {
+		if err := sweep.CheckArm(a, fl.Size()); err != nil {
 			return cfg, fmt.Errorf("--arms: %w", err)
 		}
 	}

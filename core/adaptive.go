@@ -1,0 +1,289 @@
+package core
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// AdaptiveConfig holds the adjacent-split controller's knobs. They are the
+// same for every trace: the controller is judged against the hindsight
+// oracle, never tuned per workload.
+type AdaptiveConfig struct {
+	// Step is how often the controller scores the splits (default 2 s).
+	Step event.Time
+	// Window is the demand estimator's span (default 20 s).
+	Window event.Time
+	// MinArrivals is the evidence needed before acting (default 10).
+	MinArrivals int
+	// Margin is the least improvement of the score, in SLO-ratio units,
+	// that justifies a move (default 0.05).
+	Margin float64
+	// RelMargin is the least relative improvement (default 0.10), so that
+	// noise on a loaded fleet's steep scores does not move engines.
+	RelMargin float64
+	// Confirmations is how many consecutive steps must propose the same
+	// move (default 2).
+	Confirmations int
+	// Evidence is the least time between two moves, so each move's effect
+	// is observed before the next (default 4 s).
+	Evidence event.Time
+	// ThrashWindow: reversing the previous move within it needs twice the
+	// margins (default 30 s).
+	ThrashWindow event.Time
+	// MinPrefill and MinDecode are pool floors (default 1 each).
+	MinPrefill, MinDecode int
+}
+
+// DefaultAdaptive is the adaptive arm's configuration.
+var DefaultAdaptive = AdaptiveConfig{Step: 2 * event.Second, Window: 20 * event.Second, MinArrivals: 10,
+	Margin: 0.05, RelMargin: 0.10, Confirmations: 2, Evidence: 4 * event.Second,
+	ThrashWindow: 30 * event.Second, MinPrefill: 1, MinDecode: 1}
+
+// Adaptive is the role controller narwhal-bench is built around. Every Step
+// it scores the current split and each adjacent split one engine away. A
+// split's score is its worst projected SLO ratio: projected TTFT over the
+// TTFT SLO (prefill queueing from the offered prefill work, and the
+// resident backlog drained by the new pool) and projected decode interval
+// over the TPOT SLO (from the offered decode work by Little's law, and from
+// the resident decode context spread over the new pool). It moves one
+// engine only when a neighbour improves the score by the margins, for the
+// configured confirmations, after the evidence span since its last move.
+// Placement is Algorithm 1 without inline flips (Arrow §5.3); resident
+// requests finish on their engines.
+type Adaptive struct {
+	Cfg      AdaptiveConfig
+	demand   Demand
+	next     event.Time
+	proposal int // proposed prefill count, 0 = none
+	confirms int
+	lastMove event.Time
+	lastDir  int // +1 toward prefill, -1 toward decode, 0 none yet
+	moved    bool
+}
+
+// Name implements Controller.
+func (a *Adaptive) Name() string { return "adaptive" }
+
+// Init implements Controller.
+func (a *Adaptive) Init(c *Core) error {
+	if len(c.inst) < 2 {
+		return fmt.Errorf("adaptive: %d instance: expected at least 2", len(c.inst))
+	}
+	if a.Cfg == (AdaptiveConfig{}) {
+		a.Cfg = DefaultAdaptive
+	}
+	a.demand.Span = a.Cfg.Window
+	a.next = a.Cfg.Step
+	evenSplit(c)
+	return nil
+}
+
+// Arrived feeds the demand estimator.
+func (a *Adaptive) Arrived(c *Core, r Request) { a.demand.arrived(c, r) }
+
+// Finished feeds the demand estimator.
+func (a *Adaptive) Finished(c *Core, r Request) { a.demand.finished(c, r, c.slo) }
+
+// PlacePrefill implements Controller: Algorithm 1, no inline flips.
+func (a *Adaptive) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
+	return c.algorithm1(r, false, placeOptions{}), event.CauseNone
+}
+
+// PlaceDecode implements Controller: Algorithm 1, local when possible.
+func (a *Adaptive) PlaceDecode(c *Core, r Request) event.Instance {
+	return c.algorithm1(r, true, placeOptions{})
+}
+
+// NextTick implements Controller.
+func (a *Adaptive) NextTick() event.Time { return a.next }
+
+// SplitScore is one candidate split's projection.
+type SplitScore struct {
+	Prefill int
+	TTFT    float64 // projected TTFT / TTFT SLO
+	TPOT    float64 // projected decode interval / TPOT SLO
+}
+
+// Score is the split's worst projected SLO ratio.
+func (s SplitScore) Score() float64 { return math.Max(s.TTFT, s.TPOT) }
+
+// saturation caps utilisation in the queueing formulas; beyond it a
+// split's ratio grows linearly and steeply, so overloaded splits still
+// compare.
+const saturation = 0.99
+
+// ScoreSplit projects the SLO ratios of p prefill and n-p decode instances
+// under the demand e and the fleet's resident work.
+func ScoreSplit(c *Core, e DemandEstimate, p int) SplitScore {
+	n := len(c.inst)
+	d := n - p
+	s := SplitScore{Prefill: p, TTFT: math.Inf(1), TPOT: math.Inf(1)}
+	if p < 1 || d < 1 {
+		return s
+	}
+	var slope, icpt, backlog float64
+	var resident int64
+	for i := range c.inst {
+		in := &c.inst[i]
+		slope += in.Profile.Slope
+		icpt += in.Profile.Intercept
+		backlog += in.PrefillWork
+		resident += in.DecodeTokens
+	}
+	slope /= float64(n)
+	icpt /= float64(n)
+
+	// Prefill: each instance an M/G/1 queue fed 1/p of the arrivals
+	// (Pollaczek-Khinchine mean wait), or the resident backlog spread over
+	// the pool, whichever is worse.
+	rho := e.PrefillLoad / float64(p)
+	r := math.Min(rho, saturation)
+	wait := 0.0
+	if e.MeanPrefill > 0 {
+		wait = r * e.MeanPrefill2 / (2 * e.MeanPrefill * (1 - r))
+	}
+	model := (e.MeanPrefill+wait)/c.slo.TTFT + 100*math.Max(0, rho-saturation)
+	drain := (backlog/float64(p) + e.MeanPrefill) / c.slo.TTFT
+	s.TTFT = math.Max(model, drain)
+
+	// Decode: with interval I = icpt + slope·ctx and resident context
+	// ctx = DecodeSteps/d · I per instance (Little's law), the fixed point
+	// is I = icpt / (1 - DecodeSteps·slope/d).
+	rhoD := e.DecodeSteps * slope / float64(d)
+	rd := math.Min(rhoD, saturation)
+	model = icpt/(1-rd)/c.slo.TPOT + 100*math.Max(0, rhoD-saturation)
+	observed := (icpt + slope*float64(resident)/float64(d)) / c.slo.TPOT
+	s.TPOT = math.Max(model, observed)
+	return s
+}
+
+// Tick implements Controller.
+func (a *Adaptive) Tick(c *Core) {
+	if c.now < a.next {
+		return
+	}
+	a.next = c.now + a.Cfg.Step
+	defer c.Roll()
+	n := len(c.inst)
+	p := c.Count(event.RolePrefill)
+	e := a.demand.estimate(c.now, 0)
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"controller":"adaptive","split":"%dP%dD","rate":%.4f,"prefill_load":%.4f,"decode_steps":%.1f,"candidates":[`,
+		p, n-p, e.Rate, e.PrefillLoad, e.DecodeSteps)
+	decide := func(choice, why string) {
+		b.WriteString(`],"choice":"` + choice + `","why":"` + why + `"}`)
+		c.Decide(b.String())
+	}
+	if e.Arrivals < a.Cfg.MinArrivals {
+		a.proposal, a.confirms = 0, 0
+		decide("stay", fmt.Sprintf("warm-up: %d arrivals in the window, need %d", e.Arrivals, a.Cfg.MinArrivals))
+		return
+	}
+	cur := ScoreSplit(c, e, p)
+	best := cur
+	for i, q := range []int{p - 1, p, p + 1} {
+		s := ScoreSplit(c, e, q)
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"p":%d,"ttft":%s,"tpot":%s,"score":%s}`, q, num(s.TTFT), num(s.TPOT), num(s.Score()))
+		if q < a.Cfg.MinPrefill || n-q < a.Cfg.MinDecode || q < 1 || q >= n {
+			continue
+		}
+		if s.Score() < best.Score() {
+			best = s
+		}
+	}
+	if best.Prefill == p {
+		a.proposal, a.confirms = 0, 0
+		decide("stay", fmt.Sprintf("current split scores best (%.3f)", cur.Score()))
+		return
+	}
+	gain := cur.Score() - best.Score()
+	margin, rel := a.Cfg.Margin, a.Cfg.RelMargin
+	dir := best.Prefill - p
+	reversal := a.moved && dir == -a.lastDir && c.now-a.lastMove < a.Cfg.ThrashWindow
+	if reversal {
+		margin, rel = 2*margin, 2*rel
+	}
+	if gain < margin || best.Score() > cur.Score()*(1-rel) {
+		a.proposal, a.confirms = 0, 0
+		decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, below the margins (%.2f, %.0f%%)",
+			best.Prefill, cur.Score(), best.Score(), margin, 100*rel))
+		return
+	}
+	if a.proposal != best.Prefill {
+		a.proposal, a.confirms = best.Prefill, 0
+	}
+	a.confirms++
+	target := fmt.Sprintf("%dP%dD", best.Prefill, n-best.Prefill)
+	if a.confirms < a.Cfg.Confirmations {
+		decide("propose "+target, fmt.Sprintf("score %.3f -> %.3f, confirmation %d of %d",
+			cur.Score(), best.Score(), a.confirms, a.Cfg.Confirmations))
+		return
+	}
+	if a.moved && c.now-a.lastMove < a.Cfg.Evidence {
+		decide("propose "+target, fmt.Sprintf("score %.3f -> %.3f, waiting for evidence of the last move", cur.Score(), best.Score()))
+		return
+	}
+	to := event.RolePrefill
+	if dir < 0 {
+		to = event.RoleDecode
+	}
+	why := fmt.Sprintf("score %.3f -> %.3f (ttft %.3f, tpot %.3f)", cur.Score(), best.Score(), best.TTFT, best.TPOT)
+	mover := pickMover(c, to)
+	if mover == event.NoInstance {
+		decide("stay", "no instance can move")
+		return
+	}
+	c.Move(mover, to, event.CauseController, why)
+	a.proposal, a.confirms = 0, 0
+	a.lastMove, a.lastDir, a.moved = c.now, dir, true
+	decide("move "+target, why)
+}
+
+// pickMover chooses the instance to relabel toward role to: among the
+// online instances of the other role, one still holding work of the target
+// phase first (its previous move is incomplete), then the one with the
+// least resident work of its current phase (Arrow §5.5's flip order).
+func pickMover(c *Core, to event.Role) event.Instance {
+	from := event.RolePrefill
+	if to == event.RolePrefill {
+		from = event.RoleDecode
+	}
+	best := event.NoInstance
+	var bestCost Cost
+	for i := range c.inst {
+		in := &c.inst[i]
+		if in.Role != from || !in.Online(c.now) {
+			continue
+		}
+		var k Cost
+		if from == event.RolePrefill {
+			k = Cost{1, in.PrefillWork}
+			if in.DecodeCount > 0 {
+				k[0] = 0
+			}
+		} else {
+			k = Cost{1, float64(in.DecodeTokens)}
+			if in.PrefillCount > 0 {
+				k[0] = 0
+			}
+		}
+		if best == event.NoInstance || k.Less(bestCost) {
+			best, bestCost = event.Instance(i), k
+		}
+	}
+	return best
+}
+
+// num formats a ratio for JSON (infinite values as a large number).
+func num(x float64) string {
+	if math.IsInf(x, 0) || math.IsNaN(x) {
+		return "1e9"
+	}
+	return fmt.Sprintf("%.4f", x)
+}

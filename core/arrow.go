@@ -1,0 +1,178 @@
+package core
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Loads and costs of Arrow (arXiv:2505.11916) §5.3 and §5.5. Loads are
+// ratios to the SLOs, never raw counts: 1.0 means "at the objective".
+
+// PrefillLoad is instance i's prefill load (Arrow §5.5): the larger of its
+// resident prefill work and that work's average over the last monitor
+// interval, as a share of the TTFT SLO.
+func (c *Core) PrefillLoad(i event.Instance) float64 {
+	in := &c.inst[i]
+	return math.Max(in.PrefillWork, in.MeanPrefillWork) / c.slo.TTFT
+}
+
+// DecodeLoad is instance i's decode load (Arrow §5.5): its mean decode gap
+// over the last interval, 0 at the profile's empty-batch floor and 1 at the
+// TPOT SLO. An instance with no decode residents has load 0. When the floor
+// already misses the SLO the raw ratio gap/SLO is used.
+func (c *Core) DecodeLoad(i event.Instance) float64 {
+	in := &c.inst[i]
+	if in.DecodeCount == 0 {
+		return 0
+	}
+	floor := in.Profile.Interval(0)
+	if floor >= c.slo.TPOT {
+		return in.MeanInterval / c.slo.TPOT
+	}
+	return math.Max(0, in.MeanInterval-floor) / (c.slo.TPOT - floor)
+}
+
+// PoolLoad is the mean load of a pool (Arrow §5.5). The prefill pool is
+// every online instance labelled prefill or still holding prefill work; the
+// decode pool is every online decode-labelled instance. An empty pool has
+// load 0.
+func (c *Core) PoolLoad(r event.Role) float64 {
+	var sum float64
+	n := 0
+	for i := range c.inst {
+		in := &c.inst[i]
+		if !in.Online(c.now) {
+			continue
+		}
+		switch {
+		case r == event.RolePrefill && (in.Role == event.RolePrefill || in.PrefillCount > 0):
+			sum += c.PrefillLoad(event.Instance(i))
+		case r == event.RoleDecode && in.Role == event.RoleDecode:
+			sum += c.DecodeLoad(event.Instance(i))
+		default:
+			continue
+		}
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// Cost is Arrow §5.3's lexicographic cost pair: the other phase's pressure
+// first, then this phase's work.
+type Cost [2]float64
+
+// Less orders costs lexicographically.
+func (a Cost) Less(b Cost) bool {
+	if a[0] != b[0] {
+		return a[0] < b[0]
+	}
+	return a[1] < b[1]
+}
+
+// PrefillCost prices r's prefill on i (Arrow §5.3): (resident decode
+// tokens, summed prefill seconds of the residents plus r).
+func (c *Core) PrefillCost(i event.Instance, r Request) Cost {
+	in := &c.inst[i]
+	return Cost{float64(in.DecodeTokens), in.PrefillWork + in.Profile.Prefill(r.InputTokens)}
+}
+
+// DecodeCost prices r's decode leg on i (Arrow §5.3): (resident prefill
+// tokens, resident decode tokens plus r's context minus MT).
+func (c *Core) DecodeCost(i event.Instance, r Request) Cost {
+	in := &c.inst[i]
+	return Cost{float64(in.PrefillTokens), float64(in.DecodeTokens) + float64(r.InputTokens+1) - c.MaxTokens(i)}
+}
+
+// placeOptions steers Algorithm 1.
+type placeOptions struct {
+	// flip lets Algorithm 1 flip an instance inline when nothing meets the
+	// SLO (line 13); the adaptive controllers own moves and leave it off.
+	flip bool
+	// shrink is Algorithm 1's D→P guard: flip toward prefill only while
+	// the decode pool's load is below it.
+	shrink float64
+	// flipper performs the flip (Algorithm 3).
+	flipper func(c *Core, to event.Role, cause event.Cause, why string) event.Instance
+}
+
+// algorithm1 places one leg of r (Arrow §5.3, Algorithm 1). decode says
+// which leg. It returns the chosen instance.
+func (c *Core) algorithm1(r Request, decode bool, opt placeOptions) event.Instance {
+	// Line 3: a decode leg stays where its KV is when that instance now
+	// holds the decode role.
+	if decode && r.PrefillInst >= 0 {
+		if in := &c.inst[r.PrefillInst]; in.Role == event.RoleDecode && in.Online(c.now) {
+			return r.PrefillInst
+		}
+	}
+	want := event.RolePrefill
+	if decode {
+		want = event.RoleDecode
+	}
+	cost := func(i event.Instance) Cost {
+		if decode {
+			return c.DecodeCost(i, r)
+		}
+		return c.PrefillCost(i, r)
+	}
+	meets := func(k Cost) bool {
+		if decode {
+			return k[1] <= 0
+		}
+		return k[1] <= c.slo.TTFT
+	}
+	pool := c.pool(want)
+	best, bestOK := event.NoInstance, event.NoInstance
+	var bestCost, bestOKCost Cost
+	for _, i := range pool {
+		k := cost(i)
+		if best == event.NoInstance || k.Less(bestCost) {
+			best, bestCost = i, k
+		}
+		if meets(k) && (bestOK == event.NoInstance || k.Less(bestOKCost)) {
+			bestOK, bestOKCost = i, k
+		}
+	}
+	if bestOK != event.NoInstance { // line 7
+		return bestOK
+	}
+	if opt.flip { // line 13: nothing meets the SLO; try to grow this pool
+		if decode || c.PoolLoad(event.RoleDecode) < opt.shrink {
+			why := fmt.Sprintf("no %s instance meets the SLO for request %d", want, r.ID)
+			if f := opt.flipper(c, want, event.CauseInline, why); f != event.NoInstance {
+				return f
+			}
+		}
+	}
+	return best // line 16
+}
+
+// pool returns the online instances holding role r, or every online
+// instance when none does (Arrow §5.5: an empty pool falls back to the
+// fleet), or every instance when none is online.
+func (c *Core) pool(r event.Role) []event.Instance {
+	c.scratch = c.scratch[:0]
+	for i := range c.inst {
+		if in := &c.inst[i]; in.Role == r && in.Online(c.now) {
+			c.scratch = append(c.scratch, event.Instance(i))
+		}
+	}
+	if len(c.scratch) == 0 {
+		for i := range c.inst {
+			if c.inst[i].Online(c.now) {
+				c.scratch = append(c.scratch, event.Instance(i))
+			}
+		}
+	}
+	if len(c.scratch) == 0 {
+		for i := range c.inst {
+			c.scratch = append(c.scratch, event.Instance(i))
+		}
+	}
+	return c.scratch
+}

@@ -1,0 +1,135 @@
+package core
+
+import (
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// window is a time-ordered queue of samples kept for a fixed span.
+type window[T any] struct {
+	at   []event.Time
+	val  []T
+	head int
+}
+
+func (w *window[T]) add(t event.Time, v T) {
+	w.at = append(w.at, t)
+	w.val = append(w.val, v)
+}
+
+// prune drops samples older than since and compacts now and then.
+func (w *window[T]) prune(since event.Time) {
+	for w.head < len(w.at) && w.at[w.head] < since {
+		w.head++
+	}
+	if w.head > 1024 && w.head*2 > len(w.at) {
+		n := copy(w.at, w.at[w.head:])
+		copy(w.val, w.val[w.head:])
+		w.at, w.val, w.head = w.at[:n], w.val[:n], 0
+	}
+}
+
+func (w *window[T]) len() int { return len(w.at) - w.head }
+
+func (w *window[T]) each(f func(t event.Time, v T)) {
+	for i := w.head; i < len(w.at); i++ {
+		f(w.at[i], w.val[i])
+	}
+}
+
+// arrivalSample is one offered request's prompt.
+type arrivalSample struct {
+	prefill float64 // fleet-mean T(input), s
+	input   int
+}
+
+// finishSample is one ended request's decode footprint and outcome.
+type finishSample struct {
+	output int
+	// tokenSteps is output·(input + output/2): the context-token·iterations
+	// the request held a decode batch for (Little's law for decode).
+	tokenSteps float64
+	ttftOK     bool
+	tpotOK     bool
+}
+
+// Demand estimates offered work from a window of arrivals and endings.
+// Both drivers feed it the same facts, so it is the same in simulation
+// and live.
+type Demand struct {
+	Span     event.Time
+	arrivals window[arrivalSample]
+	finishes window[finishSample]
+}
+
+func (d *Demand) arrived(c *Core, r Request) {
+	var t float64
+	for i := range c.inst {
+		t += c.inst[i].Profile.Prefill(r.InputTokens)
+	}
+	d.arrivals.add(c.now, arrivalSample{prefill: t / float64(len(c.inst)), input: r.InputTokens})
+}
+
+func (d *Demand) finished(c *Core, r Request, slo SLO) {
+	out := r.OutputTokens
+	d.finishes.add(c.now, finishSample{
+		output:     out,
+		tokenSteps: float64(out) * (float64(r.InputTokens) + float64(out)/2),
+		ttftOK:     r.TTFT != event.Never && r.TTFT.Seconds() <= slo.TTFT,
+		tpotOK:     r.TPOT == event.Never || r.TPOT.Seconds() <= slo.TPOT,
+	})
+}
+
+// DemandEstimate is one reading of the estimator.
+type DemandEstimate struct {
+	Arrivals int     // arrivals in the window
+	Finishes int     // endings in the window
+	Span     float64 // seconds the window covers
+	Rate     float64 // arrivals per second
+	// PrefillLoad is offered prefill work: instance-seconds per second.
+	PrefillLoad float64
+	// MeanPrefill and MeanPrefill2 are E[T] and E[T²] over arrivals, s, s².
+	MeanPrefill, MeanPrefill2 float64
+	// DecodeSteps is the rate of context-token·iterations ended requests
+	// needed: Σ output·(input+output/2) per second. Resident decode context
+	// is DecodeSteps times the decode interval (Little's law).
+	DecodeSteps float64
+	// TTFTOK and TPOTOK are the shares of ended requests meeting each SLO.
+	TTFTOK, TPOTOK float64
+}
+
+func (d *Demand) estimate(now event.Time, start event.Time) DemandEstimate {
+	since := now - d.Span
+	d.arrivals.prune(since)
+	d.finishes.prune(since)
+	span := min(d.Span, now-start).Seconds()
+	if span <= 0 {
+		span = 1
+	}
+	e := DemandEstimate{Arrivals: d.arrivals.len(), Finishes: d.finishes.len(), Span: span}
+	d.arrivals.each(func(_ event.Time, a arrivalSample) {
+		e.PrefillLoad += a.prefill
+		e.MeanPrefill2 += a.prefill * a.prefill
+	})
+	if e.Arrivals > 0 {
+		e.MeanPrefill = e.PrefillLoad / float64(e.Arrivals)
+		e.MeanPrefill2 /= float64(e.Arrivals)
+	}
+	e.PrefillLoad /= span
+	e.Rate = float64(e.Arrivals) / span
+	var ttft, tpot int
+	d.finishes.each(func(_ event.Time, f finishSample) {
+		e.DecodeSteps += f.tokenSteps
+		if f.ttftOK {
+			ttft++
+		}
+		if f.tpotOK {
+			tpot++
+		}
+	})
+	e.DecodeSteps /= span
+	if e.Finishes > 0 {
+		e.TTFTOK = float64(ttft) / float64(e.Finishes)
+		e.TPOTOK = float64(tpot) / float64(e.Finishes)
+	}
+	return e
+}
