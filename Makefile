@@ -41,6 +41,7 @@ bench:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./traces/
+	$(GO) test -run '^$$' -fuzz FuzzGenerate -fuzztime $(FUZZTIME) ./traces/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./fleet/
 
 clean:

@@ -2,14 +2,14 @@ package event
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 )
 
-// Duration is a span of Time read from configuration files. In YAML it is
-// either a Go duration string ("30s", "125ms", "1h30m") or a plain number
-// of seconds (30, 0.125).
+// Duration is a span of Time read from configuration files. In YAML it is a
+// Go duration string with a unit ("30s", "125ms", "1h30m"); a bare number is
+// refused, so seconds and milliseconds are never confused (the same rule as
+// trace files).
 type Duration Time
 
 // Seconds returns d in float seconds.
@@ -18,23 +18,16 @@ func (d Duration) Seconds() float64 { return Time(d).Seconds() }
 // String prints d in Go duration syntax.
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// ParseDuration reads a Go duration string or a number of seconds.
+// ParseDuration reads a Go duration string with a unit.
 func ParseDuration(s string) (Duration, error) {
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		return durationFromSeconds(f, s)
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return 0, fmt.Errorf("%s: a bare number is not a duration: expected a unit, such as 30s or 125ms", s)
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q: expected a duration such as 30s, 125ms, 1h30m, or a number of seconds", s)
+		return 0, fmt.Errorf("%q: expected a duration such as 30s, 125ms or 1h30m", s)
 	}
 	return Duration(d), nil
-}
-
-func durationFromSeconds(f float64, text string) (Duration, error) {
-	if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > 9e9 {
-		return 0, fmt.Errorf("%s: expected a finite number of seconds", text)
-	}
-	return Duration(Seconds(f)), nil
 }
 
 // UnmarshalYAML reads a duration string or a number of seconds.
@@ -43,29 +36,11 @@ func (d *Duration) UnmarshalYAML(unmarshal func(any) error) error {
 	if err := unmarshal(&v); err != nil {
 		return err
 	}
-	switch x := v.(type) {
-	case string:
-		p, err := ParseDuration(x)
-		if err != nil {
-			return err
-		}
-		*d = p
-	case int:
-		return d.set(float64(x), fmt.Sprint(x))
-	case int64:
-		return d.set(float64(x), fmt.Sprint(x))
-	case uint64:
-		return d.set(float64(x), fmt.Sprint(x))
-	case float64:
-		return d.set(x, fmt.Sprint(x))
-	default:
-		return fmt.Errorf("%v: expected a duration such as 30s or a number of seconds", v)
+	x, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("%v: a bare number is not a duration: expected a unit, such as 30s or 125ms", v)
 	}
-	return nil
-}
-
-func (d *Duration) set(f float64, text string) error {
-	p, err := durationFromSeconds(f, text)
+	p, err := ParseDuration(x)
 	if err != nil {
 		return err
 	}
