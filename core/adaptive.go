@@ -14,8 +14,15 @@ import (
 type AdaptiveConfig struct {
 	// Step is how often the controller scores the splits (default 2 s).
 	Step event.Time
-	// Window is the demand estimator's span (default 20 s).
+	// Window is the demand estimator's short span (default 20 s): it
+	// catches a change of traffic quickly.
 	Window event.Time
+	// LongWindow is its long span for offered prefill work (default 120 s):
+	// it gives a steady traffic a precise estimate. The short estimate is
+	// used only when it differs from the long one by more than three
+	// standard errors, so Poisson noise does not move engines but a phase
+	// change does.
+	LongWindow event.Time
 	// MinArrivals is the evidence needed before acting (default 10).
 	MinArrivals int
 	// Margin is the least improvement of the score, in SLO-ratio units,
@@ -25,13 +32,17 @@ type AdaptiveConfig struct {
 	// noise on a loaded fleet's steep scores does not move engines.
 	RelMargin float64
 	// Confirmations is how many consecutive steps must propose the same
-	// move (default 2).
+	// move (default 3).
 	Confirmations int
+	// TransientConfirmations is how many consecutive steps must propose a
+	// move that only resident work (a backlog), not the offered demand,
+	// justifies (default 10: 20 s at the default step).
+	TransientConfirmations int
 	// Evidence is the least time between two moves, so each move's effect
 	// is observed before the next (default 4 s).
 	Evidence event.Time
 	// ThrashWindow: reversing the previous move within it needs twice the
-	// margins (default 30 s).
+	// margins (default 60 s).
 	ThrashWindow event.Time
 	// MinPrefill and MinDecode are pool floors (default 1 each).
 	MinPrefill, MinDecode int
@@ -39,8 +50,8 @@ type AdaptiveConfig struct {
 
 // DefaultAdaptive is the adaptive arm's configuration.
 var DefaultAdaptive = AdaptiveConfig{Step: 2 * event.Second, Window: 20 * event.Second, MinArrivals: 10,
-	Margin: 0.05, RelMargin: 0.10, Confirmations: 2, Evidence: 4 * event.Second,
-	ThrashWindow: 30 * event.Second, MinPrefill: 1, MinDecode: 1}
+	Margin: 0.05, RelMargin: 0.10, Confirmations: 3, TransientConfirmations: 10, Evidence: 4 * event.Second,
+	ThrashWindow: 60 * event.Second, MinPrefill: 1, MinDecode: 1, LongWindow: 120 * event.Second}
 
 // Adaptive is the role controller narwhal-bench is built around. Every Step
 // it scores the current split and each adjacent split one engine away. A
@@ -75,7 +86,7 @@ func (a *Adaptive) Init(c *Core) error {
 	if a.Cfg == (AdaptiveConfig{}) {
 		a.Cfg = DefaultAdaptive
 	}
-	a.demand.Span = a.Cfg.Window
+	a.demand.Span = max(a.Cfg.Window, a.Cfg.LongWindow)
 	a.next = a.Cfg.Step
 	evenSplit(c)
 	return nil
@@ -103,12 +114,19 @@ func (a *Adaptive) NextTick() event.Time { return a.next }
 // SplitScore is one candidate split's projection.
 type SplitScore struct {
 	Prefill int
-	TTFT    float64 // projected TTFT / TTFT SLO
-	TPOT    float64 // projected decode interval / TPOT SLO
+	TTFT    float64 // projected TTFT / TTFT SLO: the worse of the two below
+	TPOT    float64 // projected decode interval / TPOT SLO: the worse of the two below
+	// The steady-state projections, from offered demand.
+	TTFTDemand, TPOTDemand float64
+	// The transient projections, from work resident now.
+	TTFTBacklog, TPOTResident float64
 }
 
 // Score is the split's worst projected SLO ratio.
 func (s SplitScore) Score() float64 { return math.Max(s.TTFT, s.TPOT) }
+
+// Steady is the split's worst steady-state ratio (demand terms only).
+func (s SplitScore) Steady() float64 { return math.Max(s.TTFTDemand, s.TPOTDemand) }
 
 // saturation caps utilisation in the queueing formulas; beyond it a
 // split's ratio grows linearly and steeply, so overloaded splits still
@@ -147,6 +165,7 @@ func ScoreSplit(c *Core, e DemandEstimate, p int) SplitScore {
 	}
 	model := (e.MeanPrefill+wait)/c.slo.TTFT + 100*math.Max(0, rho-saturation)
 	drain := (backlog/float64(p) + e.MeanPrefill) / c.slo.TTFT
+	s.TTFTDemand, s.TTFTBacklog = model, drain
 	s.TTFT = math.Max(model, drain)
 
 	// Decode: with interval I = icpt + slope·ctx and resident context
@@ -156,6 +175,7 @@ func ScoreSplit(c *Core, e DemandEstimate, p int) SplitScore {
 	rd := math.Min(rhoD, saturation)
 	model = icpt/(1-rd)/c.slo.TPOT + 100*math.Max(0, rhoD-saturation)
 	observed := (icpt + slope*float64(resident)/float64(d)) / c.slo.TPOT
+	s.TPOTDemand, s.TPOTResident = model, observed
 	s.TPOT = math.Max(model, observed)
 	return s
 }
@@ -170,9 +190,12 @@ func (a *Adaptive) Tick(c *Core) {
 	n := len(c.inst)
 	p := c.Count(event.RolePrefill)
 	e := a.demand.estimate(c.now, 0)
+	if a.Cfg.LongWindow > a.Cfg.Window {
+		e = a.demand.blend(c.now, a.Cfg.Window)
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, `{"controller":"adaptive","split":"%dP%dD","rate":%.4f,"prefill_load":%.4f,"decode_steps":%.1f,"candidates":[`,
-		p, n-p, e.Rate, e.PrefillLoad, e.DecodeSteps)
+	fmt.Fprintf(&b, `{"controller":"adaptive","split":"%dP%dD","rate":%.4f,"prefill_load":%.4f,"decode_steps":%.1f,"short_window":%t,"candidates":[`,
+		p, n-p, e.Rate, e.PrefillLoad, e.DecodeSteps, e.ShortPrefill)
 	decide := func(choice, why string) {
 		b.WriteString(`],"choice":"` + choice + `","why":"` + why + `"}`)
 		c.Decide(b.String())
@@ -220,9 +243,15 @@ func (a *Adaptive) Tick(c *Core) {
 	}
 	a.confirms++
 	target := fmt.Sprintf("%dP%dD", best.Prefill, n-best.Prefill)
-	if a.confirms < a.Cfg.Confirmations {
+	need := a.Cfg.Confirmations
+	// A move the offered demand alone does not justify answers work resident
+	// now (a burst's backlog): it must persist for TransientConfirmations.
+	if sg := cur.Steady() - best.Steady(); sg < margin || best.Steady() > cur.Steady()*(1-rel) {
+		need = max(need, a.Cfg.TransientConfirmations)
+	}
+	if a.confirms < need {
 		decide("propose "+target, fmt.Sprintf("score %.3f -> %.3f, confirmation %d of %d",
-			cur.Score(), best.Score(), a.confirms, a.Cfg.Confirmations))
+			cur.Score(), best.Score(), a.confirms, need))
 		return
 	}
 	if a.moved && c.now-a.lastMove < a.Cfg.Evidence {

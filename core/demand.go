@@ -1,6 +1,8 @@
 package core
 
 import (
+	"math"
+
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
@@ -95,20 +97,35 @@ type DemandEstimate struct {
 	DecodeSteps float64
 	// TTFTOK and TPOTOK are the shares of ended requests meeting each SLO.
 	TTFTOK, TPOTOK float64
+	// ShortPrefill reports that a blended estimate took the prefill work
+	// from the short window (a change was detected).
+	ShortPrefill bool
+
+	prefillVar float64 // squared standard error of PrefillLoad
 }
 
 func (d *Demand) estimate(now event.Time, start event.Time) DemandEstimate {
-	since := now - d.Span
-	d.arrivals.prune(since)
-	d.finishes.prune(since)
-	span := min(d.Span, now-start).Seconds()
+	return d.estimateSpan(now, start, d.Span)
+}
+
+// estimateSpan estimates over the last span (at most d.Span) before now.
+func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
+	d.arrivals.prune(now - d.Span)
+	d.finishes.prune(now - d.Span)
+	since := now - spanT
+	span := min(spanT, now-start).Seconds()
 	if span <= 0 {
 		span = 1
 	}
-	e := DemandEstimate{Arrivals: d.arrivals.len(), Finishes: d.finishes.len(), Span: span}
-	d.arrivals.each(func(_ event.Time, a arrivalSample) {
+	e := DemandEstimate{Span: span}
+	d.arrivals.each(func(t event.Time, a arrivalSample) {
+		if t < since {
+			return
+		}
+		e.Arrivals++
 		e.PrefillLoad += a.prefill
 		e.MeanPrefill2 += a.prefill * a.prefill
+		e.prefillVar += a.prefill * a.prefill
 	})
 	if e.Arrivals > 0 {
 		e.MeanPrefill = e.PrefillLoad / float64(e.Arrivals)
@@ -117,7 +134,11 @@ func (d *Demand) estimate(now event.Time, start event.Time) DemandEstimate {
 	e.PrefillLoad /= span
 	e.Rate = float64(e.Arrivals) / span
 	var ttft, tpot int
-	d.finishes.each(func(_ event.Time, f finishSample) {
+	d.finishes.each(func(t event.Time, f finishSample) {
+		if t < since {
+			return
+		}
+		e.Finishes++
 		e.DecodeSteps += f.tokenSteps
 		if f.ttftOK {
 			ttft++
@@ -127,9 +148,31 @@ func (d *Demand) estimate(now event.Time, start event.Time) DemandEstimate {
 		}
 	})
 	e.DecodeSteps /= span
+	// A compound-Poisson sum's variance is the sum of squared marks; as a
+	// rate over span its standard error is sqrt(Σx²)/span.
+	e.prefillVar /= span * span
 	if e.Finishes > 0 {
 		e.TTFTOK = float64(ttft) / float64(e.Finishes)
 		e.TPOTOK = float64(tpot) / float64(e.Finishes)
 	}
+	return e
+}
+
+// blend estimates offered prefill work over the long span, switching to
+// the short span's estimate when the two differ by more than three standard
+// errors of the short one (a real change of traffic, not Poisson noise);
+// decode work always comes from the short span.
+func (d *Demand) blend(now, short event.Time) DemandEstimate {
+	l := d.estimateSpan(now, 0, d.Span)
+	s := d.estimateSpan(now, 0, short)
+	e := l
+	if math.Abs(s.PrefillLoad-l.PrefillLoad) > 3*math.Sqrt(s.prefillVar) {
+		e.Arrivals, e.Rate, e.PrefillLoad, e.MeanPrefill, e.MeanPrefill2 = s.Arrivals, s.Rate, s.PrefillLoad, s.MeanPrefill, s.MeanPrefill2
+		e.ShortPrefill = true
+	}
+	// Decode demand always comes from the short window: it is measured on
+	// requests that ended, so it already lags a change, and a long window
+	// would hold a finished phase's decode demand for minutes.
+	e.DecodeSteps = s.DecodeSteps
 	return e
 }
