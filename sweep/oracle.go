@@ -23,8 +23,9 @@ func (m *moveLog) Record(r *event.Record) {
 // replays every request that arrives before the phase ends, with the splits
 // already chosen for earlier phases and each candidate p = 1..n-1 for phase
 // k, and keeps the p that qualifies the most of those requests; ties go to
-// the lower mean worst SLO ratio of phase k's own requests, then to the
-// smaller prefill pool. Moves happen exactly at phase starts and cost
+// the split nearest the previous phase's (fewest moves), then to the lower
+// mean worst SLO ratio of phase k's own requests, then to the smaller
+// prefill pool. Moves happen exactly at phase starts and cost
 // nothing. It is the yardstick for the controllers' regret: what choosing
 // one split per phase with knowledge of the whole trace achieves.
 func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO) ([]report.PhaseTarget, error) {
@@ -42,7 +43,7 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 		}
 		best := prev
 		if hi > lo {
-			bestOK, bestRatio := -1, math.Inf(1)
+			bestOK, bestDist, bestRatio := -1, 0, math.Inf(1)
 			for p := 1; p < n; p++ {
 				fold.Reset()
 				sched := append(append([]core.ScheduleStep(nil), steps...), core.ScheduleStep{At: start, Prefill: p})
@@ -56,8 +57,12 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 				rows := fold.Rows()
 				ok := report.Summarize(rows, slo).Qualified
 				ratio := meanWorstRatio(rows[lo:hi], slo)
-				if ok > bestOK || (ok == bestOK && ratio < bestRatio) {
-					best, bestOK, bestRatio = p, ok, ratio
+				dist := p - prev
+				if dist < 0 {
+					dist = -dist
+				}
+				if ok > bestOK || (ok == bestOK && (dist < bestDist || (dist == bestDist && ratio < bestRatio))) {
+					best, bestOK, bestDist, bestRatio = p, ok, dist, ratio
 				}
 			}
 		}

@@ -8,7 +8,7 @@ import (
 
 // The built-in traces are the .yaml files of this directory.
 //
-//go:embed demo.yaml chatdoc.yaml mixed.yaml
+//go:embed *.yaml
 var builtinFS embed.FS
 
 // Builtin returns the sorted names of the built-in traces.

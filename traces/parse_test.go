@@ -111,7 +111,7 @@ phases:
 
 func TestBuiltins(t *testing.T) {
 	names := Builtin()
-	if want := []string{"chatdoc", "demo", "mixed"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"chatdoc", "demo", "mixed", "steady"}; !reflect.DeepEqual(names, want) {
 		t.Fatalf("Builtin() = %v, want %v", names, want)
 	}
 	for _, name := range names {

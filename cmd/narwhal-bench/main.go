@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -73,7 +72,7 @@ func simCommand(stderr io.Writer) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace name (" + strings.Join(traces.Builtin(), ", ") + ") or a trace YAML file"},
 			&cli.StringFlag{Name: "arms", Usage: "comma-separated arms: static:kPmD, aggregated (default: every static split and aggregated)"},
-			&cli.StringFlag{Name: "rates", Usage: "comma-separated mean arrival rates in req/s (default: the trace's own rate)"},
+			&cli.StringFlag{Name: "rates", Usage: "mean arrival rates: req/s (2.4), multiples of the trace's base rate (1.5x), or ranges FROM..TO/STEP (0.5x..2x/0.25x); default: the trace's own rate"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for the trace's random draws (default: the trace's seed)"},
 			&cli.StringFlag{Name: "fleet", Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file (default: the trace's fleet, else demo)"},
 			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
@@ -155,13 +154,11 @@ func simConfig(c *cli.Command) (sweep.Config, error) {
 		}
 	}
 	if s := c.String("rates"); s != "" {
-		for _, f := range strings.Split(s, ",") {
-			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-			if err != nil || !(r > 0) || r > 1e7 {
-				return cfg, fmt.Errorf("--rates: %q: expected positive numbers of requests per second, comma-separated", f)
-			}
-			cfg.Rates = append(cfg.Rates, r)
+		rates, err := sweep.ParseRates(s, tr.MeanRate())
+		if err != nil {
+			return cfg, fmt.Errorf("--rates: %w", err)
 		}
+		cfg.Rates = rates
 	}
 	return cfg, nil
 }

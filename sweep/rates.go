@@ -1,0 +1,82 @@
+package sweep
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// ParseRates reads a rate list: comma-separated items, each a rate in req/s
+// ("2.4"), a multiple of the trace's base rate ("1.5x"), or a range
+// "FROM..TO/STEP" of either kind ("0.5x..2x/0.05x", "1..6/0.5"), both ends
+// included. base is the trace's mean rate.
+func ParseRates(s string, base float64) ([]float64, error) {
+	var out []float64
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if from, rest, ok := strings.Cut(item, ".."); ok {
+			to, step, ok := strings.Cut(rest, "/")
+			if !ok {
+				return nil, fmt.Errorf("rate range %q: expected FROM..TO/STEP, e.g. 0.5x..2x/0.05x", item)
+			}
+			a, err1 := oneRate(from, base)
+			b, err2 := oneRate(to, base)
+			d, err3 := oneRate(step, base)
+			if err := firstErr(err1, err2, err3); err != nil {
+				return nil, fmt.Errorf("rate range %q: %w", item, err)
+			}
+			if b < a {
+				return nil, fmt.Errorf("rate range %q: %v > %v: expected FROM <= TO", item, a, b)
+			}
+			n := int(math.Floor((b-a)/d + 1e-9))
+			if n > 10000 {
+				return nil, fmt.Errorf("rate range %q: %d rates: expected at most 10000", item, n+1)
+			}
+			for k := 0; k <= n; k++ {
+				out = append(out, round9(a+float64(k)*d))
+			}
+			continue
+		}
+		r, err := oneRate(item, base)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("rates %q: expected at least one rate", s)
+	}
+	return out, nil
+}
+
+func oneRate(s string, base float64) (float64, error) {
+	s = strings.TrimSpace(s)
+	mult := 1.0
+	if strings.HasSuffix(s, "x") {
+		s, mult = strings.TrimSuffix(s, "x"), base
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(v > 0) || math.IsInf(v, 0) || v*mult > 1e7 {
+		return 0, fmt.Errorf("rate %q: expected a positive number of req/s, or a multiple of the base rate such as 1.5x", s)
+	}
+	return round9(v * mult), nil
+}
+
+// round9 rounds to 9 significant decimals so grids print cleanly.
+func round9(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 9, 64), 64)
+	return v
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
