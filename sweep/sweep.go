@@ -277,7 +277,7 @@ func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request,
 	for _, l := range lags {
 		lagMean += l.Seconds() / float64(len(lags))
 	}
-	return Run{Thrash: report.Thrash(splits, report.DefaultThrashWindow), LagMean: lagMean, LagMissed: missed,Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
+	return Run{Thrash: report.Thrash(splits, report.DefaultThrashWindow), LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
