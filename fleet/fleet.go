@@ -8,7 +8,9 @@ import (
 	"os"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/goccy/go-yaml"
 
@@ -34,8 +36,8 @@ type Spec struct {
 	// Batch configures continuous batching (defaults 2048 / 16384 / 0).
 	Batch *Batch `yaml:"batch"`
 	// DrainLimit is how long a simulation drains after its last arrival
-	// (default 600 s).
-	DrainLimit *event.Duration `yaml:"drain_limit"`
+	// (default 600s).
+	DrainLimit string `yaml:"drain_limit"`
 }
 
 // Instances is either {count, profile} or a list of named instances.
@@ -53,16 +55,17 @@ type Instance struct {
 	URL string `yaml:"url"`
 }
 
-// SLO is the objective pair as durations.
+// SLO is the objective pair as durations ("2.1s", "45ms").
 type SLO struct {
-	TTFT event.Duration `yaml:"ttft"`
-	TPOT event.Duration `yaml:"tpot"`
+	TTFT string `yaml:"ttft"`
+	TPOT string `yaml:"tpot"`
 }
 
 // KV is the YAML form of timing.KV.
 type KV struct {
-	Latency       event.Duration `yaml:"latency"`
-	BytesPerToken float64        `yaml:"bytes_per_token"`
+	// Latency is a duration ("50ms").
+	Latency       string  `yaml:"latency"`
+	BytesPerToken float64 `yaml:"bytes_per_token"`
 	// Bandwidth is bytes per second.
 	Bandwidth float64 `yaml:"bandwidth"`
 }
@@ -150,11 +153,22 @@ func (s *Spec) Validate() error {
 			names[x.Name] = i
 		}
 	}
-	if err := s.SLO.core().Validate(); err != nil {
-		errs = append(errs, prefix("slo", err))
+	ttft, err1 := duration("slo.ttft", s.SLO.TTFT, true)
+	tpot, err2 := duration("slo.tpot", s.SLO.TPOT, true)
+	errs = append(errs, err1, err2)
+	if err1 == nil && err2 == nil {
+		if err := (core.SLO{TTFT: ttft, TPOT: tpot}).Validate(); err != nil {
+			errs = append(errs, prefix("slo", err))
+		}
 	}
-	if err := s.KVModel().Validate(); err != nil {
-		errs = append(errs, prefix("kv", err))
+	if s.KV != nil {
+		_, err := duration("kv.latency", s.KV.Latency, false)
+		errs = append(errs, err)
+		if err == nil {
+			if err := s.KVModel().Validate(); err != nil {
+				errs = append(errs, prefix("kv", err))
+			}
+		}
 	}
 	if b := s.Batch; b != nil {
 		if b.ChunkTokens < 1 {
@@ -167,10 +181,40 @@ func (s *Spec) Validate() error {
 			errs = append(errs, fmt.Errorf("batch.max_seqs: %d: expected >= 0 (0 = no cap)", b.MaxSeqs))
 		}
 	}
-	if s.DrainLimit != nil && *s.DrainLimit <= 0 {
-		errs = append(errs, fmt.Errorf("drain_limit: %v: expected a positive duration", *s.DrainLimit))
+	if s.DrainLimit != "" {
+		if d, err := duration("drain_limit", s.DrainLimit, true); err != nil {
+			errs = append(errs, err)
+		} else if d <= 0 {
+			errs = append(errs, fmt.Errorf("drain_limit: %s: expected a positive duration", s.DrainLimit))
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// duration reads a Go duration string with a unit, in seconds. A bare
+// number is refused, as in trace files, so seconds and milliseconds are
+// never confused.
+func duration(field, v string, required bool) (float64, error) {
+	if v == "" {
+		if required {
+			return 0, fmt.Errorf("%s: missing: expected a duration such as 2.1s or 45ms", field)
+		}
+		return 0, nil
+	}
+	if _, err := strconv.ParseFloat(v, 64); err == nil {
+		return 0, fmt.Errorf("%s: %s: a bare number is not a duration: expected a unit, such as 2.1s or 45ms", field, v)
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q: expected a duration such as 2.1s, 45ms or 10m", field, v)
+	}
+	return d.Seconds(), nil
+}
+
+// Drain returns the drain limit (0 when the file sets none).
+func (s *Spec) Drain() event.Time {
+	d, _ := duration("drain_limit", s.DrainLimit, false)
+	return event.Seconds(d)
 }
 
 func prefix(field string, err error) error {
@@ -181,7 +225,11 @@ func prefix(field string, err error) error {
 	return errors.New(strings.Join(lines, "\n"))
 }
 
-func (s SLO) core() core.SLO { return core.SLO{TTFT: s.TTFT.Seconds(), TPOT: s.TPOT.Seconds()} }
+func (s SLO) core() core.SLO {
+	ttft, _ := duration("ttft", s.TTFT, false)
+	tpot, _ := duration("tpot", s.TPOT, false)
+	return core.SLO{TTFT: ttft, TPOT: tpot}
+}
 
 // CoreSLO returns the objectives in seconds.
 func (s *Spec) CoreSLO() core.SLO { return s.SLO.core() }
@@ -211,5 +259,6 @@ func (s *Spec) KVModel() timing.KV {
 	if s.KV == nil {
 		return timing.FlatKV
 	}
-	return timing.KV{Latency: s.KV.Latency.Seconds(), BytesPerToken: s.KV.BytesPerToken, Bandwidth: s.KV.Bandwidth}
+	lat, _ := duration("latency", s.KV.Latency, false)
+	return timing.KV{Latency: lat, BytesPerToken: s.KV.BytesPerToken, Bandwidth: s.KV.Bandwidth}
 }

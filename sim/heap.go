@@ -111,12 +111,3 @@ func (h *finishHeap) pop() finishEntry {
 	}
 	return top
 }
-
-func (h *finishHeap) contains(req int32) bool {
-	for _, f := range h.items {
-		if f.req == req {
-			return true
-		}
-	}
-	return false
-}

@@ -51,6 +51,7 @@ type reqState struct {
 	decode   int32
 	joinIter int64 // decode engine's iteration count when it joined the batch
 	ended    bool
+	running  bool       // in its decode engine's running batch
 	started  bool       // first prefill chunk ran
 	firstAt  event.Time // first token
 }
@@ -397,15 +398,13 @@ func (s *Sim) startIteration(e *engine) {
 	for ; k < len(e.waiting) && e.running.Len() < maxSeqs; k++ {
 		i := e.waiting[k]
 		st := &s.st[i]
-		st.joinIter = e.iters
+		st.joinIter, st.running = e.iters, true
 		e.ctx += int64(st.input + st.produced)
 		e.pendingCtx -= int64(st.input + st.produced)
 		e.pendingN--
 		e.running.push(finishEntry{at: e.iters + int64(st.want-st.produced), req: i})
 	}
-	if k > 0 {
-		e.waiting = append(e.waiting[:0], e.waiting[k:]...)
-	}
+	e.waiting = e.waiting[k:]
 	m := e.running.Len()
 	budget := b.BudgetTokens - m
 	e.chunks = e.chunks[:0]
@@ -498,22 +497,25 @@ func (s *Sim) iterDone(e *engine) {
 		s.advanceDecode(e, 1)
 	}
 	// Apply prompt chunks; completed prompts have their first token now.
-	w := 0
+	// Chunks went to the head of the queue in order, so only the first
+	// len(chunks) entries can leave it: keep the unfinished ones in order,
+	// packed against the untouched tail.
+	k := len(e.chunks)
 	for _, c := range e.chunks {
 		st := &s.st[c.req]
 		st.done += c.tokens
-		if st.done < st.input {
-			continue
+		if st.done >= st.input {
+			s.prefillDone(e, c.req)
 		}
-		s.prefillDone(e, c.req)
 	}
-	for _, i := range e.prefillQ {
-		if st := &s.st[i]; st.done < st.input {
+	w := k
+	for j := k - 1; j >= 0; j-- {
+		if i := e.prefillQ[j]; s.st[i].done < s.st[i].input {
+			w--
 			e.prefillQ[w] = i
-			w++
 		}
 	}
-	e.prefillQ = e.prefillQ[:w]
+	e.prefillQ = e.prefillQ[w:]
 	e.chunks = e.chunks[:0]
 	e.busy = false
 	s.startIteration(e)
@@ -536,7 +538,7 @@ func (s *Sim) advanceDecode(e *engine, n int64) {
 	for e.running.Len() > 0 && e.running.min().at <= e.iters {
 		f := e.running.pop()
 		st := &s.st[f.req]
-		st.produced = st.want
+		st.produced, st.running = st.want, false
 		e.ctx -= int64(st.input + st.want)
 		s.finish(f.req, e.id)
 	}
@@ -631,11 +633,8 @@ func (s *Sim) expireAll() {
 			continue
 		}
 		produced := st.produced
-		if st.decode >= 0 {
-			e := &s.eng[st.decode]
-			if e.running.contains(int32(i)) {
-				produced += int(s.decodeItersNow(e) - st.joinIter)
-			}
+		if st.running {
+			produced += int(s.eng[st.decode].itersNow(s.now) - st.joinIter)
 		}
 		s.emitReq(event.KindExpire, int32(i), -1, -1, int64(produced), event.CauseDrainLimit)
 		st.ended = true
@@ -644,13 +643,11 @@ func (s *Sim) expireAll() {
 	s.open = 0
 }
 
-// decodeItersNow is how many decode iterations the engine has completed by
-// s.now, counting a span in progress.
+// itersNow is how many decode iterations the engine has completed by now,
+// counting a span in progress.
 func (e *engine) itersNow(now event.Time) int64 {
 	if e.inSpan {
 		return e.spanIters0 + e.itersBy(now)
 	}
 	return e.iters
 }
-
-func (s *Sim) decodeItersNow(e *engine) int64 { return e.itersNow(s.now) }

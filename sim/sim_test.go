@@ -139,3 +139,21 @@ func TestCausalityUnderLoad(t *testing.T) {
 	reqs := randomTrace(11, 2000, 12)
 	runChecked(t, cfg, "static:4P4D", reqs) // the checker fails on any violation
 }
+
+// BenchmarkRun simulates 100,000 requests on 8 instances (static 4P4D) and
+// reports simulated requests per wall-second.
+func BenchmarkRun(b *testing.B) {
+	reqs := randomTrace(5, 100000, 6)
+	cfg := refConfig(8)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s, err := New(cfg, mustController(b, "static:4P4D", 8), reqs, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(reqs)*b.N)/b.Elapsed().Seconds(), "requests/s")
+}

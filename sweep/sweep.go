@@ -55,8 +55,9 @@ type Run struct {
 	Thrash int `json:"thrash"`
 	// LagMean is the mean adaptation lag over the trace's phase changes, s:
 	// from a phase's start until the split is within one engine of the
-	// oracle's split for it (a phase never reached counts whole).
-	LagMean float64 `json:"lag_mean_s"`
+	// oracle's split for it (a phase never reached counts whole). Null
+	// unless the oracle arm is in the sweep.
+	LagMean *float64 `json:"lag_mean_s"`
 	// LagMissed counts phase changes whose oracle split was never reached.
 	LagMissed int `json:"lag_missed"`
 	// SimSeconds is the virtual time the run took to drain.
@@ -81,8 +82,8 @@ type Result struct {
 	Arms      []string            `json:"arms"`
 	Runs      []Run               `json:"runs"`
 	Sustained map[string]*float64 `json:"sustained"`
-	// Oracle lists the hindsight split per phase and rate, when computed
-	// (an adaptive or oracle arm is in the sweep).
+	// Oracle lists the hindsight split per phase and rate, when the oracle
+	// arm is in the sweep.
 	Oracle []OracleSplits `json:"oracle,omitempty"`
 	// Requests is the total simulated requests across runs.
 	Requests int `json:"requests"`
@@ -123,12 +124,8 @@ func Execute(cfg Config) (*Result, error) {
 			needOracle = true
 			continue
 		}
-		c, err := core.NewController(a, n)
-		if err != nil {
+		if _, err := core.NewController(a, n); err != nil {
 			return nil, fmt.Errorf("sweep: %w", err)
-		}
-		if _, static := c.(*core.Static); !static && a != "aggregated" {
-			needOracle = true
 		}
 	}
 	slo := cfg.Fleet.CoreSLO()
@@ -142,9 +139,7 @@ func Execute(cfg Config) (*Result, error) {
 	if b := cfg.Fleet.Batch; b != nil {
 		simCfg.Batch = sim.Batch{ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens, MaxSeqs: b.MaxSeqs}
 	}
-	if d := cfg.Fleet.DrainLimit; d != nil {
-		simCfg.DrainLimit = event.Time(*d)
-	}
+	simCfg.DrainLimit = cfg.Fleet.Drain()
 	// One trace per rate, shared read-only by every arm.
 	workloads := make([][]sim.Request, len(rates))
 	for i, r := range rates {
@@ -272,10 +267,16 @@ func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request,
 	}
 	sum := report.Summarize(rows, slo)
 	splits := report.Splits(moves.moves)
-	var lagMean float64
-	lags, missed := report.Lag(splits, targets)
-	for _, l := range lags {
-		lagMean += l.Seconds() / float64(len(lags))
+	var lagMean *float64
+	var missed int
+	if len(targets) > 0 {
+		var lags []event.Time
+		lags, missed = report.Lag(splits, targets)
+		m := 0.0
+		for _, l := range lags {
+			m += l.Seconds() / float64(len(lags))
+		}
+		lagMean = &m
 	}
 	return Run{Thrash: report.Thrash(splits, report.DefaultThrashWindow), LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves,
