@@ -115,7 +115,7 @@ func TestNames(t *testing.T) {
 			t.Errorf("cause %d has no name", c)
 		}
 	}
-	if Seconds(1.5) != 1500*Millisecond || (1500 * Millisecond).String() != "1.500s" {
+	if Seconds(1.5) != 1500*Millisecond || (1500*Millisecond).String() != "1.500s" {
 		t.Error("time conversion")
 	}
 }

@@ -108,7 +108,7 @@ func TestFitErrors(t *testing.T) {
 }
 
 func second(_, _, _ float64, err error) error { return err }
-func lin(_, _ float64, err error) error         { return err }
+func lin(_, _ float64, err error) error       { return err }
 
 func TestProfileValidate(t *testing.T) {
 	if err := Reference.Validate(); err != nil {
