@@ -2,8 +2,9 @@
 GO        ?= go
 BIN       := bin/narwhal-bench
 DEMORATES := 0.6,1.0,1.6,2.4,3.2,4.4,5.4,6.4
-# The demo's arms: every static split of the 8-instance demo fleet, and aggregated.
-DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:6P2D,static:7P1D,aggregated
+# The demo's arms: every static split of the 8-instance demo fleet, aggregated, the
+# adaptive controllers, and the hindsight oracle.
+DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:6P2D,static:7P1D,aggregated,adaptive,arrow,planner,coldswap,oracle
 PKGS      := ./...
 
 .PHONY: all build demo test vet fmtcheck lint bench fuzz clean

@@ -144,15 +144,30 @@ func ScoreSplit(c *Core, e DemandEstimate, p int) SplitScore {
 	}
 	var slope, icpt, backlog float64
 	var resident int64
+	holders := 0
 	for i := range c.inst {
 		in := &c.inst[i]
 		slope += in.Profile.Slope
 		icpt += in.Profile.Intercept
 		backlog += in.PrefillWork
 		resident += in.DecodeTokens
+		if in.DecodeTokens > 0 {
+			holders++
+		}
 	}
 	slope /= float64(n)
 	icpt /= float64(n)
+	// Decode work is what recently finished requests needed, or what the
+	// context resident now implies, whichever is larger: by Little's law
+	// resident context = work × interval, and the interval at the current
+	// spread follows from the profile. The second is there from the first
+	// decode iteration; the first only once requests finish.
+	work := e.DecodeSteps
+	if holders > 0 {
+		if iv := icpt + slope*float64(resident)/float64(holders); iv > 0 {
+			work = math.Max(work, float64(resident)/iv)
+		}
+	}
 
 	// Prefill: each instance an M/G/1 queue fed 1/p of the arrivals
 	// (Pollaczek-Khinchine mean wait), or the resident backlog spread over
@@ -169,9 +184,9 @@ func ScoreSplit(c *Core, e DemandEstimate, p int) SplitScore {
 	s.TTFT = math.Max(model, drain)
 
 	// Decode: with interval I = icpt + slope·ctx and resident context
-	// ctx = DecodeSteps/d · I per instance (Little's law), the fixed point
-	// is I = icpt / (1 - DecodeSteps·slope/d).
-	rhoD := e.DecodeSteps * slope / float64(d)
+	// ctx = work/d · I per instance (Little's law), the fixed point is
+	// I = icpt / (1 - work·slope/d).
+	rhoD := work * slope / float64(d)
 	rd := math.Min(rhoD, saturation)
 	model = icpt/(1-rd)/c.slo.TPOT + 100*math.Max(0, rhoD-saturation)
 	observed := (icpt + slope*float64(resident)/float64(d)) / c.slo.TPOT
@@ -244,10 +259,15 @@ func (a *Adaptive) Tick(c *Core) {
 	a.confirms++
 	target := fmt.Sprintf("%dP%dD", best.Prefill, n-best.Prefill)
 	need := a.Cfg.Confirmations
-	// A move the offered demand alone does not justify answers work resident
-	// now (a burst's backlog): it must persist for TransientConfirmations.
-	if sg := cur.Steady() - best.Steady(); sg < margin || best.Steady() > cur.Steady()*(1-rel) {
+	switch sg := cur.Steady() - best.Steady(); {
+	case sg < margin || best.Steady() > cur.Steady()*(1-rel):
+		// A move the offered demand alone does not justify answers work
+		// resident now (a burst's backlog): it must persist for
+		// TransientConfirmations.
 		need = max(need, a.Cfg.TransientConfirmations)
+	case cur.Steady() >= 1 && !reversal:
+		// The demand already breaks an SLO on the current split: move now.
+		need = 1
 	}
 	if a.confirms < need {
 		decide("propose "+target, fmt.Sprintf("score %.3f -> %.3f, confirmation %d of %d",

@@ -18,60 +18,140 @@ func (m *moveLog) Record(r *event.Record) {
 	}
 }
 
-// oracle chooses, in hindsight, a split for each phase of a workload,
-// greedily in phase order with the backlog carried over: for phase k it
-// replays every request that arrives before the phase ends, with the splits
-// already chosen for earlier phases and each candidate p = 1..n-1 for phase
-// k, and keeps the p that qualifies the most of those requests; ties go to
-// the split nearest the previous phase's (fewest moves), then to the lower
-// mean worst SLO ratio of phase k's own requests, then to the smaller
-// prefill pool. Moves happen exactly at phase starts and cost
-// nothing. It is the yardstick for the controllers' regret: what choosing
-// one split per phase with knowledge of the whole trace achieves.
+// oracle chooses, in hindsight, one split per phase of a workload, by
+// replaying the workload in the simulator:
+//
+//  1. greedily in phase order: for phase k it replays every request that
+//     arrives before the phase ends, with the splits already chosen for
+//     earlier phases and each candidate p = 1..n-1 for phase k, and keeps
+//     the p that qualifies the most of those requests (ties: the lower mean
+//     worst SLO ratio of phase k's own requests, the split with the most
+//     slack, then the split nearest the previous phase's);
+//  2. it replays the whole workload under that schedule and under every
+//     constant split, and keeps the best (so the oracle is never below the
+//     best static split);
+//  3. one pass of coordinate descent over the whole workload: for each
+//     phase in turn, every other split for that phase with the rest fixed,
+//     keeping any that qualifies more requests.
+//
+// Moves happen exactly at phase starts and cost nothing. It bounds what one
+// split per phase can do (as well as this search finds); it is the yardstick
+// of the controllers' regret.
 func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO) ([]report.PhaseTarget, error) {
 	n := len(cfg.Profiles)
-	var out []report.PhaseTarget
-	var steps []core.ScheduleStep
-	prev := n / 2
-	lo := 0
+	phases := len(bounds) - 1
 	var fold event.Fold
-	for k := 0; k+1 < len(bounds); k++ {
-		start, end := bounds[k], bounds[k+1]
-		hi := lo
-		for hi < len(reqs) && reqs[hi].At < end {
-			hi++
+	replay := func(sched []int, upto int) ([]event.Row, error) {
+		steps := make([]core.ScheduleStep, len(sched))
+		for k, p := range sched {
+			steps[k] = core.ScheduleStep{At: bounds[k], Prefill: p}
+		}
+		fold.Reset()
+		s, err := sim.New(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:upto], &fold)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.Run(); err != nil {
+			return nil, err
+		}
+		return fold.Rows(), nil
+	}
+	// ends[k] is the index of the first request at or after phase k's end.
+	ends := make([]int, phases)
+	for k := range ends {
+		i := 0
+		if k > 0 {
+			i = ends[k-1]
+		}
+		for i < len(reqs) && reqs[i].At < bounds[k+1] {
+			i++
+		}
+		ends[k] = i
+	}
+	// 1. Greedy in phase order.
+	sched := make([]int, 0, phases)
+	prev := n / 2
+	for k := 0; k < phases; k++ {
+		lo := 0
+		if k > 0 {
+			lo = ends[k-1]
 		}
 		best := prev
-		if hi > lo {
+		if ends[k] > lo {
 			bestOK, bestDist, bestRatio := -1, 0, math.Inf(1)
 			for p := 1; p < n; p++ {
-				fold.Reset()
-				sched := append(append([]core.ScheduleStep(nil), steps...), core.ScheduleStep{At: start, Prefill: p})
-				s, err := sim.New(cfg, &core.Scheduled{Arm: "oracle", Steps: sched}, reqs[:hi], &fold)
+				rows, err := replay(append(sched, p), ends[k])
 				if err != nil {
 					return nil, err
 				}
-				if _, err := s.Run(); err != nil {
-					return nil, err
-				}
-				rows := fold.Rows()
 				ok := report.Summarize(rows, slo).Qualified
-				ratio := meanWorstRatio(rows[lo:hi], slo)
-				dist := p - prev
-				if dist < 0 {
-					dist = -dist
-				}
-				if ok > bestOK || (ok == bestOK && (dist < bestDist || (dist == bestDist && ratio < bestRatio))) {
+				ratio := meanWorstRatio(rows[lo:ends[k]], slo)
+				dist := abs(p - prev)
+				if ok > bestOK || (ok == bestOK && (ratio < bestRatio || (ratio == bestRatio && dist < bestDist))) {
 					best, bestOK, bestDist, bestRatio = p, ok, dist, ratio
 				}
 			}
 		}
-		lo = hi
+		sched = append(sched, best)
 		prev = best
-		steps = append(steps, core.ScheduleStep{At: start, Prefill: best})
-		out = append(out, report.PhaseTarget{Start: start, End: end, Prefill: best})
+	}
+	whole := func(sc []int) (int, error) {
+		rows, err := replay(sc, len(reqs))
+		if err != nil {
+			return 0, err
+		}
+		return report.Summarize(rows, slo).Qualified, nil
+	}
+	// 2. Never below the best constant split.
+	bestOK, err := whole(sched)
+	if err != nil {
+		return nil, err
+	}
+	for p := 1; p < n; p++ {
+		c := make([]int, phases)
+		for k := range c {
+			c[k] = p
+		}
+		ok, err := whole(c)
+		if err != nil {
+			return nil, err
+		}
+		if ok > bestOK {
+			sched, bestOK = c, ok
+		}
+	}
+	// 3. One pass of coordinate descent on the whole workload.
+	if phases > 1 {
+		for k := 0; k < phases; k++ {
+			cur := sched[k]
+			for p := 1; p < n; p++ {
+				if p == cur {
+					continue
+				}
+				sched[k] = p
+				ok, err := whole(sched)
+				if err != nil {
+					return nil, err
+				}
+				if ok > bestOK {
+					bestOK, cur = ok, p
+				}
+			}
+			sched[k] = cur
+		}
+	}
+	out := make([]report.PhaseTarget, phases)
+	for k, p := range sched {
+		out[k] = report.PhaseTarget{Start: bounds[k], End: bounds[k+1], Prefill: p}
 	}
 	return out, nil
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // meanWorstRatio is the mean over requests of max(TTFT/SLO, TPOT/SLO),
