@@ -29,7 +29,9 @@ type AdaptiveConfig struct {
 	// that justifies a move (default 0.05).
 	Margin float64
 	// RelMargin is the least relative improvement (default 0.10), so that
-	// noise on a loaded fleet's steep scores does not move engines.
+	// noise on a loaded fleet's steep scores does not move engines. It does
+	// not apply to a move that brings the score from at or above 1 (an SLO
+	// projected broken) to below 1.
 	RelMargin float64
 	// Confirmations is how many consecutive steps must propose the same
 	// move (default 3).
@@ -247,7 +249,11 @@ func (a *Adaptive) Tick(c *Core) {
 	if reversal {
 		margin, rel = 2*margin, 2*rel
 	}
-	if gain < margin || best.Score() > cur.Score()*(1-rel) {
+	// The relative margin keeps noise on a loaded fleet's steep scores from
+	// moving engines; a move that brings a split breaking an SLO back under
+	// it needs only the absolute margin.
+	crossing := cur.Score() >= 1 && best.Score() < 1
+	if gain < margin || (!crossing && best.Score() > cur.Score()*(1-rel)) {
 		a.proposal, a.confirms = 0, 0
 		decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, below the margins (%.2f, %.0f%%)",
 			best.Prefill, cur.Score(), best.Score(), margin, 100*rel))
