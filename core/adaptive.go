@@ -266,14 +266,21 @@ func (a *Adaptive) Tick(c *Core) {
 	target := fmt.Sprintf("%dP%dD", best.Prefill, n-best.Prefill)
 	need := a.Cfg.Confirmations
 	switch sg := cur.Steady() - best.Steady(); {
-	case sg < margin || best.Steady() > cur.Steady()*(1-rel):
-		// A move the offered demand alone does not justify answers work
-		// resident now (a burst's backlog): it must persist for
+	case sg >= margin && best.Steady() <= cur.Steady()*(1-rel):
+		if cur.Steady() >= 1 && !reversal {
+			// The demand already breaks an SLO on the current split:
+			// move now.
+			need = 1
+		}
+	case sg > 0 && cur.Score() >= 1:
+		// Resident work breaks an SLO now and the demand points the same
+		// way, if not yet by the margins (its window still mixes the old
+		// traffic with the new): the usual confirmations.
+	default:
+		// A move the offered demand does not support answers work resident
+		// now (a burst's backlog): it must persist for
 		// TransientConfirmations.
 		need = max(need, a.Cfg.TransientConfirmations)
-	case cur.Steady() >= 1 && !reversal:
-		// The demand already breaks an SLO on the current split: move now.
-		need = 1
 	}
 	if a.confirms < need {
 		decide("propose "+target, fmt.Sprintf("score %.3f -> %.3f, confirmation %d of %d",

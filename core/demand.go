@@ -160,14 +160,22 @@ func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
 
 // blend estimates offered prefill work over the long span, switching to
 // the short span's estimate when the two differ by more than three standard
-// errors of the short one (a real change of traffic, not Poisson noise);
-// decode work always comes from the short span.
+// errors of the short one (a real change of traffic, not Poisson noise), and
+// on to a quarter of the short span when that differs from the short one
+// the same way (the change is recent); decode work always comes from the
+// short span.
 func (d *Demand) blend(now, short event.Time) DemandEstimate {
 	l := d.estimateSpan(now, 0, d.Span)
 	s := d.estimateSpan(now, 0, short)
 	e := l
 	if math.Abs(s.PrefillLoad-l.PrefillLoad) > 3*math.Sqrt(s.prefillVar) {
-		e.Arrivals, e.Rate, e.PrefillLoad, e.MeanPrefill, e.MeanPrefill2 = s.Arrivals, s.Rate, s.PrefillLoad, s.MeanPrefill, s.MeanPrefill2
+		use := s
+		// A change inside the short window: a quarter of it holds only the
+		// new traffic sooner; use it when it differs again.
+		if q := d.estimateSpan(now, 0, short/4); math.Abs(q.PrefillLoad-s.PrefillLoad) > 3*math.Sqrt(q.prefillVar) {
+			use = q
+		}
+		e.Arrivals, e.Rate, e.PrefillLoad, e.MeanPrefill, e.MeanPrefill2 = use.Arrivals, use.Rate, use.PrefillLoad, use.MeanPrefill, use.MeanPrefill2
 		e.ShortPrefill = true
 	}
 	// Decode demand always comes from the short window: it is measured on
