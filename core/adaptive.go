@@ -308,7 +308,7 @@ func (a *Adaptive) Tick(c *Core) {
 }
 
 // pickMover chooses the instance to relabel toward role to: among the
-// online instances of the other role, one still holding work of the target
+// online, unpinned instances of the other role, one still holding work of the target
 // phase first (its previous move is incomplete), then the one with the
 // least resident work of its current phase (Arrow §5.5's flip order).
 func pickMover(c *Core, to event.Role) event.Instance {
@@ -320,7 +320,7 @@ func pickMover(c *Core, to event.Role) event.Instance {
 	var bestCost Cost
 	for i := range c.inst {
 		in := &c.inst[i]
-		if in.Role != from || !in.Online(c.now) {
+		if in.Role != from || !in.Online(c.now) || in.Pinned {
 			continue
 		}
 		var k Cost

@@ -35,6 +35,9 @@ type Config struct {
 	Profiles []timing.Profile
 	// SLO is the objective placements are priced against.
 	SLO SLO
+	// Pinned marks instances no controller may move (nil: none). Their
+	// opening role is still the controller's choice.
+	Pinned []bool
 }
 
 // Request is what the core is told about a request in a fact. The core keeps
@@ -116,6 +119,8 @@ type Instance struct {
 	LastMove event.Time
 	// Moved reports whether it ever changed role.
 	Moved bool
+	// Pinned instances are never moved by a controller.
+	Pinned bool
 }
 
 // Online reports whether the instance takes new placements at now.
@@ -206,10 +211,13 @@ func New(cfg Config, ctrl Controller) (*Core, error) {
 	if err := cfg.SLO.Validate(); err != nil {
 		return nil, fmt.Errorf("core: slo: %w", err)
 	}
+	if cfg.Pinned != nil && len(cfg.Pinned) != len(cfg.Profiles) {
+		return nil, fmt.Errorf("core: %d pin flags for %d instances: expected one per instance", len(cfg.Pinned), len(cfg.Profiles))
+	}
 	c := &Core{slo: cfg.SLO, ctrl: ctrl}
 	c.inst = make([]Instance, len(cfg.Profiles))
 	for i, p := range cfg.Profiles {
-		c.inst[i] = Instance{Role: event.RoleDecode, Profile: p}
+		c.inst[i] = Instance{Role: event.RoleDecode, Profile: p, Pinned: cfg.Pinned != nil && cfg.Pinned[i]}
 	}
 	if err := ctrl.Init(c); err != nil {
 		return nil, fmt.Errorf("core: %s: %w", ctrl.Name(), err)
@@ -349,11 +357,12 @@ func (c *Core) NextTick() event.Time { return c.ctrl.NextTick() }
 
 // Move relabels inst to role to on behalf of the controller, recording the
 // move with its cause and reason. Resident work stays where it is (Arrow
-// §5.2: a role is only a label for new placements).
+// §5.2: a role is only a label for new placements). A pinned instance is
+// never moved.
 func (c *Core) Move(inst event.Instance, to event.Role, cause event.Cause, reason string) {
 	in := &c.inst[inst]
 	from := in.Role
-	if from == to {
+	if from == to || in.Pinned {
 		return
 	}
 	in.Role = to

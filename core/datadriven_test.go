@@ -23,7 +23,7 @@ var fixture = timing.Profile{A: 1e-8, B: 1e-3, C: 0, Slope: 1.25e-5, Intercept: 
 //
 // Commands:
 //
-//	init controller=NAME n=N [profile=fixture|reference] [ttft=S] [tpot=S] [split=P] [cooldown=S] [offline=S]
+//	init controller=NAME n=N [profile=fixture|reference] [ttft=S] [tpot=S] [split=P] [cooldown=S] [offline=S] [pinned=(I,J)]
 //	arrive t=S id=N in=TOKENS
 //	prefill-done t=S id=N in=TOKENS inst=I [out=N]   (out=1: no decode leg)
 //	finished t=S id=N in=TOKENS inst=I ctx=TOKENS [out=N] [ttft=S] [tpot=S]
@@ -121,7 +121,16 @@ func initCore(t *testing.T, d *datadriven.TestData) *Core {
 			d.Fatalf(t, "%v", err)
 		}
 	}
-	c, err := New(Config{Profiles: ps, SLO: slo}, ctrl)
+	var pinned []bool
+	if a, ok := d.Arg("pinned"); ok {
+		pinned = make([]bool, n)
+		for _, v := range a.Vals {
+			var i int
+			fmt.Sscan(v, &i)
+			pinned[i] = true
+		}
+	}
+	c, err := New(Config{Profiles: ps, SLO: slo, Pinned: pinned}, ctrl)
 	if err != nil {
 		d.Fatalf(t, "%v", err)
 	}

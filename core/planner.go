@@ -275,6 +275,9 @@ func (p *Planner) moveTo(c *Core, want int, why string) int {
 				continue
 			}
 			live++
+			if in.Pinned {
+				continue
+			}
 			if k := in.PrefillCount + in.DecodeCount; mover == event.NoInstance || k < best {
 				mover, best = event.Instance(i), k
 			}

@@ -138,6 +138,10 @@ func (a *Arrow) flip(c *Core, to event.Role, cause event.Cause, why string) even
 		return event.NoInstance
 	}
 	best := pickMover(c, to)
+	if best == event.NoInstance { // every candidate is pinned
+		a.FlipRefused++
+		return event.NoInstance
+	}
 	if to == event.RoleDecode {
 		a.lastP2D = c.now
 	}

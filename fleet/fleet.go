@@ -53,6 +53,8 @@ type Instance struct {
 	Profile timing.Profile `yaml:"profile"`
 	// URL is the engine's base URL (live runs only).
 	URL string `yaml:"url"`
+	// Pinned engines keep their opening role: no controller moves them.
+	Pinned bool `yaml:"pinned"`
 }
 
 // SLO is the objective pair as durations ("2.1s", "45ms").
@@ -246,6 +248,20 @@ func (s *Spec) Profiles() []timing.Profile {
 	out := make([]timing.Profile, len(s.Instances.List))
 	for i, x := range s.Instances.List {
 		out[i] = x.Profile
+	}
+	return out
+}
+
+// Pins returns which instances are pinned, or nil when none is.
+func (s *Spec) Pins() []bool {
+	var out []bool
+	for i, x := range s.Instances.List {
+		if x.Pinned {
+			if out == nil {
+				out = make([]bool, len(s.Instances.List))
+			}
+			out[i] = true
+		}
 	}
 	return out
 }

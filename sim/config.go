@@ -46,6 +46,8 @@ func (b Batch) Validate() error {
 type Config struct {
 	// Profiles holds one timing profile per instance.
 	Profiles []timing.Profile
+	// Pinned marks instances no controller may move (nil: none).
+	Pinned []bool
 	// SLO is what the core prices placements against.
 	SLO core.SLO
 	// KV prices KV transfers between instances.

@@ -142,7 +142,7 @@ func New(cfg Config, ctrl core.Controller, reqs []Request, rec event.Recorder) (
 			return nil, fmt.Errorf("sim: request %d at %v: expected a time >= 0", i+1, r.At)
 		}
 	}
-	c, err := core.New(core.Config{Profiles: cfg.Profiles, SLO: cfg.SLO}, ctrl)
+	c, err := core.New(core.Config{Profiles: cfg.Profiles, SLO: cfg.SLO, Pinned: cfg.Pinned}, ctrl)
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}

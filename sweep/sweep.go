@@ -135,7 +135,7 @@ func Execute(cfg Config) (*Result, error) {
 	if cfg.SLO.TPOT > 0 {
 		slo.TPOT = cfg.SLO.TPOT
 	}
-	simCfg := sim.Config{Profiles: cfg.Fleet.Profiles(), SLO: slo, KV: cfg.Fleet.KVModel(), Batch: sim.DefaultBatch}
+	simCfg := sim.Config{Profiles: cfg.Fleet.Profiles(), Pinned: cfg.Fleet.Pins(), SLO: slo, KV: cfg.Fleet.KVModel(), Batch: sim.DefaultBatch}
 	if b := cfg.Fleet.Batch; b != nil {
 		simCfg.Batch = sim.Batch{ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens, MaxSeqs: b.MaxSeqs}
 	}
