@@ -43,6 +43,8 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./traces/
 	$(GO) test -run '^$$' -fuzz FuzzGenerate -fuzztime $(FUZZTIME) ./traces/
+	$(GO) test -run '^$$' -fuzz FuzzMooncake -fuzztime $(FUZZTIME) ./traces/
+	$(GO) test -run '^$$' -fuzz FuzzAzure -fuzztime $(FUZZTIME) ./traces/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./fleet/
 
 clean:

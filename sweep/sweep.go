@@ -17,7 +17,7 @@ import (
 
 // Config is one sweep.
 type Config struct {
-	Trace *traces.Spec
+	Trace *traces.Trace
 	Fleet *fleet.Spec
 	// Arms to run; see core.NewController.
 	Arms []string
@@ -166,9 +166,8 @@ func Execute(cfg Config) (*Result, error) {
 	// schedule and the yardstick of adaptation lag).
 	targets := make([][]report.PhaseTarget, len(rates))
 	if needOracle {
-		bounds := phaseBounds(cfg.Trace)
 		err := parallel(len(rates), workers, func(i int) error {
-			t, err := oracle(simCfg, workloads[i], bounds, scoreSLO)
+			t, err := oracle(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO)
 			targets[i] = t
 			return err
 		})
@@ -282,17 +281,6 @@ func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
-}
-
-// phaseBounds returns the trace's phase start times and its end.
-func phaseBounds(t *traces.Spec) []event.Time {
-	b := []event.Time{0}
-	var at event.Time
-	for _, p := range t.Phases {
-		at += event.Time(p.Duration)
-		b = append(b, at)
-	}
-	return b
 }
 
 // parallel runs f(0..n-1) on up to workers goroutines and joins the errors.

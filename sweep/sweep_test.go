@@ -13,9 +13,9 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/traces"
 )
 
-func load(t testing.TB, trace string) (*traces.Spec, *fleet.Spec) {
+func load(t testing.TB, trace string) (*traces.Trace, *fleet.Spec) {
 	t.Helper()
-	tr, err := traces.Load(trace)
+	tr, err := traces.Open(trace, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,10 +92,11 @@ phases:
   - {duration: 300s, rate: 1, mix: {chat: 1}}
   - {duration: 300s, rate: 1, mix: {doc: 1}}
 `
-	tr, err := traces.Parse([]byte(spec), "onechange.yaml")
+	sp, err := traces.Parse([]byte(spec), "onechange.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr := &traces.Trace{Name: sp.Name, Spec: sp, Seed: sp.Seed}
 	fl, err := fleet.Load("eval8")
 	if err != nil {
 		t.Fatal(err)

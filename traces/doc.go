@@ -1,5 +1,7 @@
 // Package traces reads trace specifications (strict YAML) and generates the
-// request arrivals they describe, deterministically from a seed.
+// request arrivals they describe, deterministically from a seed. It also
+// imports real traces (Mooncake JSONL, Azure LLM inference CSV), and Trace
+// wraps either kind as one replayable workload (see Open).
 //
 // A trace is a sequence of load phases over a set of request classes:
 //
@@ -108,4 +110,79 @@
 // demo, chatdoc and mixed are embedded from the .yaml files of this
 // directory (see Builtin and Load); their comments state their origin and
 // assumptions.
+//
+// # Traces and imported files
+//
+// Open returns a Trace: a built-in name or a .yaml/.yml path gives a
+// synthetic trace over its Spec; a .jsonl (Mooncake) or .csv (Azure) path
+// is imported; several imported paths joined with "+" are concatenated. A
+// format argument forces one format on every path. Trace.Hash is the
+// SHA-256 of the source bytes (every file, in order) for run metadata.
+//
+// An imported trace is data: Generate ignores the seed and scales time,
+// sending the request imported at t at round(t/scale), so the mean rate
+// becomes scale×MeanRate while counts and lengths stay as recorded. Times
+// are relative to the first arrival of the first file, which is at 0.
+// Every request of a file has the class named by the file's base name
+// without extension (traces/azure/code.csv gives "code").
+//
+// Each file's mean gap is (last − first arrival)/(N − 1), or 1 s
+// (SingleSegmentGap) when the file has one request or all its arrivals at
+// one instant. Files are placed one after another: file k+1's first
+// arrival comes one mean gap of file k+1 after file k's last arrival, and
+// the trace ends one mean gap of the last file after its last arrival. A
+// file therefore lasts N mean gaps, and MeanRate, the requests over the
+// trace's span, is 1/gap for a single file.
+//
+// Bounds gives the phases: one per file of a concatenation, starting at
+// the file's first arrival; a single file is split into equal windows,
+// ceil(span/5 min) of them but at least 10 and at most 20 (an hour gives 12
+// windows of 5 minutes), so that a hindsight oracle can choose one split
+// per window. Bounds scale like arrival times (rounded to the nanosecond;
+// a phase is kept at least 1 ns wide at absurd scales, its requests kept
+// inside it). A Spec's bounds are its cumulative phase durations at every
+// scale, since Spec scaling keeps durations.
+//
+// Both importers are strict about what they read, read one record per
+// line (blank lines are skipped; "\r\n" line ends and a UTF-8 byte order
+// mark are accepted), sort rows stably by time (with a note), and report
+// up to 10 problems per file, each naming file, line (and column where one
+// applies), the value and what was expected:
+//
+//	trace.jsonl:12: input_length: "12": expected an integer in [1, 10000000]
+//	code.csv:7:29: ContextTokens: "-4": expected an integer in [0, 10000000]
+//
+// Mooncake JSONL: one object per line with timestamp (milliseconds, a
+// number in [0, 3.6e9], kept to the nanosecond), input_length and
+// output_length (integers in [1, MaxTokens]; integral spellings such as
+// 1e3 are accepted, 1.5 and "12" are not), and optional hash_ids (an array
+// of integers, or null). Key names match exactly; a known field given
+// twice is an error; unknown fields (session_id, delay, …) are ignored and
+// listed in Trace.Notes. Each hash_ids entry stands for one 512-token
+// block of the prompt. A request's shared prefix is the longest leading
+// run of its hash_ids that an earlier request (by time, then file order)
+// also started with; PrefixTokens is 512 per shared block, clipped to
+// InputTokens−1 since the last prompt token is always computed, and
+// PrefixGroup names that block sequence: the chained SplitMix64 hash of
+// the file's position in the concatenation and the shared hash_ids,
+// shifted right by one bit (1 if that is 0). Requests whose shared runs
+// are the same block sequence therefore have the same group, different
+// sequences and different files have different groups (barring a 63-bit
+// hash collision), and a request without an earlier match (including the
+// first request of each sequence) has group 0.
+//
+// Azure CSV (2023): a header naming TIMESTAMP, ContextTokens and
+// GeneratedTokens, case-sensitively, each once, in any order, then rows of
+// exactly three unquoted fields. TIMESTAMP is "YYYY-MM-DD hh:mm:ss" with an
+// optional fraction of 1 to 9 digits, read as an integer so no precision
+// is lost (the published files have 7 digits, 100 ns); it is taken as UTC
+// since only differences matter. The counts are decimal integers in [0,
+// MaxTokens]; a count of 0 is replaced by 1 (a request has at least one
+// prompt and one output token) and the replacements are counted in
+// Trace.Notes.
+//
+// traces/azure/ ships the two Azure LLM inference traces of 2023 (code.csv,
+// conv.csv), CC-BY-4.0, from Patel et al., "Splitwise: Efficient
+// generative LLM inference using phase splitting", ISCA 2024; see its
+// README.md. They are data files read at run time, not embedded.
 package traces

@@ -70,7 +70,9 @@ func simCommand(stderr io.Writer) *cli.Command {
 			"the share of offered requests that met both SLOs, and each arm's sustained rate (the\n" +
 			"highest swept rate with at least 90% attainment).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace name (" + strings.Join(traces.Builtin(), ", ") + ") or a trace YAML file"},
+			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), a trace YAML file, a Mooncake .jsonl or Azure .csv file, or files joined with + to play one after another"},
+			&cli.StringFlag{Name: "trace-format", Usage: "force the trace format: spec, mooncake or azure (default: by file extension)"},
+			&cli.Float64Flag{Name: "speedup", Value: 1, Usage: "multiply every rate by this factor (2 plays a trace twice as fast)"},
 			&cli.StringFlag{Name: "arms", Usage: "comma-separated arms: static:kPmD, aggregated (default: every static split and aggregated)"},
 			&cli.StringFlag{Name: "rates", Usage: "mean arrival rates: req/s (2.4), multiples of the trace's base rate (1.5x), or ranges FROM..TO/STEP (0.5x..2x/0.25x); default: the trace's own rate"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for the trace's random draws (default: the trace's seed)"},
@@ -102,9 +104,16 @@ func simCommand(stderr io.Writer) *cli.Command {
 
 func simConfig(c *cli.Command) (sweep.Config, error) {
 	var cfg sweep.Config
-	tr, err := traces.Load(c.String("trace"))
+	tr, err := traces.Open(c.String("trace"), c.String("trace-format"))
 	if err != nil {
 		return cfg, err
+	}
+	for _, n := range tr.Notes() {
+		fmt.Fprintf(c.Root().ErrWriter, "narwhal-bench: note: %s\n", n)
+	}
+	speedup := c.Float64("speedup")
+	if !(speedup > 0) || speedup > 1e6 {
+		return cfg, fmt.Errorf("--speedup %v: expected a positive factor", speedup)
 	}
 	fleetName := c.String("fleet")
 	if fleetName == "" {
@@ -159,6 +168,14 @@ func simConfig(c *cli.Command) (sweep.Config, error) {
 			return cfg, fmt.Errorf("--rates: %w", err)
 		}
 		cfg.Rates = rates
+	}
+	if speedup != 1 {
+		if len(cfg.Rates) == 0 {
+			cfg.Rates = []float64{tr.MeanRate()}
+		}
+		for i := range cfg.Rates {
+			cfg.Rates[i] *= speedup
+		}
 	}
 	return cfg, nil
 }

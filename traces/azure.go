@@ -1,0 +1,252 @@
+package traces
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Azure LLM inference trace (2023) CSV:
+//
+//	TIMESTAMP,ContextTokens,GeneratedTokens
+//	2023-11-16 18:15:46.6805900,374,44
+//
+// The header names the three columns, case-sensitively, in any order and
+// each exactly once. Fields are not quoted and not padded.
+
+// Column names of the Azure CSV.
+const (
+	azureTime   = "TIMESTAMP"
+	azureInput  = "ContextTokens"
+	azureOutput = "GeneratedTokens"
+)
+
+// Years accepted in an Azure TIMESTAMP.
+const (
+	minAzureYear = 1900
+	maxAzureYear = 2200
+)
+
+const azureTimeWant = "expected a time like 2023-11-16 18:15:46.6805900 (YYYY-MM-DD hh:mm:ss, optionally a fraction of 1 to 9 digits)"
+
+// parseAzure reads an Azure CSV file of size bytes (0 if unknown; it only
+// sizes buffers). source names the file in errors, class is the class of
+// its requests and index its position in a concatenation.
+func parseAzure(r io.Reader, size int64, source, class string, index int) (seg *segment, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			seg, err = nil, fmt.Errorf("%s: cannot import: internal error: %v", source, p)
+		}
+	}()
+	errs := &importErrors{source: source}
+	lr := newLineReader(r)
+	var col [3]int // field index of TIMESTAMP, ContextTokens, GeneratedTokens
+	header := false
+	rows := rowsFor(size, 36)
+	var zeroIn, zeroOut int
+	var fields [3][]byte
+	var starts [3]int
+	for {
+		line, ok := lr.next()
+		if !ok {
+			break
+		}
+		if blank(line) {
+			continue
+		}
+		if !header {
+			if !azureHeader(line, &col) {
+				errs.at(lr.line, 0, "header %s: expected the columns %s, %s, %s (in any order, each once)",
+					strconv.Quote(cut(line, 100)), azureTime, azureInput, azureOutput)
+				break
+			}
+			header = true
+			continue
+		}
+		n := splitCSV(line, &fields, &starts)
+		if n != 3 {
+			errs.at(lr.line, 0, "%d fields: expected 3 (%s)", n, headerText(col))
+			continue
+		}
+		rw := row{ids: -1}
+		good := true
+		ts, tcol := fields[col[0]], col[0]
+		if at, ok := parseAzureTime(ts); ok {
+			rw.at = at
+		} else {
+			errs.at(lr.line, starts[tcol]+1, "%s: %s: %s", azureTime, strconv.Quote(show(ts)), azureTimeWant)
+			good = false
+		}
+		for i, name := range [...]string{azureInput, azureOutput} {
+			f := fields[col[i+1]]
+			v, ok := parseCount(f)
+			if !ok {
+				errs.at(lr.line, starts[col[i+1]]+1, "%s: %s: expected an integer in [0, %d]", name, strconv.Quote(show(f)), MaxTokens)
+				good = false
+				continue
+			}
+			if v == 0 {
+				v = 1
+				if i == 0 {
+					zeroIn++
+				} else {
+					zeroOut++
+				}
+			}
+			if i == 0 {
+				rw.in = int32(v)
+			} else {
+				rw.out = int32(v)
+			}
+		}
+		if !good {
+			continue
+		}
+		rows = append(rows, rw)
+		if len(rows) > MaxRequests {
+			errs.at(lr.line, 0, "more than %d requests: expected at most %d", MaxRequests, MaxRequests)
+			break
+		}
+	}
+	lr.check(errs)
+	if !header && !errs.failed() {
+		errs.file("no header: expected a first line %s,%s,%s", azureTime, azureInput, azureOutput)
+	}
+	if errs.failed() {
+		return nil, errs.err()
+	}
+	var notes []string
+	if zeroIn > 0 {
+		notes = append(notes, fmt.Sprintf("%s: %d rows with %s 0: input set to 1 token", source, zeroIn, azureInput))
+	}
+	if zeroOut > 0 {
+		notes = append(notes, fmt.Sprintf("%s: %d rows with %s 0: output set to 1 token", source, zeroOut, azureOutput))
+	}
+	return buildSegment(rows, nil, errs, class, index, notes)
+}
+
+// azureHeader checks a header line and sets col to the field index of each
+// column.
+func azureHeader(line []byte, col *[3]int) bool {
+	var fields [3][]byte
+	var starts [3]int
+	if splitCSV(line, &fields, &starts) != 3 {
+		return false
+	}
+	seen := 0
+	for i, f := range fields {
+		var k int
+		switch string(f) {
+		case azureTime:
+			k = 0
+		case azureInput:
+			k = 1
+		case azureOutput:
+			k = 2
+		default:
+			return false
+		}
+		if seen&(1<<k) != 0 {
+			return false
+		}
+		seen |= 1 << k
+		col[k] = i
+	}
+	return true
+}
+
+// headerText is the header with columns in the file's order.
+func headerText(col [3]int) string {
+	names := make([]string, 3)
+	for k, name := range [...]string{azureTime, azureInput, azureOutput} {
+		names[col[k]] = name
+	}
+	return strings.Join(names, ",")
+}
+
+// splitCSV splits line at commas into at most three fields and returns the
+// number of fields found (which may exceed three); starts holds each
+// field's byte offset.
+func splitCSV(line []byte, fields *[3][]byte, starts *[3]int) int {
+	n, start := 0, 0
+	for i := 0; i <= len(line); i++ {
+		if i < len(line) && line[i] != ',' {
+			continue
+		}
+		if n < 3 {
+			fields[n], starts[n] = line[start:i], start
+		}
+		n++
+		start = i + 1
+	}
+	return n
+}
+
+// parseCount parses a token count in [0, MaxTokens]: decimal digits only.
+func parseCount(b []byte) (int, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	v := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v = v*10 + int(c-'0'); v > MaxTokens {
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+// parseAzureTime parses "YYYY-MM-DD hh:mm:ss[.f…]" (UTC is assumed; only
+// differences matter) to nanoseconds since the Unix epoch. The fraction
+// has 1 to 9 digits and is read as an integer, so no precision is lost.
+func parseAzureTime(b []byte) (int64, bool) {
+	if len(b) < 19 || b[4] != '-' || b[7] != '-' || b[10] != ' ' || b[13] != ':' || b[16] != ':' {
+		return 0, false
+	}
+	num := func(s []byte) (int, bool) {
+		v := 0
+		for _, c := range s {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			v = v*10 + int(c-'0')
+		}
+		return v, true
+	}
+	year, ok1 := num(b[0:4])
+	month, ok2 := num(b[5:7])
+	day, ok3 := num(b[8:10])
+	hour, ok4 := num(b[11:13])
+	minute, ok5 := num(b[14:16])
+	sec, ok6 := num(b[17:19])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) ||
+		year < minAzureYear || year > maxAzureYear || month < 1 || month > 12 || day < 1 ||
+		hour > 23 || minute > 59 || sec > 59 {
+		return 0, false
+	}
+	ns := 0
+	if frac := b[19:]; len(frac) > 0 {
+		digits := frac[1:]
+		if frac[0] != '.' || len(digits) < 1 || len(digits) > 9 {
+			return 0, false
+		}
+		v, ok := num(digits)
+		if !ok {
+			return 0, false
+		}
+		for range 9 - len(digits) {
+			v *= 10
+		}
+		ns = v
+	}
+	t := time.Date(year, time.Month(month), day, hour, minute, sec, ns, time.UTC)
+	if t.Day() != day { // February 30 and the like roll over
+		return 0, false
+	}
+	return t.UnixNano(), true
+}

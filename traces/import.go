@@ -1,0 +1,248 @@
+package traces
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Shared machinery of the importers (mooncake.go, azure.go): a line reader
+// with limits, an error list that names file, line and column, and the
+// conversion of parsed rows into a sorted segment.
+
+// maxImportErrors bounds the problems reported for one file; the rest are
+// counted.
+const maxImportErrors = 10
+
+// importErrors collects the problems of one file.
+type importErrors struct {
+	source string
+	errs   []error
+	more   int
+}
+
+// at records a problem at line (1-based) and col (1-based; 0 = unknown).
+func (e *importErrors) at(line, col int, format string, args ...any) {
+	if len(e.errs) >= maxImportErrors {
+		e.more++
+		return
+	}
+	loc := fmt.Sprintf("%s:%d", e.source, line)
+	if col > 0 {
+		loc += fmt.Sprintf(":%d", col)
+	}
+	e.errs = append(e.errs, fmt.Errorf("%s: %s", loc, fmt.Sprintf(format, args...)))
+}
+
+// file records a problem of the whole file.
+func (e *importErrors) file(format string, args ...any) {
+	if len(e.errs) >= maxImportErrors {
+		e.more++
+		return
+	}
+	e.errs = append(e.errs, fmt.Errorf("%s: %s", e.source, fmt.Sprintf(format, args...)))
+}
+
+func (e *importErrors) failed() bool { return len(e.errs) > 0 }
+
+func (e *importErrors) err() error {
+	if len(e.errs) == 0 {
+		return nil
+	}
+	errs := e.errs
+	if e.more > 0 {
+		errs = append(errs[:len(errs):len(errs)], fmt.Errorf("%s: %d more problems not shown", e.source, e.more))
+	}
+	return errors.Join(errs...)
+}
+
+// lineReader reads the lines of an imported file, without their "\n" or
+// "\r\n", and with a UTF-8 byte order mark removed from the first line.
+type lineReader struct {
+	sc   *bufio.Scanner
+	cnt  *countingReader
+	line int // number of the line last returned, 1-based
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func newLineReader(r io.Reader) *lineReader {
+	cnt := &countingReader{r: io.LimitReader(r, MaxImportBytes+1)}
+	sc := bufio.NewScanner(cnt)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxLineBytes)
+	return &lineReader{sc: sc, cnt: cnt}
+}
+
+var utf8BOM = []byte("\xef\xbb\xbf")
+
+// next returns the next line; it is valid until the following call.
+func (lr *lineReader) next() ([]byte, bool) {
+	if !lr.sc.Scan() {
+		return nil, false
+	}
+	lr.line++
+	b := lr.sc.Bytes()
+	if lr.line == 1 {
+		b = bytes.TrimPrefix(b, utf8BOM)
+	}
+	return b, true
+}
+
+// check records why reading stopped early, if it did.
+func (lr *lineReader) check(errs *importErrors) {
+	switch err := lr.sc.Err(); {
+	case lr.cnt.n > MaxImportBytes:
+		errs.file("file is larger than %d bytes: expected at most %d", int64(MaxImportBytes), int64(MaxImportBytes))
+	case errors.Is(err, bufio.ErrTooLong):
+		errs.at(lr.line+1, 0, "line longer than %d bytes: expected at most %d", MaxLineBytes, MaxLineBytes)
+	case err != nil:
+		errs.file("%v", err)
+	}
+}
+
+// blank reports whether a line holds only spaces and tabs.
+func blank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' {
+			return false
+		}
+	}
+	return true
+}
+
+// row is one parsed request of an imported file. It holds no pointers, so
+// a file's rows are one flat allocation the collector need not scan.
+type row struct {
+	at         int64 // arrival, ns on the file's own clock
+	in, out    int32 // prompt and output tokens, in [1, MaxTokens]
+	ids, idEnd int32 // the row's Mooncake hash_ids are pool[ids:idEnd]; ids < 0 for none
+}
+
+// rowsFor returns an empty row slice with room for the rows a file of
+// size bytes probably holds, at about perRow bytes a row.
+func rowsFor(size int64, perRow int64) []row {
+	return make([]row, 0, min(max(size/perRow, 0)+16, MaxRequests))
+}
+
+// buildSegment sorts rows stably by time, checks the span, and turns them
+// into requests relative to the first arrival, with shared prefixes mapped
+// from hash_ids (see prefixMapper). pool holds the hash_ids of all rows;
+// index is the file's position in the concatenation.
+func buildSegment(rows []row, pool []int64, errs *importErrors, class string, index int, notes []string) (*segment, error) {
+	if len(rows) == 0 {
+		errs.file("no requests: expected at least one row")
+		return nil, errs.err()
+	}
+	descents := 0
+	for i := 1; i < len(rows); i++ {
+		if rows[i].at < rows[i-1].at {
+			descents++
+		}
+	}
+	if descents > 0 {
+		slices.SortStableFunc(rows, func(a, b row) int {
+			switch {
+			case a.at < b.at:
+				return -1
+			case a.at > b.at:
+				return 1
+			}
+			return 0
+		})
+		notes = append(notes, fmt.Sprintf("%s: %d rows earlier than the row before them: rows sorted by time (stable)", errs.source, descents))
+	}
+	first, last := rows[0].at, rows[len(rows)-1].at
+	span := last - first // both within ±2^62, so no overflow
+	if span > int64(MaxDuration) {
+		errs.file("arrivals span %v: expected at most %v", time.Duration(span), MaxDuration)
+		return nil, errs.err()
+	}
+	seg := &segment{class: class, reqs: make([]Request, len(rows)), notes: notes}
+	seg.gap = SingleSegmentGap
+	if n := int64(len(rows)) - 1; n > 0 && span > 0 {
+		seg.gap = event.Time(max((span+n/2)/n, 1))
+	}
+	if d := event.Time(span) + seg.gap; d > event.Time(MaxDuration) {
+		errs.file("lasts %v (arrivals over %v, then one mean gap): expected at most %v",
+			time.Duration(d), time.Duration(span), MaxDuration)
+		return nil, errs.err()
+	}
+	pm := newPrefixMapper(index, len(pool))
+	for i := range rows {
+		r := &rows[i]
+		req := Request{At: event.Time(r.at - first), Class: class, InputTokens: int(r.in), OutputTokens: int(r.out)}
+		if r.ids >= 0 {
+			req.PrefixGroup, req.PrefixTokens = pm.add(pool[r.ids:r.idEnd], req.InputTokens)
+		}
+		seg.reqs[i] = req
+	}
+	return seg, nil
+}
+
+// prefixMapper maps Mooncake hash_ids to prefix groups. It keeps a trie of
+// every leading block sequence seen so far in the file; a request's shared
+// prefix is the longest leading run of its hash_ids that is a trie path,
+// that is, that some earlier request also started with. Each trie node
+// carries a chained SplitMix64 hash of the file index and the block IDs on
+// its path, which names the group.
+type prefixMapper struct {
+	child map[trieKey]int32
+	hash  []uint64 // per node; node 0 is the root
+}
+
+type trieKey struct {
+	parent int32
+	id     int64
+}
+
+// newPrefixMapper returns a mapper for the index-th file of a
+// concatenation, sized for up to ids blocks.
+func newPrefixMapper(index, ids int) *prefixMapper {
+	h := make([]uint64, 1, ids+1)
+	h[0] = mix64(streamPrefix ^ mix64(uint64(index)))
+	return &prefixMapper{child: make(map[trieKey]int32, ids), hash: h}
+}
+
+// add returns the group and prefix length of a request with the given
+// hash_ids and input length, and records its block sequence.
+func (pm *prefixMapper) add(ids []int64, input int) (int64, int) {
+	node, shared := int32(0), 0
+	for shared < len(ids) {
+		c, ok := pm.child[trieKey{node, ids[shared]}]
+		if !ok {
+			break
+		}
+		node, shared = c, shared+1
+	}
+	at := node
+	for _, id := range ids[shared:] {
+		n := int32(len(pm.hash))
+		pm.hash = append(pm.hash, mix64(pm.hash[at]^mix64(uint64(id))))
+		pm.child[trieKey{at, id}] = n
+		at = n
+	}
+	tokens := min(shared*MooncakeBlockTokens, input-1)
+	if tokens < 1 {
+		return 0, 0
+	}
+	g := int64(pm.hash[node] >> 1)
+	if g == 0 {
+		g = 1
+	}
+	return g, tokens
+}

@@ -1,0 +1,361 @@
+package traces
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Trace formats accepted by Open.
+const (
+	FormatSpec     = "spec"     // YAML trace specification (.yaml, .yml)
+	FormatMooncake = "mooncake" // Mooncake JSONL (.jsonl)
+	FormatAzure    = "azure"    // Azure LLM inference CSV (.csv)
+)
+
+// Limits of imported traces.
+const (
+	// MaxImportBytes bounds the size of one imported file.
+	MaxImportBytes = 1 << 30
+	// MaxLineBytes bounds one line of an imported file.
+	MaxLineBytes = 1 << 20
+	// MooncakeBlockTokens is the number of prompt tokens one Mooncake
+	// hash_ids entry stands for.
+	MooncakeBlockTokens = 512
+	// SingleSegmentGap is the mean gap used for a segment whose arrivals
+	// all fall at one instant (a single request, or equal timestamps).
+	SingleSegmentGap = event.Second
+	// WindowLength, MinWindows and MaxWindows set how the Bounds of a
+	// single imported file are split: ceil(span/WindowLength) equal
+	// windows, at least MinWindows and at most MaxWindows.
+	WindowLength = 5 * 60 * event.Second
+	MinWindows   = 10
+	MaxWindows   = 20
+	// maxScaledTime bounds the end of a trace after time scaling (1000 times
+	// MaxDuration, about 114 years), far below event.Never.
+	maxScaledTime = 1000 * event.Time(MaxDuration)
+)
+
+// Trace is a workload the simulator can replay: a synthetic Spec, or
+// requests imported from a file (or several, concatenated).
+type Trace struct {
+	Name  string // for reports: the spec name, or the segment classes joined by "+"
+	Fleet string // suggested fleet ("" = none); from the Spec
+	SLO   SLO    // from the Spec; zero for imported traces
+	Seed  uint64 // default seed (Spec.Seed; 1 for imported)
+	Spec  *Spec  // non-nil for synthetic traces
+
+	reqs   []Request    // imported requests at scale 1, sorted, first at 0
+	bounds []event.Time // imported phase bounds at scale 1: [0, ..., end]
+	hash   string       // sha256 hex of the source bytes
+	notes  []string     // what the importers changed or ignored
+}
+
+// segment is one imported file.
+type segment struct {
+	class string
+	reqs  []Request  // sorted by At; At relative to the file's first arrival (so reqs[0].At == 0)
+	gap   event.Time // mean inter-arrival gap, >= 1 ns
+	notes []string
+}
+
+// Open returns the trace arg names. arg is a built-in trace name (see
+// Builtin), a path, or several paths joined with "+", which are imported
+// and concatenated in order ("+" always separates paths). format is "" to
+// choose by extension (.yaml/.yml spec, .jsonl Mooncake, .csv Azure) or one
+// of FormatSpec, FormatMooncake, FormatAzure to force one format on every
+// path. A spec cannot be concatenated. See the package documentation for
+// how imported files are placed in time.
+func Open(arg, format string) (t *Trace, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			t, err = nil, fmt.Errorf("trace %q: cannot open: internal error: %v", arg, r)
+		}
+	}()
+	switch format {
+	case "", FormatSpec, FormatMooncake, FormatAzure:
+	default:
+		return nil, fmt.Errorf("trace %q: format %q: expected %s, %s, %s or empty (by extension)",
+			arg, format, FormatSpec, FormatMooncake, FormatAzure)
+	}
+	if arg == "" {
+		return nil, fmt.Errorf("trace \"\": expected a built-in trace name (%s) or a path", strings.Join(Builtin(), ", "))
+	}
+	parts := strings.Split(arg, "+")
+	if len(parts) == 1 && (format == "" || format == FormatSpec) {
+		if data, ok := builtinData(arg); ok {
+			return specTrace(data, arg+".yaml (built-in)")
+		}
+	}
+	h := sha256.New()
+	var segs []*segment
+	for i, path := range parts {
+		if path == "" {
+			return nil, fmt.Errorf("trace %q: path %d of %d is empty: expected paths joined by \"+\"", arg, i+1, len(parts))
+		}
+		f := format
+		if f == "" {
+			if f = formatOf(path); f == "" {
+				what := fmt.Sprintf("trace %q", arg)
+				if len(parts) > 1 {
+					what += fmt.Sprintf(": %q", path)
+				}
+				return nil, fmt.Errorf("%s: not a built-in trace, and extension %q is unknown: expected a built-in trace (%s), a .yaml/.yml spec, a .jsonl Mooncake trace, a .csv Azure trace, or a format given explicitly",
+					what, filepath.Ext(path), strings.Join(Builtin(), ", "))
+			}
+		}
+		if f == FormatSpec {
+			if len(parts) > 1 {
+				return nil, fmt.Errorf("trace %q: %q is a spec: expected only imported traces (.jsonl, .csv) when joining paths with \"+\"", arg, path)
+			}
+			data, err := readFile(path, MaxSpecBytes)
+			if err != nil {
+				return nil, err
+			}
+			return specTrace(data, path)
+		}
+		seg, err := importFile(path, f, i, h)
+		if err != nil {
+			return nil, err
+		}
+		segs = append(segs, seg)
+	}
+	return assemble(segs, hex.EncodeToString(h.Sum(nil)))
+}
+
+// formatOf is the format of path by extension, or "" when unknown.
+func formatOf(path string) string {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		return FormatSpec
+	case ".jsonl":
+		return FormatMooncake
+	case ".csv":
+		return FormatAzure
+	}
+	return ""
+}
+
+func specTrace(data []byte, source string) (*Trace, error) {
+	s, err := Parse(data, source)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	return &Trace{Name: s.Name, Fleet: s.Fleet, SLO: s.SLO, Seed: s.Seed, Spec: s, hash: hex.EncodeToString(sum[:])}, nil
+}
+
+func readFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace %q: %w", path, err)
+	}
+	defer f.Close()
+	data, err := readLimited(f, limit)
+	if err != nil {
+		return nil, fmt.Errorf("trace %q: %w", path, err)
+	}
+	return data, nil
+}
+
+// importFile parses the file at path in format f, the index-th of a
+// concatenation, feeding its bytes to h.
+func importFile(path, f string, index int, h hash.Hash) (*segment, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace %q: %w", path, err)
+	}
+	defer file.Close()
+	var size int64
+	if st, err := file.Stat(); err == nil && st.Mode().IsRegular() {
+		size = st.Size()
+	}
+	r := io.TeeReader(file, h)
+	if f == FormatMooncake {
+		return parseMooncake(r, size, path, classOf(path), index)
+	}
+	return parseAzure(r, size, path, classOf(path), index)
+}
+
+// classOf is the class of the requests of the file at path: its base name
+// without extension ("traces/azure/code.csv" gives "code").
+func classOf(path string) string {
+	base := filepath.Base(path)
+	if c := strings.TrimSuffix(base, filepath.Ext(base)); c != "" {
+		return c
+	}
+	return base
+}
+
+// assemble concatenates segments into an imported trace. Segment 0 starts
+// at 0; segment k > 0 starts one mean gap of segment k after the last
+// arrival of segment k-1; the trace ends one mean gap of the last segment
+// after its last arrival.
+func assemble(segs []*segment, sum string) (*Trace, error) {
+	t := &Trace{Seed: 1, hash: sum}
+	var names []string
+	n := 0
+	for _, s := range segs {
+		n += len(s.reqs)
+	}
+	if n > MaxRequests {
+		return nil, fmt.Errorf("trace: %d requests in all: expected at most %d", n, MaxRequests)
+	}
+	if len(segs) > 1 {
+		t.reqs = make([]Request, 0, n)
+	}
+	t.bounds = []event.Time{0}
+	var start, last event.Time
+	for k, s := range segs {
+		if k > 0 {
+			start = last + s.gap
+			t.bounds = append(t.bounds, start)
+		}
+		if len(segs) == 1 {
+			t.reqs = s.reqs // starts at 0 already
+		} else {
+			for _, r := range s.reqs {
+				r.At += start
+				t.reqs = append(t.reqs, r)
+			}
+		}
+		last = start + s.reqs[len(s.reqs)-1].At
+		names = append(names, s.class)
+		t.notes = append(t.notes, s.notes...)
+	}
+	end := last + segs[len(segs)-1].gap
+	if end > event.Time(MaxDuration) {
+		return nil, fmt.Errorf("trace %s: lasts %v: expected at most %v", strings.Join(names, "+"), time.Duration(end), MaxDuration)
+	}
+	if len(segs) == 1 {
+		t.bounds = windows(end)
+	} else {
+		t.bounds = append(t.bounds, end)
+	}
+	t.Name = strings.Join(names, "+")
+	return t, nil
+}
+
+// windows splits [0, end) into equal windows: ceil(end/WindowLength), at
+// least MinWindows and at most MaxWindows, and never narrower than 1 ns.
+func windows(end event.Time) []event.Time {
+	w := int64((end + WindowLength - 1) / WindowLength)
+	w = min(max(w, MinWindows), MaxWindows, int64(end))
+	b := make([]event.Time, w+1)
+	for i := range w + 1 {
+		// i*end/w without overflow: end < 2^62 and i <= 20.
+		b[i] = event.Time(int64(end)/w*i + int64(end)%w*i/w)
+	}
+	return b
+}
+
+// MeanRate is the mean arrival rate in requests per second at scale 1:
+// Spec.MeanRate for a synthetic trace, and the number of requests over the
+// trace's span (Bounds(1)'s last element) for an imported one.
+func (t *Trace) MeanRate() float64 {
+	if t.Spec != nil {
+		return t.Spec.MeanRate()
+	}
+	if len(t.bounds) == 0 {
+		return 0
+	}
+	return float64(len(t.reqs)) / t.bounds[len(t.bounds)-1].Seconds()
+}
+
+// Generate returns the requests of the trace, sorted by At. For a
+// synthetic trace it is Spec.Generate. An imported trace ignores seed (it
+// is data) and scales time: a request imported at At is sent at
+// round(At/scale), so the mean rate becomes scale×MeanRate. Each call
+// returns a new slice.
+func (t *Trace) Generate(seed uint64, scale float64) ([]Request, error) {
+	if t.Spec != nil {
+		return t.Spec.Generate(seed, scale)
+	}
+	b, err := t.scaledBounds(scale)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Request, len(t.reqs))
+	p := 0 // phase of the current request
+	for i, r := range t.reqs {
+		for r.At >= t.bounds[p+1] {
+			p++
+		}
+		at := event.Time(math.Round(float64(r.At) / scale))
+		// Rounding cannot move a request out of its phase unless the
+		// phase was widened to 1 ns by scaledBounds; keep it inside.
+		r.At = min(max(at, b[p]), b[p+1]-1)
+		out[i] = r
+	}
+	return out, nil
+}
+
+// Bounds returns the phase boundaries at the given scale: 0, the end of
+// each phase, and the end of the trace, so that phase p holds the requests
+// with Bounds[p] <= At < Bounds[p+1]. A synthetic trace's bounds are its
+// cumulative phase durations, the same at every scale. An imported trace
+// has one phase per concatenated file, or, for a single file, equal
+// windows (see WindowLength); its bounds are divided by scale like its
+// arrival times. Bounds is nil when Generate would reject scale.
+func (t *Trace) Bounds(scale float64) []event.Time {
+	if t.Spec != nil {
+		if !validScale(scale) {
+			return nil
+		}
+		b := []event.Time{0}
+		var at event.Time
+		for _, p := range t.Spec.Phases {
+			at += event.Time(p.Duration)
+			b = append(b, at)
+		}
+		return b
+	}
+	b, err := t.scaledBounds(scale)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func validScale(scale float64) bool {
+	return scale > 0 && !math.IsInf(scale, 0)
+}
+
+// scaledBounds divides the bounds by scale, rounding to the nanosecond and
+// keeping every phase at least 1 ns wide.
+func (t *Trace) scaledBounds(scale float64) ([]event.Time, error) {
+	if !validScale(scale) {
+		return nil, fmt.Errorf("trace %s: scale %s: expected a finite number > 0", t.Name, formatFloat(scale))
+	}
+	if len(t.bounds) < 2 {
+		return nil, fmt.Errorf("trace %s: no requests", t.Name)
+	}
+	end := float64(t.bounds[len(t.bounds)-1]) / scale
+	if !(end <= float64(maxScaledTime)) {
+		return nil, fmt.Errorf("trace %s: scale %s stretches the trace to %.4g h: expected at most %d h",
+			t.Name, formatFloat(scale), end/float64(time.Hour), int64(time.Duration(maxScaledTime)/time.Hour))
+	}
+	b := make([]event.Time, len(t.bounds))
+	for i := 1; i < len(b); i++ {
+		b[i] = max(event.Time(math.Round(float64(t.bounds[i])/scale)), b[i-1]+1)
+	}
+	return b, nil
+}
+
+// Hash is the hex SHA-256 of the trace's source bytes: the spec file (or
+// the embedded built-in), or every imported file, in order, as one stream.
+func (t *Trace) Hash() string { return t.hash }
+
+// Notes lists what the importers changed or ignored (clamped lengths,
+// re-sorted rows, ignored fields), one line each, for the CLI to print.
+// It is empty for synthetic traces.
+func (t *Trace) Notes() []string { return append([]string(nil), t.notes...) }
