@@ -1,0 +1,78 @@
+package report
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+func move(at event.Time, from, to event.Role) event.Record {
+	return event.Record{At: at, Kind: event.KindRoleMove, From: from, To: to}
+}
+
+const s = event.Second
+
+// Opening roles set the first split; moves change it; simultaneous moves
+// merge into one change.
+func TestSplits(t *testing.T) {
+	P, D, N := event.RolePrefill, event.RoleDecode, event.RoleNone
+	moves := []event.Record{
+		move(0, N, P), move(0, N, P), move(0, N, D), move(0, N, D),
+		move(10*s, D, P),
+		move(20*s, P, D), move(20*s, P, D),
+		move(100*s, D, P),
+	}
+	want := []SplitChange{{0, 2}, {10 * s, 3}, {20 * s, 1}, {100 * s, 2}}
+	got := Splits(moves)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Splits = %v, want %v", got, want)
+	}
+	if Moves(moves) != 4 {
+		t.Fatalf("Moves = %d, want 4 (opening roles do not count)", Moves(moves))
+	}
+	// 2 -> 3 at 10 s, then down at 20 s: reversed within 30 s. 3 -> 1 at
+	// 20 s, then up at 100 s: not within 30 s.
+	if got := Thrash(got, 30*s); got != 1 {
+		t.Fatalf("Thrash = %d, want 1", got)
+	}
+	if SplitAt(want, 15*s) != 3 || SplitAt(want, 0) != 2 || SplitAt(want, 1000*s) != 2 {
+		t.Fatal("SplitAt")
+	}
+}
+
+func TestLag(t *testing.T) {
+	splits := []SplitChange{{0, 1}, {70 * s, 2}, {80 * s, 3}, {200 * s, 1}}
+	phases := []PhaseTarget{{0, 60 * s, 1}, {60 * s, 120 * s, 4}, {120 * s, 180 * s, 3}, {180 * s, 240 * s, 7}}
+	lags, missed := Lag(splits, phases)
+	// Phase 2 wants 4: within one engine (3) at 80 s, 20 s after it
+	// starts. Phase 3 wants 3: already there. Phase 4 wants 7: never.
+	if want := []event.Time{20 * s, 0, 60 * s}; !reflect.DeepEqual(lags, want) || missed != 1 {
+		t.Fatalf("Lag = %v, %d missed; want %v, 1 missed", lags, missed, want)
+	}
+}
+
+func TestSustained(t *testing.T) {
+	r, ok := Sustained([]float64{1, 2, 3, 4}, []float64{1, 0.95, 0.89, 0.9}, 0.9)
+	if !ok || r != 4 {
+		t.Fatalf("Sustained = %v %v, want 4 (highest passing rate, not monotone)", r, ok)
+	}
+	if _, ok := Sustained([]float64{1}, []float64{0.5}, 0.9); ok {
+		t.Fatal("no passing rate must report none")
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	slo := event.SLO{TTFT: s, TPOT: s / 10}
+	rows := []event.Row{
+		{Terminal: event.KindFinish, Cause: event.CauseStop, FirstToken: s / 2, End: s, OutputTokens: 6},
+		{Terminal: event.KindFinish, Cause: event.CauseLength, FirstToken: s / 2, End: s, OutputTokens: 6},
+		{Terminal: event.KindRefuse},
+		{Terminal: event.KindExpire},
+	}
+	sum := Summarize(rows, slo)
+	if sum.Offered != 4 || sum.Completed != 2 || sum.Qualified != 1 || sum.Refused != 1 || sum.Expired != 1 ||
+		sum.Misses[event.CheckLength] != 1 || sum.Attainment() != 0.25 {
+		t.Fatalf("Summarize = %+v", sum)
+	}
+}
