@@ -7,7 +7,7 @@ DEMORATES := 0.6,1.0,1.6,2.4,3.2,4.4,5.4,6.4
 DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:6P2D,static:7P1D,aggregated,adaptive,arrow,planner,coldswap,oracle
 PKGS      := ./...
 
-.PHONY: all build demo test vet fmtcheck lint bench fuzz clean
+.PHONY: all build deps demo test vet fmtcheck lint bench fuzz clean
 
 all: build
 
@@ -18,11 +18,17 @@ build:
 demo: build
 	./$(BIN) sim --trace demo --arms $(DEMOARMS) --rates $(DEMORATES)
 
+## deps: the independent Parquet reader the tests use (DuckDB, from npm).
+deps: node_modules/.package-lock.json
+
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+
 ## test: everything CI checks: formatting, vet, the import rule, unit and
 ## property tests, race detector on the concurrent packages.
-test: fmtcheck vet
+test: deps fmtcheck vet
 	$(GO) test -count=1 $(PKGS)
-	$(GO) test -count=1 -race ./sweep/ ./cmd/...
+	$(GO) test -count=1 -race ./sweep/ ./cmd/... ./journal/
 
 vet:
 	$(GO) vet $(PKGS)

@@ -1,0 +1,69 @@
+// Package journal is the durable record of a run: an append-only store of
+// its event.Records, one directory per run, and the Parquet export that
+// turns a directory of runs into tables for analysis.
+//
+// # Where to start
+//
+// Writing: Create makes a run directory and returns a Writer, an
+// event.Recorder; hand it to a driver (the simulator, the live router) and
+// Close it at the end of the run. Reading: Open returns a Reader; Replay
+// walks every record in Seq order, and Fold, RoleMoves, Decisions and
+// Faults (tables.go) turn them into Go slices. Export (export.go) writes
+// the Parquet tables described in SCHEMA.md. The byte layout lives in
+// codec.go, the directory layout and Pebble settings in store.go.
+//
+// # Directory layout
+//
+// A run directory holds a marker file, JOURNAL, and a Pebble store,
+// events/. Create writes the marker last, after the run-metadata record is
+// synced, so a directory with a marker always has its metadata. IsJournal
+// checks the layout; Runs lists run directories under a root.
+//
+// # Keys and values
+//
+// A key is the record's Seq as 8 big-endian bytes, so Pebble's byte order
+// is Seq order. Seq 0 is the run-metadata record (Kind event.KindRunMeta,
+// Text = event.RunMeta as JSON, Schema = event.SchemaVersion); a driver's
+// records follow from Seq 1, either stamped by the driver (strictly
+// increasing) or assigned by the Writer when Seq is 0.
+//
+// A value is the record without its Seq: a format-version byte (1), the
+// Kind byte, a uvarint of presence flags, At as a zig-zag varint, then
+// only the fields whose flag is set, in a fixed order: Cause, From and To
+// as bytes; Inst, Peer, Req, Tokens, Want, Ref as zig-zag varints; Class
+// and Text as uvarint-length-prefixed bytes. Absent fields read back as
+// zero (Inst and Peer as event.NoInstance). A request record takes 12 to
+// 16 bytes (an arrival, with its class, about 28). Decoding checks every
+// length and refuses unknown format versions, unknown flags and trailing
+// bytes with an error naming the key; it never panics. A journal whose
+// metadata names a newer schema than event.SchemaVersion is refused by
+// Open.
+//
+// # Durability and the sync policy
+//
+// Records are buffered in a Pebble batch and committed every
+// Options.BatchRecords records (4096 by default), at Flush and at Close.
+// Pebble writes each commit to its write-ahead log as one checksummed
+// unit, so after a crash Open sees each batch whole or not at all: never a
+// torn record, and Seqs without gaps up to the last surviving batch.
+//
+// SyncEveryBatch (the default) fsyncs every commit: when an automatic
+// commit or Flush returns, its records survive a killed process and a
+// power loss. SyncOnClose commits automatic batches without fsync and
+// syncs at Flush and Close only: appending is cheaper, but only records
+// covered by a returned Flush or Close are acknowledged, since Pebble may
+// still hold later no-sync commits in process memory when the process
+// dies. Writer.Acked reports the highest acknowledged Seq under either
+// policy. On a disk with fast fsync the two policies cost about the same
+// per record (the fsync is amortised over a batch); on a slow disk
+// SyncOnClose avoids a stall of one fsync per batch.
+//
+// # Pebble
+//
+// The store is opened with a quiet logger (Pebble's default writes to
+// stderr and exits the process on fatal errors; here a fatal error becomes
+// the Writer's sticky error), uncompressed 32 KiB blocks and 32 MiB
+// memtables. Readers open it read-only, which replays the write-ahead log
+// into memory without changing any file, so a crashed journal can be read
+// as often as wanted.
+package journal

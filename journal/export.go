@@ -1,0 +1,441 @@
+package journal
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress/zstd"
+)
+
+// Parquet rows, one struct per table. SCHEMA.md documents every column;
+// keep the two in step. Times are nanoseconds since the run started, and
+// -1 stands for "never" or "undefined", so every column is required (no
+// nulls) and DuckDB's filters stay simple.
+
+type requestRow struct {
+	Run              string  `parquet:"run,dict"`
+	Arm              string  `parquet:"arm,dict"`
+	Rate             float64 `parquet:"rate,dict"`
+	Req              int64   `parquet:"req,delta"`
+	Class            string  `parquet:"class,dict"`
+	ScheduledNs      int64   `parquet:"scheduled_ns,delta"`
+	ArrivalNs        int64   `parquet:"arrival_ns,delta"`
+	AdmitNs          int64   `parquet:"admit_ns,delta"`
+	PrefillInst      int32   `parquet:"prefill_inst,delta"`
+	DecodeInst       int32   `parquet:"decode_inst,delta"`
+	Crossed          bool    `parquet:"crossed"`
+	FirstTokenNs     int64   `parquet:"first_token_ns,delta"`
+	EndNs            int64   `parquet:"end_ns,delta"`
+	TTFTNs           int64   `parquet:"ttft_ns,delta"`
+	TPOTNs           int64   `parquet:"tpot_ns,delta"`
+	E2ENs            int64   `parquet:"e2e_ns,delta"`
+	InputTokens      int64   `parquet:"input_tokens,delta"`
+	WantTokens       int64   `parquet:"want_tokens,delta"`
+	OutputTokens     int64   `parquet:"output_tokens,delta"`
+	CachedTokens     int64   `parquet:"cached_tokens,delta"`
+	Terminal         string  `parquet:"terminal,dict"`
+	Cause            string  `parquet:"cause,dict"`
+	SLOOK            bool    `parquet:"slo_ok"`
+	FirstFailedCheck string  `parquet:"first_failed_check,dict"`
+}
+
+type roleMoveRow struct {
+	Run                  string  `parquet:"run,dict"`
+	Arm                  string  `parquet:"arm,dict"`
+	Rate                 float64 `parquet:"rate,dict"`
+	AtNs                 int64   `parquet:"at_ns,delta"`
+	Inst                 int32   `parquet:"inst,delta"`
+	From                 string  `parquet:"from,dict"`
+	To                   string  `parquet:"to,dict"`
+	Cause                string  `parquet:"cause,dict"`
+	ResidentDecodeTokens int64   `parquet:"resident_decode_tokens,delta"`
+	ResidentPrefillNs    int64   `parquet:"resident_prefill_ns,delta"`
+	Reason               string  `parquet:"reason"`
+}
+
+type decisionRow struct {
+	Run  string  `parquet:"run,dict"`
+	Arm  string  `parquet:"arm,dict"`
+	Rate float64 `parquet:"rate,dict"`
+	AtNs int64   `parquet:"at_ns,delta"`
+	Text string  `parquet:"text"`
+}
+
+type faultRow struct {
+	Run    string  `parquet:"run,dict"`
+	Arm    string  `parquet:"arm,dict"`
+	Rate   float64 `parquet:"rate,dict"`
+	AtNs   int64   `parquet:"at_ns,delta"`
+	Kind   string  `parquet:"kind,dict"`
+	Inst   int32   `parquet:"inst,delta"`
+	Req    int64   `parquet:"req,delta"`
+	Cause  string  `parquet:"cause,dict"`
+	Tokens int64   `parquet:"tokens,delta"`
+}
+
+type runRow struct {
+	Run           string  `parquet:"run"`
+	Arm           string  `parquet:"arm"`
+	Rate          float64 `parquet:"rate,dict"`
+	Seed          uint64  `parquet:"seed,delta"`
+	Trace         string  `parquet:"trace"`
+	TraceHash     string  `parquet:"trace_hash"`
+	Fleet         string  `parquet:"fleet"`
+	ConfigHash    string  `parquet:"config_hash"`
+	Version       string  `parquet:"version"`
+	Driver        string  `parquet:"driver"`
+	Instances     int64   `parquet:"instances,delta"`
+	GPUs          int64   `parquet:"gpus,delta"`
+	TTFTSLOs      float64 `parquet:"ttft_slo_s"`
+	TPOTSLOs      float64 `parquet:"tpot_slo_s"`
+	StartUnixNano int64   `parquet:"start_unix_nano,delta"`
+	Records       int64   `parquet:"records,delta"`
+	Offered       int64   `parquet:"offered,delta"`
+}
+
+// Table file names, in the order Export writes them.
+const (
+	RequestsFile  = "requests.parquet"
+	RoleMovesFile = "role_moves.parquet"
+	DecisionsFile = "decisions.parquet"
+	FaultsFile    = "faults.parquet"
+	RunsFile      = "runs.parquet"
+)
+
+// ExportStats counts what Export wrote.
+type ExportStats struct {
+	Runs      int
+	Records   int64 // journal records read, run metadata included
+	Requests  int64 // rows of requests.parquet
+	RoleMoves int64
+	Decisions int64
+	Faults    int64
+	Files     []string // the files written, in table order
+}
+
+// rowGroupRows caps a row group; a run's rows start a new row group, so
+// small runs give one row group each.
+const rowGroupRows = 1 << 20
+
+// chunkRows is how many rows are converted before each parquet Write.
+const chunkRows = 8192
+
+// zstdCodec is the compression of every column. SpeedFastest keeps the
+// 1M-request export well under its time budget; the files are small anyway
+// because most columns are dictionary or delta-friendly integers.
+var zstdCodec = &zstd.Codec{Level: zstd.SpeedFastest}
+
+// table is one Parquet file being written: a temporary file renamed into
+// place once everything succeeded.
+type table[T any] struct {
+	final, tmp string
+	f          *os.File
+	bw         *bufio.Writer
+	w          *parquet.GenericWriter[T]
+	buf        []T
+	rows       int64
+}
+
+func newTable[T any](dir, name string) (*table[T], error) {
+	t := &table[T]{final: filepath.Join(dir, name), tmp: filepath.Join(dir, "."+name+".tmp")}
+	f, err := os.Create(t.tmp)
+	if err != nil {
+		return nil, err
+	}
+	t.f = f
+	t.bw = bufio.NewWriterSize(f, 1<<20)
+	t.w = parquet.NewGenericWriter[T](t.bw,
+		parquet.Compression(zstdCodec),
+		// A fixed creator string: the file must not depend on the build.
+		parquet.CreatedBy("narwhal-bench", "journal-export-1", "-"),
+		parquet.MaxRowsPerRowGroup(rowGroupRows),
+	)
+	t.buf = make([]T, 0, chunkRows)
+	return t, nil
+}
+
+// add buffers one row, writing a chunk when the buffer is full.
+func (t *table[T]) add(row T) error {
+	t.buf = append(t.buf, row)
+	if len(t.buf) == cap(t.buf) {
+		return t.drain()
+	}
+	return nil
+}
+
+func (t *table[T]) drain() error {
+	if len(t.buf) == 0 {
+		return nil
+	}
+	n, err := t.w.Write(t.buf)
+	t.rows += int64(n)
+	clear(t.buf) // drop string references
+	t.buf = t.buf[:0]
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(t.final), err)
+	}
+	return nil
+}
+
+// endRun writes buffered rows and closes the current row group.
+func (t *table[T]) endRun() error {
+	if err := t.drain(); err != nil {
+		return err
+	}
+	if err := t.w.Flush(); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(t.final), err)
+	}
+	return nil
+}
+
+// complete writes the rest of the file, the footer included, and syncs it
+// under its temporary name.
+func (t *table[T]) complete() error {
+	err := t.drain()
+	if err == nil {
+		err = t.w.Close()
+	}
+	if err == nil {
+		err = t.bw.Flush()
+	}
+	if err == nil {
+		err = t.f.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(t.final), err)
+	}
+	return nil
+}
+
+// publish closes the completed file and renames it into place.
+func (t *table[T]) publish() error {
+	err := t.f.Close()
+	t.f = nil
+	if err == nil {
+		err = os.Rename(t.tmp, t.final)
+	}
+	if err != nil {
+		_ = os.Remove(t.tmp)
+		return fmt.Errorf("%s: %w", filepath.Base(t.final), err)
+	}
+	return nil
+}
+
+// abandon removes the temporary file after a failure.
+func (t *table[T]) abandon() {
+	if t.f != nil {
+		_ = t.f.Close()
+		t.f = nil
+		_ = os.Remove(t.tmp)
+	}
+}
+
+type exporter struct {
+	requests  *table[requestRow]
+	roleMoves *table[roleMoveRow]
+	decisions *table[decisionRow]
+	faults    *table[faultRow]
+	runs      *table[runRow]
+	fold      event.Fold // reused across runs
+	stats     ExportStats
+}
+
+// Export reads every run under root (see Runs) and writes the five tables
+// requests, role_moves, decisions, faults and runs as zstd-compressed
+// Parquet files in outDir, replacing files of the same names. SCHEMA.md
+// describes the columns. Runs are exported in sorted order, one at a time,
+// so memory holds one run's request rows (see Fold) and the output is
+// byte-identical for the same journals. A run whose records do not fold
+// cleanly (a life-cycle violation, or requests left open by a crash) fails
+// the export with an error naming the run; nothing is renamed into place
+// then.
+func Export(root, outDir string) (ExportStats, error) {
+	runs, err := Runs(root)
+	if err != nil {
+		return ExportStats{}, fmt.Errorf("export: %w", err)
+	}
+	if len(runs) == 0 {
+		return ExportStats{}, fmt.Errorf("export: %s: no journals here or in its subdirectories", root)
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return ExportStats{}, fmt.Errorf("export: %w", err)
+	}
+	e := &exporter{}
+	if err := e.open(outDir); err != nil {
+		e.abandon()
+		return ExportStats{}, fmt.Errorf("export: %w", err)
+	}
+	for _, dir := range runs {
+		if err := e.run(dir); err != nil {
+			e.abandon()
+			return ExportStats{}, fmt.Errorf("export: %w", err)
+		}
+	}
+	if err := e.finish(); err != nil {
+		e.abandon()
+		return ExportStats{}, fmt.Errorf("export: %w", err)
+	}
+	e.stats.Runs = len(runs)
+	return e.stats, nil
+}
+
+func (e *exporter) open(dir string) (err error) {
+	if e.requests, err = newTable[requestRow](dir, RequestsFile); err != nil {
+		return err
+	}
+	if e.roleMoves, err = newTable[roleMoveRow](dir, RoleMovesFile); err != nil {
+		return err
+	}
+	if e.decisions, err = newTable[decisionRow](dir, DecisionsFile); err != nil {
+		return err
+	}
+	if e.faults, err = newTable[faultRow](dir, FaultsFile); err != nil {
+		return err
+	}
+	e.runs, err = newTable[runRow](dir, RunsFile)
+	return err
+}
+
+func (e *exporter) abandon() {
+	if e.requests != nil {
+		e.requests.abandon()
+	}
+	if e.roleMoves != nil {
+		e.roleMoves.abandon()
+	}
+	if e.decisions != nil {
+		e.decisions.abandon()
+	}
+	if e.faults != nil {
+		e.faults.abandon()
+	}
+	if e.runs != nil {
+		e.runs.abandon()
+	}
+}
+
+func (e *exporter) finish() error {
+	// Every file is complete and synced before the first is renamed, so a
+	// failure while writing leaves the previous export (if any) whole.
+	for _, c := range []func() error{e.requests.complete, e.roleMoves.complete, e.decisions.complete, e.faults.complete, e.runs.complete} {
+		if err := c(); err != nil {
+			return err
+		}
+	}
+	for _, p := range []func() error{e.requests.publish, e.roleMoves.publish, e.decisions.publish, e.faults.publish, e.runs.publish} {
+		if err := p(); err != nil {
+			return err
+		}
+	}
+	if err := syncDir(filepath.Dir(e.requests.final)); err != nil {
+		return err
+	}
+	e.stats.Requests = e.requests.rows
+	e.stats.RoleMoves = e.roleMoves.rows
+	e.stats.Decisions = e.decisions.rows
+	e.stats.Faults = e.faults.rows
+	e.stats.Files = []string{e.requests.final, e.roleMoves.final, e.decisions.final, e.faults.final, e.runs.final}
+	return nil
+}
+
+// nsOrNone maps Never to -1.
+func nsOrNone(t event.Time) int64 {
+	if t == event.Never {
+		return -1
+	}
+	return int64(t)
+}
+
+// run exports one run directory.
+func (e *exporter) run(dir string) (err error) {
+	r, err := Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := r.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	m := r.Meta()
+	name := filepath.Base(dir)
+	e.fold.Reset()
+	var records int64
+	err = r.Replay(func(rec *event.Record) error {
+		records++
+		e.fold.Record(rec)
+		switch rec.Kind {
+		case event.KindRoleMove:
+			return e.roleMoves.add(roleMoveRow{Run: name, Arm: m.Arm, Rate: m.Rate, AtNs: int64(rec.At),
+				Inst: int32(rec.Inst), From: rec.From.String(), To: rec.To.String(), Cause: rec.Cause.String(),
+				ResidentDecodeTokens: rec.Tokens, ResidentPrefillNs: int64(rec.Ref), Reason: rec.Text})
+		case event.KindDecision:
+			return e.decisions.add(decisionRow{Run: name, Arm: m.Arm, Rate: m.Rate, AtNs: int64(rec.At), Text: rec.Text})
+		case event.KindFail, event.KindHealth:
+			return e.faults.add(faultRow{Run: name, Arm: m.Arm, Rate: m.Rate, AtNs: int64(rec.At), Kind: rec.Kind.String(),
+				Inst: int32(rec.Inst), Req: int64(rec.Req), Cause: rec.Cause.String(), Tokens: rec.Tokens})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("run %s: %w", name, err)
+	}
+	if err := e.fold.Err(); err != nil {
+		return fmt.Errorf("run %s (%s): %w", name, dir, err)
+	}
+	rows := e.fold.Rows()
+	if err := e.writeRequests(name, m, rows); err != nil {
+		return fmt.Errorf("run %s: %w", name, err)
+	}
+	if err := e.runs.add(runRow{Run: name, Arm: m.Arm, Rate: m.Rate, Seed: m.Seed, Trace: m.Trace, TraceHash: m.TraceHash,
+		Fleet: m.Fleet, ConfigHash: m.ConfigHash, Version: m.Version, Driver: m.Driver,
+		Instances: int64(m.Instances), GPUs: int64(m.GPUs), TTFTSLOs: m.TTFTSLO, TPOTSLOs: m.TPOTSLO,
+		StartUnixNano: m.StartUnixNano, Records: records, Offered: int64(len(rows))}); err != nil {
+		return fmt.Errorf("run %s: %w", name, err)
+	}
+	for _, end := range []func() error{e.requests.endRun, e.roleMoves.endRun, e.decisions.endRun, e.faults.endRun} {
+		if err := end(); err != nil {
+			return fmt.Errorf("run %s: %w", name, err)
+		}
+	}
+	e.stats.Records += records
+	return nil
+}
+
+// sloOf returns the SLO a run is judged by, from its metadata.
+func sloOf(m event.RunMeta) event.SLO {
+	return event.SLO{TTFT: event.Seconds(m.TTFTSLO), TPOT: event.Seconds(m.TPOTSLO)}
+}
+
+func (e *exporter) writeRequests(name string, m event.RunMeta, rows []event.Row) error {
+	slo := sloOf(m)
+	for i := range rows {
+		if err := e.requests.add(requestRowOf(name, m, slo, &rows[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// requestRowOf flattens one folded request.
+func requestRowOf(name string, m event.RunMeta, slo event.SLO, r *event.Row) requestRow {
+	check := event.Qualify(r, slo)
+	e2e := int64(-1)
+	if r.Terminal == event.KindFinish && r.End != event.Never && r.Scheduled != event.Never {
+		e2e = int64(r.End - r.Scheduled)
+	}
+	return requestRow{
+		Run: name, Arm: m.Arm, Rate: m.Rate, Req: int64(r.Req), Class: r.Class,
+		ScheduledNs: nsOrNone(r.Scheduled), ArrivalNs: nsOrNone(r.Arrival), AdmitNs: nsOrNone(r.Admit),
+		PrefillInst: int32(r.PrefillInst), DecodeInst: int32(r.DecodeInst), Crossed: r.Crossed,
+		FirstTokenNs: nsOrNone(r.FirstToken), EndNs: nsOrNone(r.End),
+		TTFTNs: nsOrNone(r.TTFT()), TPOTNs: nsOrNone(r.TPOT()), E2ENs: e2e,
+		InputTokens: r.InputTokens, WantTokens: r.WantOutput, OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens,
+		Terminal: r.Terminal.String(), Cause: r.Cause.String(),
+		SLOOK: check == event.CheckOK, FirstFailedCheck: check.String(),
+	}
+}

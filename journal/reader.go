@@ -1,0 +1,266 @@
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Reader is a read-only view of one run's journal. Several Replays may run
+// at once; Close must not overlap them.
+type Reader struct {
+	dir  string
+	db   *pebble.DB
+	meta event.RunMeta
+}
+
+// Open opens the journal in dir read-only. It works after a clean Close and
+// after a crash: Pebble replays its write-ahead log, which yields every
+// batch whose commit returned (under the writer's sync policy) and drops a
+// torn tail whole, so no record is ever half there. The run metadata is
+// read and checked here; a journal from a newer schema is refused. A
+// journal whose Writer is still open cannot be opened.
+func Open(dir string) (*Reader, error) {
+	if err := checkLayout(dir); err != nil {
+		return nil, err
+	}
+	db, err := openStore(dir, true)
+	if err != nil {
+		if strings.Contains(err.Error(), "lock held") {
+			// Pebble's lock error has no sentinel to test with errors.Is.
+			return nil, fmt.Errorf("journal %s: in use: its Writer is still open (%w)", dir, err)
+		}
+		return nil, fmt.Errorf("journal %s: opening event store (damaged, or not written by narwhal-bench): %w", dir, err)
+	}
+	r := &Reader{dir: dir, db: db}
+	if err := r.readMeta(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Reader) readMeta() (err error) {
+	defer catchFatal(&err)
+	var key [keyLen]byte
+	putKey(&key, 0)
+	v, closer, err := r.db.Get(key[:])
+	if errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("journal %s: no run-metadata record (seq 0)", r.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("journal %s: reading run metadata: %w", r.dir, err)
+	}
+	defer closer.Close()
+	var d decoder
+	var rec event.Record
+	if err := d.decode(0, v, &rec); err != nil {
+		return fmt.Errorf("journal %s: run metadata: %w", r.dir, err)
+	}
+	if rec.Kind != event.KindRunMeta {
+		return fmt.Errorf("journal %s: record seq 0 is %s, expected %s", r.dir, rec.Kind, event.KindRunMeta)
+	}
+	m, err := event.DecodeRunMeta(rec.Text)
+	if err != nil {
+		return fmt.Errorf("journal %s: %w", r.dir, err)
+	}
+	r.meta = m
+	return nil
+}
+
+// Dir returns the journal's directory.
+func (r *Reader) Dir() string { return r.dir }
+
+// Meta returns the run's metadata.
+func (r *Reader) Meta() event.RunMeta { return r.meta }
+
+// Replay calls fn with every record in Seq order, the run-metadata record
+// (Seq 0) first. fn receives a pointer to a Record that Replay reuses: copy
+// the Record to keep it (its strings are safe to keep). Replay stops at the
+// first error fn returns and returns it; a record that cannot be decoded
+// stops Replay with an error naming its key.
+//
+// fn runs on the caller's goroutine. Underneath, a second goroutine walks
+// the store and hands raw values over in chunks, so the store's iteration
+// overlaps decoding and fn; it has ended by the time Replay returns.
+func (r *Reader) Replay(fn func(*event.Record) error) error {
+	if r.db == nil {
+		return fmt.Errorf("journal %s: reader is closed", r.dir)
+	}
+	p := newPump(r.db)
+	defer p.stop()
+	var d decoder
+	var rec event.Record
+	for {
+		c, ok := <-p.full
+		if !ok {
+			return nil // the producer ended without error (it sends errors in a chunk)
+		}
+		start := 0
+		for i, seq := range c.seqs {
+			v := c.buf[start:c.ends[i]]
+			start = c.ends[i]
+			if err := d.decode(seq, v, &rec); err != nil {
+				return fmt.Errorf("journal %s: %w", r.dir, err)
+			}
+			if err := fn(&rec); err != nil {
+				return err
+			}
+		}
+		if c.panicVal != nil {
+			panic(c.panicVal)
+		}
+		if c.err != nil {
+			return fmt.Errorf("journal %s: %w", r.dir, c.err)
+		}
+		p.free <- c
+	}
+}
+
+// Chunks bound what the pump holds: pumpChunks chunks of up to
+// chunkRecords values or about chunkBytes bytes each.
+const (
+	pumpChunks   = 3
+	chunkRecords = 4096
+	chunkBytes   = 256 << 10
+)
+
+// rawChunk is a run of consecutive values copied out of the store. err (or
+// panicVal) ends the stream after the chunk's values.
+type rawChunk struct {
+	seqs     []uint64
+	ends     []int // end of each value in buf
+	buf      []byte
+	err      error
+	panicVal any
+}
+
+// pump walks a store on its own goroutine and sends chunks of raw values.
+type pump struct {
+	full chan *rawChunk // filled chunks, closed at the end of the store
+	free chan *rawChunk // chunks back from the consumer
+	done chan struct{}  // closed by stop: the consumer has gone
+	wg   sync.WaitGroup
+}
+
+func newPump(db *pebble.DB) *pump {
+	p := &pump{full: make(chan *rawChunk, pumpChunks), free: make(chan *rawChunk, pumpChunks), done: make(chan struct{})}
+	for i := 0; i < pumpChunks; i++ {
+		p.free <- &rawChunk{}
+	}
+	p.wg.Add(1)
+	go p.run(db)
+	return p
+}
+
+// stop tells the producer to quit and waits for it.
+func (p *pump) stop() {
+	close(p.done)
+	p.wg.Wait()
+}
+
+func (p *pump) run(db *pebble.DB) {
+	defer p.wg.Done()
+	var c *rawChunk
+	take := func() bool {
+		select {
+		case c = <-p.free:
+			c.seqs, c.ends, c.buf, c.err, c.panicVal = c.seqs[:0], c.ends[:0], c.buf[:0], nil, nil
+			return true
+		case <-p.done:
+			return false
+		}
+	}
+	send := func() bool {
+		select {
+		case p.full <- c:
+			c = nil
+			return true
+		case <-p.done:
+			return false
+		}
+	}
+	if !take() {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			if c == nil && !take() {
+				return
+			}
+			if f, ok := v.(pebbleFatal); ok {
+				c.err = fmt.Errorf("pebble: %s", f.msg)
+			} else {
+				c.panicVal = v
+			}
+			send()
+		}
+	}()
+	err := p.walk(db, &c, take, send)
+	if c == nil {
+		return // stopped
+	}
+	if err != nil {
+		c.err = err
+		send()
+		return
+	}
+	if len(c.seqs) > 0 && !send() {
+		return
+	}
+	close(p.full)
+}
+
+// walk iterates the store into chunks; it returns the iteration's error, or
+// nil with *c nil when the consumer stopped it.
+func (p *pump) walk(db *pebble.DB, c **rawChunk, take, send func() bool) (err error) {
+	it, err := db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != keyLen {
+			return fmt.Errorf("key %x: expected %d bytes, found %d", k, keyLen, len(k))
+		}
+		seq := binary.BigEndian.Uint64(k)
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("record seq %d: %w", seq, err)
+		}
+		ch := *c
+		ch.seqs = append(ch.seqs, seq)
+		ch.buf = append(ch.buf, v...)
+		ch.ends = append(ch.ends, len(ch.buf))
+		if len(ch.seqs) >= chunkRecords || len(ch.buf) >= chunkBytes {
+			if !send() || !take() {
+				return nil
+			}
+		}
+	}
+	return it.Error()
+}
+
+// Close releases the store.
+func (r *Reader) Close() (err error) {
+	if r.db == nil {
+		return nil
+	}
+	db := r.db
+	r.db = nil
+	defer catchFatal(&err)
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("journal %s: %w", r.dir, err)
+	}
+	return nil
+}
