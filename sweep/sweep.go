@@ -1,9 +1,13 @@
 package sweep
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/report"
 	"github.com/narwhal-bench/narwhal-bench/sim"
+	"github.com/narwhal-bench/narwhal-bench/timing"
 	"github.com/narwhal-bench/narwhal-bench/traces"
 )
 
@@ -31,9 +36,24 @@ type Config struct {
 	Workers int
 	// Progress, when set, is called after each run with done and total.
 	Progress func(done, total int)
-	// Recorder, when set, returns the recorder for one run's records (a
-	// journal, say); it is called from the run's goroutine.
-	Recorder func(arm string, rate float64) (event.Recorder, error)
+	// Journal, when set, opens a sink for one run's records (a journal
+	// directory, say), given the run's name (RunName) and metadata; it is
+	// called from the run's goroutine, and the sink is closed when the run
+	// ends.
+	Journal func(name string, meta event.RunMeta) (Sink, error)
+	// Version is the narwhal-bench version stamped into run metadata.
+	Version string
+}
+
+// Sink receives one run's records and is closed when the run ends.
+type Sink interface {
+	event.Recorder
+	Close() error
+}
+
+// RunName names a run: the arm with ':' as '-', '@', the rate.
+func RunName(arm string, rate float64) string {
+	return strings.ReplaceAll(arm, ":", "-") + "@" + fmtRate(rate)
 }
 
 // Run is one (arm, rate) cell's result.
@@ -193,7 +213,11 @@ func Execute(cfg Config) (*Result, error) {
 			var fold event.Fold
 			for k := range jobs {
 				arm, ri := cfg.Arms[k/len(rates)], k%len(rates)
-				res.Runs[k], errs[k] = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Recorder)
+				meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: arm,
+					Rate: rates[ri], Seed: cfg.Seed, Trace: cfg.Trace.Name, TraceHash: cfg.Trace.Hash(),
+					Fleet: cfg.Fleet.Name, Instances: n, TTFTSLO: slo.TTFT, TPOTSLO: slo.TPOT}
+				meta.ConfigHash = configHash(simCfg, meta)
+				res.Runs[k], errs[k] = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
 				if cfg.Progress != nil {
 					cfg.Progress(int(done.Add(1)), len(res.Runs))
 				}
@@ -225,7 +249,7 @@ func Execute(cfg Config) (*Result, error) {
 }
 
 func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo event.SLO,
-	targets []report.PhaseTarget, fold *event.Fold, recorder func(string, float64) (event.Recorder, error)) (Run, error) {
+	targets []report.PhaseTarget, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
 	var ctrl core.Controller
 	if arm == "oracle" {
 		steps := make([]core.ScheduleStep, len(targets))
@@ -242,12 +266,17 @@ func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request,
 	fold.Reset()
 	moves := &moveLog{}
 	var rec event.Recorder = event.Tee{fold, moves}
-	if recorder != nil {
-		extra, err := recorder(arm, rate)
+	if journal != nil {
+		sink, err := journal(RunName(arm, rate), meta)
 		if err != nil {
 			return Run{}, fmt.Errorf("sweep: %s at %v req/s: %w", arm, rate, err)
 		}
-		rec = event.Tee{fold, moves, extra}
+		defer func() {
+			if cerr := sink.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("sweep: %s at %v req/s: closing its journal: %w", arm, rate, cerr)
+			}
+		}()
+		rec = event.Tee{fold, moves, sink}
 	}
 	s, err := sim.New(cfg, ctrl, reqs, rec)
 	if err != nil {
@@ -315,4 +344,23 @@ func CheckArm(arm string, n int) error {
 	}
 	_, err := core.NewController(arm, n)
 	return err
+}
+
+// configHash fingerprints everything that determines a run: the simulated
+// fleet and the run's metadata (arm, rate, seed, trace hash, SLOs).
+func configHash(cfg sim.Config, meta event.RunMeta) string {
+	b, err := json.Marshal(struct {
+		Profiles   []timing.Profile
+		Pinned     []bool
+		SLO        core.SLO
+		KV         timing.KV
+		Batch      sim.Batch
+		DrainLimit event.Time
+		Meta       event.RunMeta
+	}{cfg.Profiles, cfg.Pinned, cfg.SLO, cfg.KV, cfg.Batch, cfg.DrainLimit, meta})
+	if err != nil {
+		panic(fmt.Sprintf("sweep: config hash: %v", err)) // plain data always encodes
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -36,20 +36,21 @@ type movesRecorder struct {
 	moves map[string][]event.Record
 }
 
-func (m *movesRecorder) recorder(arm string, rate float64) (event.Recorder, error) {
-	return recorderFunc(func(r *event.Record) {
+func (m *movesRecorder) journal(name string, meta event.RunMeta) (Sink, error) {
+	return sinkFunc(func(r *event.Record) {
 		if r.Kind != event.KindRoleMove {
 			return
 		}
 		m.mu.Lock()
-		m.moves[arm] = append(m.moves[arm], *r)
+		m.moves[meta.Arm] = append(m.moves[meta.Arm], *r)
 		m.mu.Unlock()
 	}), nil
 }
 
-type recorderFunc func(*event.Record)
+type sinkFunc func(*event.Record)
 
-func (f recorderFunc) Record(r *event.Record) { f(r) }
+func (f sinkFunc) Record(r *event.Record) { f(r) }
+func (f sinkFunc) Close() error           { return nil }
 
 // A stationary trace: after warm-up the adaptive controller makes no move
 // at all (issue: "a stationary trace causes no moves after warm-up").
@@ -57,7 +58,7 @@ func TestStationaryNoMovesAfterWarmup(t *testing.T) {
 	tr, fl := load(t, "steady")
 	m := &movesRecorder{moves: map[string][]event.Record{}}
 	res, err := Execute(Config{Trace: tr, Fleet: fl, Arms: []string{"adaptive"}, Rates: []float64{6}, Seed: 1,
-		Workers: 1, Recorder: m.recorder})
+		Workers: 1, Journal: m.journal})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ phases:
 	}
 	m := &movesRecorder{moves: map[string][]event.Record{}}
 	res, err := Execute(Config{Trace: tr, Fleet: fl, Arms: []string{"adaptive", "oracle"}, Rates: []float64{6}, Seed: 3,
-		Workers: 2, Recorder: m.recorder})
+		Workers: 2, Journal: m.journal})
 	if err != nil {
 		t.Fatal(err)
 	}

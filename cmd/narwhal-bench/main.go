@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -16,7 +17,9 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/sweep"
 	"github.com/narwhal-bench/narwhal-bench/traces"
 )
@@ -44,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
-		Commands:       []*cli.Command{simCommand(stderr)},
+		Commands:       []*cli.Command{simCommand(stderr), exportCommand()},
 	}
 	if err := cmd.Run(ctx, args); err != nil {
 		fmt.Fprintf(stderr, "narwhal-bench: %v\n", err)
@@ -81,6 +84,8 @@ func simCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
 			&cli.IntFlag{Name: "workers", Usage: "runs in parallel (default: one per CPU)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (see docs/sim.md)"},
+			&cli.StringFlag{Name: "journal", Usage: "write every run's records to a Pebble journal under this directory (one run directory per arm and rate), then export them to Parquet in DIR/parquet"},
+			&cli.BoolFlag{Name: "no-parquet", Usage: "with --journal: skip the Parquet export"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			cfg, err := simConfig(c)
@@ -88,9 +93,26 @@ func simCommand(stderr io.Writer) *cli.Command {
 				return usageError{err}
 			}
 			cfg.Progress = progressBar(stderr)
+			dir := c.String("journal")
+			if dir != "" {
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					return usageError{fmt.Errorf("--journal %s: %w", dir, err)}
+				}
+				cfg.Journal = func(name string, meta event.RunMeta) (sweep.Sink, error) {
+					return journal.Create(filepath.Join(dir, name), meta, journal.Options{})
+				}
+			}
 			res, err := sweep.Execute(cfg)
 			if err != nil {
 				return err
+			}
+			if dir != "" && !c.Bool("no-parquet") {
+				out := filepath.Join(dir, "parquet")
+				st, err := journal.Export(dir, out)
+				if err != nil {
+					return fmt.Errorf("export %s: %w", dir, err)
+				}
+				fmt.Fprintf(stderr, "narwhal-bench: journal: %d runs, %d records in %s; Parquet in %s\n", st.Runs, st.Records, dir, out)
 			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.Root().Writer)
@@ -98,6 +120,34 @@ func simCommand(stderr io.Writer) *cli.Command {
 				return enc.Encode(res)
 			}
 			return sweep.WriteTable(c.Root().Writer, res)
+		},
+	}
+}
+
+func exportCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "export",
+		Usage:     "export journaled runs to Parquet (requests, role_moves, decisions, faults, runs)",
+		ArgsUsage: "DIR",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Usage: "output directory (default DIR/parquet)"},
+		},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			if c.Args().Len() != 1 {
+				return usageError{fmt.Errorf("export: expected one journal directory, got %d arguments", c.Args().Len())}
+			}
+			dir := c.Args().First()
+			out := c.String("out")
+			if out == "" {
+				out = filepath.Join(dir, "parquet")
+			}
+			st, err := journal.Export(dir, out)
+			if err != nil {
+				return usageError{fmt.Errorf("export %s: %w", dir, err)}
+			}
+			fmt.Fprintf(c.Root().Writer, "exported %d runs (%d requests, %d role moves, %d decisions, %d faults) to %s\n",
+				st.Runs, st.Requests, st.RoleMoves, st.Decisions, st.Faults, out)
+			return nil
 		},
 	}
 }
@@ -126,7 +176,7 @@ func simConfig(c *cli.Command) (sweep.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	cfg = sweep.Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: int(c.Int("workers"))}
+	cfg = sweep.Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: int(c.Int("workers")), Version: version}
 	if c.IsSet("seed") {
 		cfg.Seed = c.Uint64("seed")
 	}
