@@ -85,11 +85,13 @@ type generator struct {
 	classes []classSampler
 	out     []Request
 	prefixN map[int64]int // prefix length of each group seen so far
+	phaseI  int           // index of the phase being generated
 }
 
 // phase appends the arrivals of phase i, which starts at start.
 func (g *generator) phase(i int, start event.Time) error {
 	p := &g.spec.Phases[i]
+	g.phaseI = i
 	idx := uint64(i)
 	arr := newArrivals(g.spec.arrivalOf(i), newStream(g.seed, streamArrival, idx))
 	classRNG := rand.New(newStream(g.seed, streamClass, idx))
@@ -152,8 +154,11 @@ func (g *generator) emit(start event.Time, off float64, ci int, r *rand.Rand) {
 		OutputCap:    c.outputCap,
 	}
 	if c.groups > 0 {
-		gi := r.IntN(c.groups)
-		id := int64(ci)<<32 | int64(gi+1)
+		gi := int64(r.IntN(c.groups))
+		if c.perPhase {
+			gi += int64(g.phaseI) * int64(c.groups)
+		}
+		id := int64(ci)<<32 | (gi + 1)
 		n, ok := g.prefixN[id]
 		if !ok {
 			n = c.prefix.sample(rand.New(newStream(g.seed, streamPrefix, uint64(id))))
@@ -200,7 +205,8 @@ func (cp classPicker) pick(r *rand.Rand) int {
 type classSampler struct {
 	input, output, prefix lengthSampler
 	outputCap             int
-	groups                int // 0 = no prefix groups
+	groups                int  // 0 = no prefix groups
+	perPhase              bool // groups are drawn per phase
 }
 
 func newClassSampler(c Class) classSampler {
@@ -211,6 +217,7 @@ func newClassSampler(c Class) classSampler {
 	}
 	if c.Prefix != nil {
 		cs.groups = c.Prefix.Groups
+		cs.perPhase = c.Prefix.Scope == "phase"
 		cs.prefix = newLengthSampler(c.Prefix.Tokens)
 	}
 	return cs

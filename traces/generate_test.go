@@ -437,13 +437,18 @@ func TestPrefixGroups(t *testing.T) {
 		groups[r.PrefixGroup]++
 		ci := int(r.PrefixGroup >> 32)
 		gi := r.PrefixGroup & (1<<32 - 1)
-		if names[ci] != r.Class || gi < 1 || gi > int64(mx.Classes[r.Class].Prefix.Groups) {
-			t.Fatalf("request of class %s has group id %#x", r.Class, r.PrefixGroup)
+		// Phase-scoped groups: phase k uses k*groups+1 .. (k+1)*groups.
+		pr := mx.Classes[r.Class].Prefix
+		phase := int64(mx.PhaseAt(r.At))
+		lo, hi := phase*int64(pr.Groups)+1, (phase+1)*int64(pr.Groups)
+		if names[ci] != r.Class || pr.Scope != "phase" || gi < lo || gi > hi {
+			t.Fatalf("request of class %s in phase %d has group id %#x", r.Class, phase, r.PrefixGroup)
 		}
 	}
-	// ~1262 document groups and ~300 conversation groups, most of them used.
-	if len(groups) < 1400 || len(groups) > 1562 {
-		t.Errorf("%d prefix groups in use", len(groups))
+	// 9 phases of 140 document groups and 35 conversation groups, most of
+	// them used.
+	if n := len(groups); n < 1300 || n > 9*(140+35) {
+		t.Errorf("%d prefix groups in use", n)
 	}
 	// A group's prefix length does not depend on the scale.
 	twice := mustGenerate(t, mx, 4, 2)

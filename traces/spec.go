@@ -103,6 +103,11 @@ type Class struct {
 type Prefix struct {
 	Groups int  `yaml:"groups"`
 	Tokens Dist `yaml:"tokens"` // sampled once per group
+	// Scope is where the groups live: "trace" (default; a request picks
+	// any of the class's groups) or "phase" (each phase has its own
+	// Groups groups, so the questions about one document arrive within
+	// one phase).
+	Scope string `yaml:"scope,omitempty"`
 }
 
 // Dist is a token-length distribution. Kind selects which of the other

@@ -81,6 +81,9 @@ func (s *Spec) validate() []error {
 			v.fail(path+".output_cap", "%d: expected a token count >= 0 (0 = no cap)", c.OutputCap)
 		}
 		if c.Prefix != nil {
+			if sc := c.Prefix.Scope; sc != "" && sc != "trace" && sc != "phase" {
+				v.fail(path+".prefix.scope", "%q: expected trace or phase", sc)
+			}
 			if c.Prefix.Groups < 1 || c.Prefix.Groups > MaxPrefixGroups {
 				v.fail(path+".prefix.groups", "%d: expected a group count between 1 and %d", c.Prefix.Groups, MaxPrefixGroups)
 			}
