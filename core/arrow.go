@@ -75,10 +75,12 @@ func (a Cost) Less(b Cost) bool {
 }
 
 // PrefillCost prices r's prefill on i (Arrow §5.3): (resident decode
-// tokens, summed prefill seconds of the residents plus r).
+// tokens, summed prefill seconds of the residents plus r). With prefix
+// awareness, r costs T(n) − T(cached) where its prefix is cached.
 func (c *Core) PrefillCost(i event.Instance, r Request) Cost {
 	in := &c.inst[i]
-	return Cost{float64(in.DecodeTokens), in.PrefillWork + in.Profile.Prefill(r.InputTokens)}
+	own := in.Profile.PrefillSpan(c.cachedOn(i, r), r.InputTokens)
+	return Cost{float64(in.DecodeTokens), in.PrefillWork + own}
 }
 
 // DecodeCost prices r's decode leg on i (Arrow §5.3): (resident prefill

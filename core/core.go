@@ -38,6 +38,11 @@ type Config struct {
 	// Pinned marks instances no controller may move (nil: none). Their
 	// opening role is still the controller's choice.
 	Pinned []bool
+	// PrefixAware prices a prompt's prefill on the instance that last
+	// prefilled its prefix group as T(n) − T(shared prefix): the engines
+	// keep prefix caches (Arrow §5.3's cost with the reference's
+	// cooperative reuse).
+	PrefixAware bool
 }
 
 // Request is what the core is told about a request in a fact. The core keeps
@@ -54,6 +59,10 @@ type Request struct {
 	// NoDecode says the answer ended with its first token (PrefillDone):
 	// there is no decode leg to place.
 	NoDecode bool
+	// PrefixGroup names the prompt's shared prefix (0 = none) and
+	// PrefixTokens its length (Arrive).
+	PrefixGroup  int64
+	PrefixTokens int
 	// OutputTokens is the output produced when the request ends (Finished).
 	OutputTokens int
 	// TTFT and TPOT are the request's measured latencies when it ends
@@ -200,6 +209,11 @@ type Core struct {
 	now     event.Time
 	out     []Decision
 	scratch []event.Instance
+	// affinity remembers, per prefix group, the instance that last took a
+	// prompt of it and the prefix length, when PrefixAware; bounded FIFO.
+	affinity map[int64]affinity
+	affRing  []int64
+	affNext  int
 	records []event.Record
 }
 
@@ -215,6 +229,10 @@ func New(cfg Config, ctrl Controller) (*Core, error) {
 		return nil, fmt.Errorf("core: %d pin flags for %d instances: expected one per instance", len(cfg.Pinned), len(cfg.Profiles))
 	}
 	c := &Core{slo: cfg.SLO, ctrl: ctrl}
+	if cfg.PrefixAware {
+		c.affinity = make(map[int64]affinity)
+		c.affRing = make([]int64, 0, affinityCap)
+	}
 	c.inst = make([]Instance, len(cfg.Profiles))
 	for i, p := range cfg.Profiles {
 		c.inst[i] = Instance{Role: event.RoleDecode, Profile: p, Pinned: cfg.Pinned != nil && cfg.Pinned[i]}
@@ -288,6 +306,7 @@ func (c *Core) Arrive(now event.Time, r Request) {
 		c.out = append(c.out, Decision{Kind: Refuse, Req: r.ID, Inst: event.NoInstance, Cause: cause})
 		return
 	}
+	c.remember(r, inst)
 	in := &c.inst[inst]
 	in.touchPrice(now)
 	in.PrefillCount++
@@ -383,4 +402,41 @@ func (c *Core) SetRole(inst event.Instance, r event.Role) { c.inst[inst].Role = 
 func (c *Core) Decide(text string) {
 	c.records = append(c.records, event.Record{At: c.now, Kind: event.KindDecision,
 		Inst: event.NoInstance, Peer: event.NoInstance, Text: text})
+}
+
+// affinity is where a prefix group was last prefilled.
+type affinity struct {
+	inst   event.Instance
+	tokens int
+}
+
+// affinityCap bounds the groups remembered.
+const affinityCap = 1 << 16
+
+// remember records that r's prefix group is now cached on inst.
+func (c *Core) remember(r Request, inst event.Instance) {
+	if c.affinity == nil || r.PrefixGroup == 0 || r.PrefixTokens <= 0 {
+		return
+	}
+	if _, ok := c.affinity[r.PrefixGroup]; !ok {
+		if len(c.affRing) < affinityCap {
+			c.affRing = append(c.affRing, r.PrefixGroup)
+		} else {
+			delete(c.affinity, c.affRing[c.affNext])
+			c.affRing[c.affNext] = r.PrefixGroup
+			c.affNext = (c.affNext + 1) % affinityCap
+		}
+	}
+	c.affinity[r.PrefixGroup] = affinity{inst: inst, tokens: r.PrefixTokens}
+}
+
+// cachedOn returns how many of r's prompt tokens inst likely has cached.
+func (c *Core) cachedOn(i event.Instance, r Request) int {
+	if c.affinity == nil || r.PrefixGroup == 0 {
+		return 0
+	}
+	if a, ok := c.affinity[r.PrefixGroup]; ok && a.inst == i {
+		return min(a.tokens, r.PrefixTokens, r.InputTokens-1)
+	}
+	return 0
 }

@@ -38,6 +38,15 @@ type Spec struct {
 	// DrainLimit is how long a simulation drains after its last arrival
 	// (default 600s).
 	DrainLimit string `yaml:"drain_limit"`
+	// PrefixCache sizes each engine's prefix cache when a run turns it on
+	// (defaults: 16-token blocks, 200,000 tokens).
+	PrefixCache *PrefixCache `yaml:"prefix_cache"`
+}
+
+// PrefixCache is the YAML form of the simulator's prefix-cache sizing.
+type PrefixCache struct {
+	BlockTokens    int   `yaml:"block_tokens"`
+	CapacityTokens int64 `yaml:"capacity_tokens"`
 }
 
 // Instances is either {count, profile} or a list of named instances.
@@ -74,9 +83,10 @@ type KV struct {
 
 // Batch is the YAML form of the simulator's batch settings.
 type Batch struct {
-	ChunkTokens  int `yaml:"chunk_tokens"`
-	BudgetTokens int `yaml:"budget_tokens"`
-	MaxSeqs      int `yaml:"max_seqs"`
+	ChunkTokens      int   `yaml:"chunk_tokens"`
+	BudgetTokens     int   `yaml:"budget_tokens"`
+	MaxSeqs          int   `yaml:"max_seqs"`
+	KVCapacityTokens int64 `yaml:"kv_capacity_tokens"`
 }
 
 // Builtin returns the names of the built-in fleets.
@@ -181,6 +191,17 @@ func (s *Spec) Validate() error {
 		}
 		if b.MaxSeqs < 0 {
 			errs = append(errs, fmt.Errorf("batch.max_seqs: %d: expected >= 0 (0 = no cap)", b.MaxSeqs))
+		}
+		if b.KVCapacityTokens < 0 {
+			errs = append(errs, fmt.Errorf("batch.kv_capacity_tokens: %d: expected >= 0 (0 = no bound)", b.KVCapacityTokens))
+		}
+	}
+	if pc := s.PrefixCache; pc != nil {
+		if pc.BlockTokens < 1 {
+			errs = append(errs, fmt.Errorf("prefix_cache.block_tokens: %d: expected >= 1", pc.BlockTokens))
+		}
+		if pc.CapacityTokens < 1 {
+			errs = append(errs, fmt.Errorf("prefix_cache.capacity_tokens: %d: expected >= 1", pc.CapacityTokens))
 		}
 	}
 	if s.DrainLimit != "" {

@@ -22,6 +22,11 @@ type Batch struct {
 	// MaxSeqs caps the running decode streams (vLLM's max_num_seqs); 0 means
 	// no cap beyond BudgetTokens. Default 0.
 	MaxSeqs int `yaml:"max_seqs" json:"max_seqs"`
+	// KVCapacityTokens bounds the context tokens an engine's running decode
+	// batch may hold; 0 means no bound. A decode leg that does not fit waits
+	// (FCFS) until streams finish: nothing is preempted. The check is at
+	// admission; streams may grow past it as they generate.
+	KVCapacityTokens int64 `yaml:"kv_capacity_tokens" json:"kv_capacity_tokens"`
 }
 
 // DefaultBatch is the reference's chunk and budget.
@@ -39,6 +44,9 @@ func (b Batch) Validate() error {
 	if b.MaxSeqs < 0 {
 		errs = append(errs, fmt.Errorf("max_seqs: %d: expected >= 0 (0 = no cap)", b.MaxSeqs))
 	}
+	if b.KVCapacityTokens < 0 {
+		errs = append(errs, fmt.Errorf("kv_capacity_tokens: %d: expected >= 0 (0 = no bound)", b.KVCapacityTokens))
+	}
 	return errors.Join(errs...)
 }
 
@@ -54,6 +62,8 @@ type Config struct {
 	KV timing.KV
 	// Batch configures every engine's batching.
 	Batch Batch
+	// Cache configures every engine's prefix cache (off unless Enabled).
+	Cache PrefixCache
 	// DrainLimit is how long after the last arrival the simulation keeps
 	// running; requests still open then end as expired (drain_limit).
 	// Default 600 s.
@@ -87,6 +97,10 @@ func (c *Config) Validate() error {
 	if err := c.Batch.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("batch: %w", err))
 	}
+	if c.Cache.Enabled && (c.Cache.BlockTokens < 1 || c.Cache.CapacityTokens < 1) {
+		errs = append(errs, fmt.Errorf("prefix_cache: block_tokens %d, capacity_tokens %d: expected both >= 1",
+			c.Cache.BlockTokens, c.Cache.CapacityTokens))
+	}
 	if c.DrainLimit < 0 {
 		errs = append(errs, fmt.Errorf("drain_limit: %v: expected >= 0", c.DrainLimit))
 	}
@@ -105,4 +119,8 @@ type Request struct {
 	// OutputCap stops the answer at this many tokens (0 = no cap); an answer
 	// cut there finishes with reason "length".
 	OutputCap int
+	// PrefixGroup names the shared prefix the prompt starts with (0 =
+	// none); its first PrefixTokens tokens are the same for the group.
+	PrefixGroup  int64
+	PrefixTokens int
 }

@@ -63,9 +63,10 @@ type chunk struct {
 }
 
 type engine struct {
-	id   int32
-	prof timing.Profile
-	link timing.Link
+	id    int32
+	prof  timing.Profile
+	link  timing.Link
+	cache *prefixCache // nil when prefix caching is off
 
 	prefillQ []int32 // prompts placed here, FIFO
 	waiting  []int32 // decode legs ready to join the running batch
@@ -142,7 +143,7 @@ func New(cfg Config, ctrl core.Controller, reqs []Request, rec event.Recorder) (
 			return nil, fmt.Errorf("sim: request %d at %v: expected a time >= 0", i+1, r.At)
 		}
 	}
-	c, err := core.New(core.Config{Profiles: cfg.Profiles, SLO: cfg.SLO, Pinned: cfg.Pinned}, ctrl)
+	c, err := core.New(core.Config{Profiles: cfg.Profiles, SLO: cfg.SLO, Pinned: cfg.Pinned, PrefixAware: cfg.Cache.Enabled}, ctrl)
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
@@ -153,6 +154,9 @@ func New(cfg Config, ctrl core.Controller, reqs []Request, rec event.Recorder) (
 	s.eng = make([]engine, len(cfg.Profiles))
 	for i, p := range cfg.Profiles {
 		s.eng[i] = engine{id: int32(i), prof: p}
+		if cfg.Cache.Enabled {
+			s.eng[i].cache = newPrefixCache(cfg.Cache)
+		}
 	}
 	for i := range reqs {
 		r := &reqs[i]
@@ -306,7 +310,8 @@ func (s *Sim) arrive(i int32) {
 		Inst: event.NoInstance, Peer: event.NoInstance, Tokens: int64(r.InputTokens),
 		Want: int64(s.st[i].want), Ref: r.At, Class: r.Class}
 	s.emit(&s.record)
-	s.core.Arrive(s.now, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens})
+	s.core.Arrive(s.now, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens,
+		PrefixGroup: r.PrefixGroup, PrefixTokens: r.PrefixTokens})
 	s.applyCore()
 	s.scheduleTick()
 }
@@ -398,6 +403,9 @@ func (s *Sim) startIteration(e *engine) {
 	for ; k < len(e.waiting) && e.running.Len() < maxSeqs; k++ {
 		i := e.waiting[k]
 		st := &s.st[i]
+		if kv := b.KVCapacityTokens; kv > 0 && e.running.Len() > 0 && e.ctx+int64(st.input+st.produced) > kv {
+			break // FCFS: the head waits for room
+		}
 		st.joinIter, st.running = e.iters, true
 		e.ctx += int64(st.input + st.produced)
 		e.pendingCtx -= int64(st.input + st.produced)
@@ -416,7 +424,16 @@ func (s *Sim) startIteration(e *engine) {
 		st := &s.st[i]
 		n := min(st.input-st.done, b.ChunkTokens, budget)
 		if !st.started {
+			// The first chunk: tokens this engine has cached for the
+			// prompt's prefix group are not computed again (the last
+			// prompt token always is).
 			st.started = true
+			if e.cache != nil {
+				r := &s.reqs[i]
+				st.done = min(e.cache.lookup(r.PrefixGroup, r.PrefixTokens), st.input-1)
+				e.cache.hits += int64(st.done)
+				n = min(st.input-st.done, b.ChunkTokens, budget)
+			}
 			s.emitReq(event.KindPrefillStart, i, e.id, -1, int64(st.done), event.CauseNone)
 		}
 		secs += e.prof.PrefillSpan(st.done, st.done+n)
@@ -583,6 +600,10 @@ func (s *Sim) reportTokens(e *engine, n int64) {
 func (s *Sim) prefillDone(e *engine, i int32) {
 	st := &s.st[i]
 	st.produced = 1
+	if e.cache != nil {
+		r := &s.reqs[i]
+		e.cache.insert(r.PrefixGroup, min(r.PrefixTokens, st.input))
+	}
 	s.emitReq(event.KindPrefillDone, i, e.id, -1, 0, event.CauseNone)
 	if s.cfg.TokenHook != nil {
 		s.cfg.TokenHook(event.RequestID(i+1), 1, s.now)

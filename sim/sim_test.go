@@ -157,3 +157,72 @@ func BenchmarkRun(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(reqs)*b.N)/b.Elapsed().Seconds(), "requests/s")
 }
+
+// Prefix caching: a prompt whose group this engine has cached skips the
+// cached blocks; its prefill costs T(n) − T(cached). With the cache off, or
+// on another engine, it pays the whole T(n).
+func TestPrefixCache(t *testing.T) {
+	cfg := refConfig(2)
+	cfg.Cache = PrefixCache{Enabled: true, BlockTokens: 16, CapacityTokens: 100000}
+	reqs := []Request{
+		{At: 0, InputTokens: 6000, OutputTokens: 1, PrefixGroup: 7, PrefixTokens: 5010},
+		{At: 10 * event.Second, InputTokens: 6500, OutputTokens: 1, PrefixGroup: 7, PrefixTokens: 5010},
+	}
+	_, rows := runChecked(t, cfg, "static:1P1D", reqs)
+	p := timing.Reference
+	cached := 5008 // whole 16-token blocks of the 5010 shared tokens
+	if rows[1].CachedTokens != int64(cached) {
+		t.Fatalf("cached tokens %d, want %d", rows[1].CachedTokens, cached)
+	}
+	want := event.Seconds(p.Prefill(6500) - p.Prefill(cached))
+	if got := rows[1].FirstToken - rows[1].Scheduled; got != want {
+		t.Fatalf("cached prefill took %v, want T(6500)-T(%d) = %v", got, cached, want)
+	}
+	cfg.Cache.Enabled = false
+	_, rows = runChecked(t, cfg, "static:1P1D", reqs)
+	if rows[1].CachedTokens != 0 || rows[1].FirstToken-rows[1].Scheduled != event.Seconds(p.Prefill(6500)) {
+		t.Fatalf("cache off: cached %d, TTFT %v", rows[1].CachedTokens, rows[1].TTFT())
+	}
+}
+
+// The cache keeps whole blocks, refreshes on use and evicts the least
+// recently used group beyond its capacity.
+func TestPrefixCacheLRU(t *testing.T) {
+	c := newPrefixCache(PrefixCache{Enabled: true, BlockTokens: 10, CapacityTokens: 100})
+	c.insert(1, 45) // 40 tokens
+	c.insert(2, 50) // 50 tokens: 90 used
+	if c.lookup(1, 1000) != 40 {
+		t.Fatal("group 1 not cached as 40 tokens")
+	}
+	c.insert(3, 30) // 120 > 100: evicts group 2, the least recently used
+	if c.lookup(2, 100) != 0 || c.lookup(1, 100) != 40 || c.lookup(3, 25) != 20 || c.used != 70 {
+		t.Fatalf("after eviction: used %d", c.used)
+	}
+	c.insert(4, 500) // larger than the whole cache: not kept
+	if c.lookup(4, 500) != 0 {
+		t.Fatal("an entry larger than the cache was kept")
+	}
+}
+
+// KV capacity: a decode leg that does not fit waits until the running
+// batch has room; nothing is preempted.
+func TestKVCapacityWaits(t *testing.T) {
+	cfg := refConfig(2)
+	cfg.Batch.KVCapacityTokens = 1500
+	reqs := []Request{
+		{At: 0, InputTokens: 1000, OutputTokens: 50},
+		{At: 0, InputTokens: 1000, OutputTokens: 50},
+	}
+	_, rows := runChecked(t, cfg, "static:1P1D", reqs)
+	a, b := rows[0], rows[1]
+	if b.End < a.End || (a.TPOT() == b.TPOT()) {
+		t.Fatalf("ends %v and %v, TPOT %v and %v: the second leg should wait for the first", a.End, b.End, a.TPOT(), b.TPOT())
+	}
+	// The second stream's first decode token comes only after the first
+	// stream's last token.
+	cfg.Batch.KVCapacityTokens = 0
+	_, free := runChecked(t, cfg, "static:1P1D", reqs)
+	if free[1].End >= b.End {
+		t.Fatalf("without a bound the second request should finish sooner (%v vs %v)", free[1].End, b.End)
+	}
+}

@@ -32,6 +32,9 @@ type Config struct {
 	Seed uint64
 	// SLO overrides the fleet's objectives when non-zero.
 	SLO core.SLO
+	// PrefixCache turns each engine's prefix cache on (sized by the fleet,
+	// else sim.DefaultPrefixCache).
+	PrefixCache bool
 	// Workers bounds the runs in flight (default GOMAXPROCS).
 	Workers int
 	// Progress, when set, is called after each run with done and total.
@@ -157,7 +160,14 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	simCfg := sim.Config{Profiles: cfg.Fleet.Profiles(), Pinned: cfg.Fleet.Pins(), SLO: slo, KV: cfg.Fleet.KVModel(), Batch: sim.DefaultBatch}
 	if b := cfg.Fleet.Batch; b != nil {
-		simCfg.Batch = sim.Batch{ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens, MaxSeqs: b.MaxSeqs}
+		simCfg.Batch = sim.Batch{ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens, MaxSeqs: b.MaxSeqs,
+			KVCapacityTokens: b.KVCapacityTokens}
+	}
+	if cfg.PrefixCache {
+		simCfg.Cache = sim.DefaultPrefixCache
+		if pc := cfg.Fleet.PrefixCache; pc != nil {
+			simCfg.Cache.BlockTokens, simCfg.Cache.CapacityTokens = pc.BlockTokens, pc.CapacityTokens
+		}
 	}
 	simCfg.DrainLimit = cfg.Fleet.Drain()
 	// One trace per rate, shared read-only by every arm.
@@ -169,7 +179,8 @@ func Execute(cfg Config) (*Result, error) {
 		}
 		w := make([]sim.Request, len(reqs))
 		for j, q := range reqs {
-			w[j] = sim.Request{At: q.At, Class: q.Class, InputTokens: q.InputTokens, OutputTokens: q.OutputTokens, OutputCap: q.OutputCap}
+			w[j] = sim.Request{At: q.At, Class: q.Class, InputTokens: q.InputTokens, OutputTokens: q.OutputTokens,
+				OutputCap: q.OutputCap, PrefixGroup: q.PrefixGroup, PrefixTokens: q.PrefixTokens}
 		}
 		workloads[i] = w
 	}
@@ -355,9 +366,10 @@ func configHash(cfg sim.Config, meta event.RunMeta) string {
 		SLO        core.SLO
 		KV         timing.KV
 		Batch      sim.Batch
+		Cache      sim.PrefixCache
 		DrainLimit event.Time
 		Meta       event.RunMeta
-	}{cfg.Profiles, cfg.Pinned, cfg.SLO, cfg.KV, cfg.Batch, cfg.DrainLimit, meta})
+	}{cfg.Profiles, cfg.Pinned, cfg.SLO, cfg.KV, cfg.Batch, cfg.Cache, cfg.DrainLimit, meta})
 	if err != nil {
 		panic(fmt.Sprintf("sweep: config hash: %v", err)) // plain data always encodes
 	}

@@ -82,6 +82,7 @@ func simCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "fleet", Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file (default: the trace's fleet, else demo)"},
 			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
+			&cli.BoolFlag{Name: "prefix-cache", Usage: "turn on each engine's prefix cache (sized by the fleet's prefix_cache, default 16-token blocks, 200,000 tokens)"},
 			&cli.IntFlag{Name: "workers", Usage: "runs in parallel (default: one per CPU)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (see docs/sim.md)"},
 			&cli.StringFlag{Name: "journal", Usage: "write every run's records to a Pebble journal under this directory (one run directory per arm and rate), then export them to Parquet in DIR/parquet"},
@@ -176,7 +177,8 @@ func simConfig(c *cli.Command) (sweep.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	cfg = sweep.Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: int(c.Int("workers")), Version: version}
+	cfg = sweep.Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: int(c.Int("workers")), Version: version,
+		PrefixCache: c.Bool("prefix-cache")}
 	if c.IsSet("seed") {
 		cfg.Seed = c.Uint64("seed")
 	}
