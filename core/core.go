@@ -214,7 +214,7 @@ type Core struct {
 	affinity map[int64]affinity
 	affRing  []int64
 	affNext  int
-	records []event.Record
+	records  []event.Record
 }
 
 // New builds a core for cfg driven by ctrl. ctrl sets the opening roles.
