@@ -155,8 +155,8 @@ func (c *Core) algorithm1(r Request, decode bool, opt placeOptions) event.Instan
 }
 
 // pool returns the online instances holding role r, or every online
-// instance when none does (Arrow §5.5: an empty pool falls back to the
-// fleet), or every instance when none is online.
+// serving instance when none does (Arrow §5.5: an empty pool falls back to
+// the fleet), or every serving instance when none is online.
 func (c *Core) pool(r event.Role) []event.Instance {
 	c.scratch = c.scratch[:0]
 	for i := range c.inst {
@@ -164,9 +164,17 @@ func (c *Core) pool(r event.Role) []event.Instance {
 			c.scratch = append(c.scratch, event.Instance(i))
 		}
 	}
+	// Idle engines (RoleNone: no replica runs there) never serve.
 	if len(c.scratch) == 0 {
 		for i := range c.inst {
-			if c.inst[i].Online(c.now) {
+			if in := &c.inst[i]; in.Online(c.now) && in.Role != event.RoleNone {
+				c.scratch = append(c.scratch, event.Instance(i))
+			}
+		}
+	}
+	if len(c.scratch) == 0 {
+		for i := range c.inst {
+			if c.inst[i].Role != event.RoleNone {
 				c.scratch = append(c.scratch, event.Instance(i))
 			}
 		}

@@ -17,7 +17,8 @@ type Controller interface {
 	// Init sets the opening roles (Core.SetRole) and validates the fleet size.
 	Init(c *Core) error
 	// PlacePrefill returns the instance for r's prefill, or NoInstance and
-	// the refusal cause.
+	// the cause: the request is refused, or fails when the cause is
+	// event.CauseUnavailable.
 	PlacePrefill(c *Core, r Request) (event.Instance, event.Cause)
 	// PlaceDecode returns the instance for r's decode leg; r.PrefillInst is
 	// where its KV is.
@@ -52,10 +53,14 @@ func NewController(arm string, n int) (Controller, error) {
 		return NewPlanner(), nil
 	case "coldswap":
 		return NewColdSwap(), nil
+	case "dynamo":
+		return &Dynamo{Cfg: DefaultDynamo}, nil
+	case "ray":
+		return &Ray{Cfg: DefaultRay}, nil
 	case "oracle":
 		return nil, fmt.Errorf("arm %q: the oracle needs a schedule chosen in hindsight; the sweep builds it (core.Scheduled)", arm)
 	}
-	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, oracle, aggregated, static:kPmD (e.g. static:3P5D)", arm)
+	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, dynamo, ray, oracle, aggregated, static:kPmD (e.g. static:3P5D)", arm)
 }
 
 // StaticArms lists static:1P(n-1)D through static:(n-1)P1D.

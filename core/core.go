@@ -183,8 +183,10 @@ const (
 	PlacePrefill DecisionKind = iota + 1
 	// PlaceDecode: run Req's decode on Inst.
 	PlaceDecode
-	// Refuse: refuse Req with Cause.
+	// Refuse: refuse Req with Cause (the router answers it at once).
 	Refuse
+	// Fail: the request fails with Cause (an error response).
+	Fail
 	// Move: Inst's role changed From -> To; new placements follow it,
 	// resident work finishes where it is.
 	Move
@@ -303,7 +305,11 @@ func (c *Core) Arrive(now event.Time, r Request) {
 	}
 	inst, cause := c.ctrl.PlacePrefill(c, r)
 	if inst == event.NoInstance {
-		c.out = append(c.out, Decision{Kind: Refuse, Req: r.ID, Inst: event.NoInstance, Cause: cause})
+		kind := Refuse
+		if cause == event.CauseUnavailable {
+			kind = Fail
+		}
+		c.out = append(c.out, Decision{Kind: kind, Req: r.ID, Inst: event.NoInstance, Cause: cause})
 		return
 	}
 	c.remember(r, inst)

@@ -155,7 +155,7 @@ func drain(c *Core) string {
 	for _, r := range c.Records() {
 		switch r.Kind {
 		case event.KindRoleMove:
-			if r.From == event.RoleNone {
+			if r.Opening() {
 				fmt.Fprintf(&b, "record open i%d %s\n", r.Inst, r.To)
 			} else {
 				fmt.Fprintf(&b, "record move i%d %s -> %s: %s\n", r.Inst, r.From, r.To, r.Text)

@@ -16,11 +16,13 @@ type Row struct {
 	DecodeInst   Instance // NoInstance when never placed for decode
 	Crossed      bool     // decode ran on another instance than prefill
 	InputTokens  int64
-	WantOutput   int64 // output tokens the trace asked for
-	OutputTokens int64 // output tokens produced, first token included
-	CachedTokens int64 // prompt tokens served from the prefix cache
-	Terminal     Kind  // KindFinish, KindRefuse, KindExpire, KindFail; KindNone while open
-	Cause        Cause // finish reason or refusal/expiry/failure cause
+	WantOutput   int64  // output tokens the trace asked for
+	OutputTokens int64  // output tokens produced, first token included
+	CachedTokens int64  // prompt tokens served from the prefix cache
+	Terminal     Kind   // KindFinish, KindRefuse, KindExpire, KindFail; KindNone while open
+	Cause        Cause  // finish reason or refusal/expiry/failure cause
+	Reference    string // the trace's reference answer (KindArrival Text); empty when none
+	Response     string // the response text (KindFinish Text); empty when the driver has none
 }
 
 // Completed reports whether the request finished (naturally or at its cap).
@@ -82,6 +84,7 @@ func (f *Fold) Record(rec *Record) {
 		}
 		r.Arrival, r.Scheduled = rec.At, rec.Ref
 		r.InputTokens, r.WantOutput, r.Class = rec.Tokens, rec.Want, rec.Class
+		r.Reference = rec.Text
 	case KindAdmit:
 		r.Admit, r.PrefillInst = rec.At, rec.Inst
 	case KindPrefillStart:
@@ -96,6 +99,9 @@ func (f *Fold) Record(rec *Record) {
 		r.Terminal, r.Cause, r.End = rec.Kind, rec.Cause, rec.At
 		if rec.Kind != KindRefuse {
 			r.OutputTokens = rec.Tokens
+		}
+		if rec.Kind == KindFinish {
+			r.Response = rec.Text
 		}
 	}
 }

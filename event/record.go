@@ -17,7 +17,9 @@ const (
 	// KindArrival: a request reached the system. Ref = scheduled send time,
 	// Tokens = prompt tokens, Want = output tokens it may produce (the
 	// trace's answer length, or its output cap when lower), Class = request
-	// class.
+	// class, Text = the trace's reference answer when it has one (empty
+	// otherwise), which the report scores responses against (event.Row's
+	// Reference).
 	KindArrival
 	// KindAdmit: the request was placed for prefill on Inst.
 	KindAdmit
@@ -45,13 +47,16 @@ const (
 	KindDecodeStart
 	// KindFinish: terminal. The last token was produced on Inst.
 	// Tokens = output tokens produced (the first token included);
-	// Cause = the finish reason (stop, length, cancel).
+	// Cause = the finish reason (stop, length, cancel); Text = the response
+	// text when the driver has it (live runs; empty in simulations),
+	// folded into event.Row's Response.
 	KindFinish
 	// KindFail: terminal. The request failed; Cause says why; Tokens =
 	// output tokens produced before the failure.
 	KindFail
-	// KindRoleMove: Inst changed role From -> To. From is RoleNone for an
-	// instance's opening role, recorded at time 0. Cause = what moved it,
+	// KindRoleMove: Inst changed role From -> To. An instance's opening
+	// role is a role move from RoleNone with no cause, at time 0 (see
+	// Opening); RoleNone otherwise means an idle engine (no worker). Cause = what moved it,
 	// Tokens = resident decode tokens at the move, Ref = resident prefill
 	// work at the move in nanoseconds of profile time, Text = the reason.
 	KindRoleMove
@@ -95,13 +100,14 @@ const (
 	CauseCancel // the client cancelled
 	// Refusal causes.
 	CauseNoCapacity // no instance can take the request
-	CauseOverload   // the queue bound was reached (HTTP 529/503 style)
+	CauseOverload   // the queue bound was reached (HTTP 529)
 	CausePrompt     // the prompt alone cannot meet the TTFT SLO
 	// Expiry causes.
 	CauseDrainLimit   // the simulator stopped draining before it ended
 	CauseQueueTimeout // it waited in the admission queue too long
 	// Failure causes.
 	CauseEngineError // the engine failed the request
+	CauseUnavailable // no replica could take it (HTTP 503)
 	// Decode placement.
 	CauseCrossed // the decode leg runs on another instance than its prefill
 	// Role-move reasons.
@@ -115,7 +121,7 @@ var causeNames = [...]string{
 	"", "stop", "length", "cancel",
 	"no_capacity", "overload", "prompt",
 	"drain_limit", "queue_timeout",
-	"engine_error",
+	"engine_error", "unavailable",
 	"crossed",
 	"controller", "inline", "operator",
 }
@@ -145,6 +151,13 @@ type Record struct {
 	Ref    Time
 	Class  string
 	Text   string
+}
+
+// Opening reports whether r records an instance's opening role (a role
+// move from RoleNone with no cause, at the start of a run) rather than a
+// move. A move from RoleNone with a cause starts an idle engine.
+func (r *Record) Opening() bool {
+	return r.Kind == KindRoleMove && r.From == RoleNone && r.Cause == CauseNone
 }
 
 // Recorder receives records in the order they happen. Drivers stamp Seq.

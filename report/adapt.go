@@ -40,7 +40,7 @@ func Splits(moves []event.Record) []SplitChange {
 func Moves(moves []event.Record) int {
 	n := 0
 	for _, m := range moves {
-		if m.Kind == event.KindRoleMove && m.From != event.RoleNone {
+		if m.Kind == event.KindRoleMove && !m.Opening() {
 			n++
 		}
 	}

@@ -74,7 +74,7 @@ func (c *checker) finish(reqs []Request, st Stats) {
 	if len(rows) != len(reqs) {
 		c.errorf("%d requests folded, %d offered", len(rows), len(reqs))
 	}
-	if got := st.Finished + st.Refused + st.Expired; got != st.Offered {
+	if got := st.Finished + st.Refused + st.Failed + st.Expired; got != st.Offered {
 		c.errorf("outcomes %d finished + %d refused + %d expired != %d offered", st.Finished, st.Refused, st.Expired, st.Offered)
 	}
 	for i := range rows {

@@ -14,6 +14,7 @@ type Stats struct {
 	Offered   int
 	Finished  int
 	Refused   int
+	Failed    int
 	Expired   int
 	Moves     int        // role moves
 	End       event.Time // virtual time when the run ended
@@ -263,7 +264,7 @@ func (s *Sim) emitReq(kind event.Kind, req int32, inst, peer int32, tokens int64
 
 func (s *Sim) emitCore() {
 	for _, r := range s.core.Records() {
-		if r.Kind == event.KindRoleMove && r.From != event.RoleNone {
+		if r.Kind == event.KindRoleMove && !r.Opening() {
 			s.stats.Moves++
 		}
 		s.emit(&r)
@@ -296,6 +297,11 @@ func (s *Sim) applyCore() {
 			s.emitReq(event.KindRefuse, i, -1, -1, 0, d.Cause)
 			s.end(i)
 			s.stats.Refused++
+		case core.Fail:
+			i := int32(d.Req - 1)
+			s.emitReq(event.KindFail, i, -1, -1, 0, d.Cause)
+			s.end(i)
+			s.stats.Failed++
 		case core.Move:
 			// A role is only a label for new placements (Arrow §5.2):
 			// the engine keeps running what it holds.

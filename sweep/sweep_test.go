@@ -64,7 +64,7 @@ func TestStationaryNoMovesAfterWarmup(t *testing.T) {
 	}
 	warmup := 120 * event.Second
 	for _, mv := range m.moves["adaptive"] {
-		if mv.From != event.RoleNone && mv.At > warmup {
+		if !mv.Opening() && mv.At > warmup {
 			t.Errorf("move at %v after warm-up (%v): %s", mv.At, warmup, mv.Text)
 		}
 	}

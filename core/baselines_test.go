@@ -1,0 +1,114 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/timing"
+)
+
+func baselineCore(t *testing.T, ctrl Controller) *Core {
+	t.Helper()
+	ps := make([]timing.Profile, 4)
+	for i := range ps {
+		ps[i] = fixture
+	}
+	c, err := New(Config{Profiles: ps, SLO: SLO{TTFT: 1, TPOT: 0.05}}, ctrl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The Ray model starts one replica per deployment with the other GPUs idle,
+// adds a replica only after the desire held the upscale delay, and the new
+// replica serves only after its startup delay.
+func TestRayStartupAndDelays(t *testing.T) {
+	r := &Ray{Cfg: DefaultRay}
+	c := baselineCore(t, r)
+	if c.Count(event.RolePrefill) != 1 || c.Count(event.RoleDecode) != 1 || c.Count(event.RoleNone) != 2 {
+		t.Fatalf("opening roles: %dP %dD %d idle", c.Count(event.RolePrefill), c.Count(event.RoleDecode), c.Count(event.RoleNone))
+	}
+	// Ten prompts resident on the prefill replica: 10 ongoing, desire 5.
+	for id := 1; id <= 10; id++ {
+		c.Arrive(0, Request{ID: event.RequestID(id), InputTokens: 100})
+	}
+	c.Decisions()
+	for t0 := event.Time(10); t0 <= 30; t0 += 10 {
+		c.Tick(t0 * event.Second)
+		if c.Count(event.RolePrefill) != 1 {
+			t.Fatalf("upscaled at %ds, before the 30 s upscale delay", t0)
+		}
+	}
+	c.Tick(40 * event.Second)
+	if c.Count(event.RolePrefill) != 2 {
+		t.Fatalf("no upscale after the delay: %d prefill replicas", c.Count(event.RolePrefill))
+	}
+	var started event.Instance = event.NoInstance
+	for i, in := range c.Instances() {
+		if in.Role == event.RolePrefill && !in.Online(c.Now()) {
+			started = event.Instance(i)
+		}
+	}
+	if started == event.NoInstance || c.Instances()[started].OfflineUntil != 40*event.Second+DefaultStartupDelay {
+		t.Fatalf("the new replica must start %v later", DefaultStartupDelay)
+	}
+}
+
+// Ray: when every replica holds max_ongoing_requests, a request fails with
+// HTTP 503 (a failure, not a refusal).
+func TestRayOverloadFails(t *testing.T) {
+	cfg := DefaultRay
+	cfg.MaxOngoing = 2
+	c := baselineCore(t, &Ray{Cfg: cfg})
+	var fails int
+	for id := 1; id <= 3; id++ {
+		c.Arrive(0, Request{ID: event.RequestID(id), InputTokens: 100})
+		for _, d := range c.Decisions() {
+			if d.Kind == Fail && d.Cause == event.CauseUnavailable {
+				fails++
+			}
+		}
+	}
+	if fails != 1 {
+		t.Fatalf("%d failures, want the third request to fail with 503", fails)
+	}
+}
+
+// Dynamo: a request is refused (HTTP 529) when the least loaded prefill
+// worker already holds BusyTTFT SLOs of prefill work.
+func TestDynamoRefuses(t *testing.T) {
+	c := baselineCore(t, &Dynamo{Cfg: DefaultDynamo})
+	refused := 0
+	for id := 1; id <= 12; id++ { // T(900) ≈ 0.9 s each, two prefill workers
+		c.Arrive(0, Request{ID: event.RequestID(id), InputTokens: 900})
+		for _, d := range c.Decisions() {
+			if d.Kind == Refuse {
+				if d.Cause != event.CauseOverload {
+					t.Fatalf("refusal cause %v, want overload (529)", d.Cause)
+				}
+				refused++
+			}
+		}
+	}
+	if refused == 0 || refused > 8 {
+		t.Fatalf("%d refused of 12", refused)
+	}
+}
+
+// Dynamo moves workers, it does not relabel: a moved engine serves nothing
+// for the startup delay.
+func TestDynamoMoveStartsWorker(t *testing.T) {
+	d := &Dynamo{Cfg: DefaultDynamo}
+	c := baselineCore(t, d)
+	c.advance(10 * event.Second)
+	c.startWorkers(3, d.Cfg.StartupDelay, "test")
+	if c.Count(event.RolePrefill) != 3 {
+		t.Fatalf("%d prefill workers, want 3", c.Count(event.RolePrefill))
+	}
+	for _, in := range c.Instances() {
+		if in.Moved && in.OfflineUntil != 10*event.Second+DefaultStartupDelay {
+			t.Fatalf("moved worker online at %v", in.OfflineUntil)
+		}
+	}
+}
