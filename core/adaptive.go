@@ -67,6 +67,7 @@ var DefaultAdaptive = AdaptiveConfig{Step: 2 * event.Second, Window: 20 * event.
 // Placement is Algorithm 1 without inline flips (Arrow §5.3); resident
 // requests finish on their engines.
 type Adaptive struct {
+	owned
 	Cfg      AdaptiveConfig
 	demand   Demand
 	next     event.Time
@@ -99,16 +100,6 @@ func (a *Adaptive) Arrived(c *Core, r Request) { a.demand.arrived(c, r) }
 
 // Finished feeds the demand estimator.
 func (a *Adaptive) Finished(c *Core, r Request) { a.demand.finished(c, r, c.slo) }
-
-// PlacePrefill implements Controller: Algorithm 1, no inline flips.
-func (a *Adaptive) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
-	return c.algorithm1(r, false, placeOptions{}), event.CauseNone
-}
-
-// PlaceDecode implements Controller: Algorithm 1, local when possible.
-func (a *Adaptive) PlaceDecode(c *Core, r Request) event.Instance {
-	return c.algorithm1(r, true, placeOptions{})
-}
 
 // NextTick implements Controller.
 func (a *Adaptive) NextTick() event.Time { return a.next }

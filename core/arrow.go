@@ -186,3 +186,18 @@ func (c *Core) pool(r event.Role) []event.Instance {
 	}
 	return c.scratch
 }
+
+// owned places both legs with Algorithm 1 without inline flips: the
+// controllers that own every role move (adaptive, planner, scheduled)
+// embed it.
+type owned struct{}
+
+// PlacePrefill implements Controller: Algorithm 1, no inline flips.
+func (owned) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
+	return c.algorithm1(r, false, placeOptions{}), event.CauseNone
+}
+
+// PlaceDecode implements Controller: Algorithm 1, local when possible.
+func (owned) PlaceDecode(c *Core, r Request) event.Instance {
+	return c.algorithm1(r, true, placeOptions{})
+}

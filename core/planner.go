@@ -56,6 +56,7 @@ const ColdSwapOffline = 300 * event.Second
 // plans, and a closed loop that escalates on SLO misses. Placement is
 // Algorithm 1 with the controller owning every flip.
 type Planner struct {
+	owned
 	Cfg  PlannerConfig
 	arm  string
 	dem  Demand
@@ -105,16 +106,6 @@ func (p *Planner) Arrived(c *Core, r Request) { p.dem.arrived(c, r) }
 
 // Finished implements the finish observer (closed-loop outcomes).
 func (p *Planner) Finished(c *Core, r Request) { p.dem.finished(c, r, c.slo) }
-
-// PlacePrefill implements Controller.
-func (p *Planner) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
-	return c.algorithm1(r, false, placeOptions{}), event.CauseNone
-}
-
-// PlaceDecode implements Controller.
-func (p *Planner) PlaceDecode(c *Core, r Request) event.Instance {
-	return c.algorithm1(r, true, placeOptions{})
-}
 
 // NextTick implements Controller.
 func (p *Planner) NextTick() event.Time { return p.next }
@@ -301,6 +292,7 @@ func (p *Planner) moveTo(c *Core, want int, why string) int {
 // Placement is Algorithm 1 without inline flips, as the adaptive arm's, so
 // the two differ only in when they move.
 type Scheduled struct {
+	owned
 	Arm   string
 	Steps []ScheduleStep
 	next  int
@@ -338,16 +330,6 @@ func (s *Scheduled) Init(c *Core) error {
 		c.SetRole(event.Instance(i), r)
 	}
 	return nil
-}
-
-// PlacePrefill implements Controller.
-func (s *Scheduled) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
-	return c.algorithm1(r, false, placeOptions{}), event.CauseNone
-}
-
-// PlaceDecode implements Controller.
-func (s *Scheduled) PlaceDecode(c *Core, r Request) event.Instance {
-	return c.algorithm1(r, true, placeOptions{})
 }
 
 // NextTick implements Controller.
