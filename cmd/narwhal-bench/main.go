@@ -16,7 +16,6 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/journal"
@@ -47,7 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
-		Commands:       []*cli.Command{simCommand(stderr), exportCommand()},
+		Commands:       []*cli.Command{simCommand(stderr), runCommand(stderr), exportCommand()},
 	}
 	if err := cmd.Run(ctx, args); err != nil {
 		fmt.Fprintf(stderr, "narwhal-bench: %v\n", err)
@@ -154,80 +153,24 @@ func exportCommand() *cli.Command {
 }
 
 func simConfig(c *cli.Command) (sweep.Config, error) {
-	var cfg sweep.Config
-	tr, err := traces.Open(c.String("trace"), c.String("trace-format"))
-	if err != nil {
-		return cfg, err
+	o := sweep.Options{Trace: c.String("trace"), TraceFormat: c.String("trace-format"), Fleet: c.String("fleet"),
+		TTFT: c.String("ttft-slo"), TPOT: c.String("tpot-slo"), Rates: c.String("rates"), Speedup: c.Float64("speedup"),
+		PrefixCache: c.Bool("prefix-cache"), Workers: int(c.Int("workers")), Version: version}
+	if c.IsSet("seed") {
+		seed := c.Uint64("seed")
+		o.Seed = &seed
 	}
-	for _, n := range tr.Notes() {
+	for _, a := range strings.Split(c.String("arms"), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.Arms = append(o.Arms, a)
+		}
+	}
+	cfg, notes, err := sweep.Resolve(o)
+	for _, n := range notes {
 		fmt.Fprintf(c.Root().ErrWriter, "narwhal-bench: note: %s\n", n)
 	}
-	speedup := c.Float64("speedup")
-	if !(speedup > 0) || speedup > 1e6 {
-		return cfg, fmt.Errorf("--speedup %v: expected a positive factor", speedup)
-	}
-	fleetName := c.String("fleet")
-	if fleetName == "" {
-		fleetName = tr.Fleet
-	}
-	if fleetName == "" {
-		fleetName = "demo"
-	}
-	fl, err := fleet.Load(fleetName)
 	if err != nil {
-		return cfg, err
-	}
-	cfg = sweep.Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: int(c.Int("workers")), Version: version,
-		PrefixCache: c.Bool("prefix-cache")}
-	if c.IsSet("seed") {
-		cfg.Seed = c.Uint64("seed")
-	}
-	if tr.SLO.TTFT > 0 {
-		cfg.SLO.TTFT = tr.SLO.TTFT.Seconds()
-	}
-	if tr.SLO.TPOT > 0 {
-		cfg.SLO.TPOT = tr.SLO.TPOT.Seconds()
-	}
-	for _, f := range []struct {
-		name string
-		dst  *float64
-	}{{"ttft-slo", &cfg.SLO.TTFT}, {"tpot-slo", &cfg.SLO.TPOT}} {
-		if s := c.String(f.name); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return cfg, fmt.Errorf("--%s %q: expected a positive duration such as 2.1s or 45ms", f.name, s)
-			}
-			*f.dst = d.Seconds()
-		}
-	}
-	if s := c.String("arms"); s != "" {
-		for _, a := range strings.Split(s, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				cfg.Arms = append(cfg.Arms, a)
-			}
-		}
-	} else {
-		cfg.Arms = append(core.StaticArms(fl.Size()), "aggregated")
-	}
-	for _, a := range cfg.Arms {
-		if err := sweep.CheckArm(a, fl.Size()); err != nil {
-			return cfg, fmt.Errorf("--arms: %w", err)
-		}
-	}
-	if s := c.String("rates"); s != "" {
-		rates, err := sweep.ParseRates(s, tr.MeanRate())
-		if err != nil {
-			return cfg, fmt.Errorf("--rates: %w", err)
-		}
-		cfg.Rates = rates
-	}
-	if speedup != 1 {
-		if len(cfg.Rates) == 0 {
-			cfg.Rates = []float64{tr.MeanRate()}
-		}
-		for i := range cfg.Rates {
-			cfg.Rates[i] *= speedup
-		}
+		return cfg, fmt.Errorf("--%w", err)
 	}
 	return cfg, nil
 }

@@ -88,7 +88,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--arms", "magic"}, `arm "magic": expected one of`},
 		{[]string{"sim", "--rates", "fast"}, `rate "fast"`},
 		{[]string{"sim", "--fleet", "nofleet"}, `fleet "nofleet"`},
-		{[]string{"sim", "--ttft-slo", "2"}, "--ttft-slo"},
+		{[]string{"sim", "--ttft-slo", "2"}, "--ttft-slo: \"2\": a bare number is not a duration"},
 		{[]string{"sim", "--bogus"}, "flag provided but not defined"},
 	}
 	for _, c := range cases {

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/journal"
+	"github.com/narwhal-bench/narwhal-bench/sweep"
+)
+
+// runCommand executes experiment files: every (prefix cache, seed)
+// combination is one sweep, journaled and exported under
+// OUT/NAME/cache-{on,off}/seed-N/. A combination whose result.json exists is
+// skipped, so an interrupted campaign resumes where it stopped.
+func runCommand(stderr io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run experiment files (journals, Parquet, results) into an output directory; resumable",
+		ArgsUsage: "EXPERIMENT.yaml...",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Value: "out", Usage: "output directory"},
+			&cli.IntFlag{Name: "workers", Usage: "runs in parallel (default: one per CPU)"},
+			&cli.BoolFlag{Name: "force", Usage: "rerun combinations that already have results"},
+		},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			if c.Args().Len() == 0 {
+				return usageError{errors.New("run: expected at least one experiment file")}
+			}
+			var exps []*sweep.Experiment
+			for _, p := range c.Args().Slice() {
+				e, err := sweep.LoadExperiment(p)
+				if err != nil {
+					return usageError{err}
+				}
+				exps = append(exps, e)
+			}
+			for _, e := range exps {
+				if err := runExperiment(c, e, stderr); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// combo is one sweep of an experiment.
+type combo struct {
+	cache bool
+	seed  *uint64
+}
+
+func (k combo) dir(out, name string) string {
+	cache := "off"
+	if k.cache {
+		cache = "on"
+	}
+	seed := "default"
+	if k.seed != nil {
+		seed = fmt.Sprint(*k.seed)
+	}
+	return filepath.Join(out, name, "cache-"+cache, "seed-"+seed)
+}
+
+func runExperiment(c *cli.Command, e *sweep.Experiment, stderr io.Writer) error {
+	out := c.String("out")
+	var combos []combo
+	for _, cache := range e.PrefixCache {
+		if len(e.Seeds) == 0 {
+			combos = append(combos, combo{cache: cache})
+		}
+		for i := range e.Seeds {
+			combos = append(combos, combo{cache: cache, seed: &e.Seeds[i]})
+		}
+	}
+	results := make([]*sweep.Result, len(combos))
+	for k, cb := range combos {
+		dir := cb.dir(out, e.Name)
+		label := fmt.Sprintf("[%d/%d] %s %s", k+1, len(combos), e.Name, strings.TrimPrefix(dir, filepath.Join(out, e.Name)+string(filepath.Separator)))
+		resPath := filepath.Join(dir, "result.json")
+		if data, err := os.ReadFile(resPath); err == nil && !c.Bool("force") {
+			var res sweep.Result
+			if err := json.Unmarshal(data, &res); err == nil {
+				fmt.Fprintf(stderr, "%s: done earlier, skipped\n", label)
+				results[k] = &res
+				continue
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil { // a partial run from an interrupted campaign
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
+			return err
+		}
+		o := sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, TTFT: e.SLO.TTFT, TPOT: e.SLO.TPOT,
+			Arms: e.Arms, Rates: strings.Join(e.Rates, ","), Seed: cb.seed, PrefixCache: cb.cache,
+			Workers: int(c.Int("workers")), Version: version}
+		cfg, notes, err := sweep.Resolve(o)
+		for _, n := range notes {
+			fmt.Fprintf(stderr, "narwhal-bench: note: %s\n", n)
+		}
+		if err != nil {
+			return usageError{fmt.Errorf("experiment %s: %w", e.Name, err)}
+		}
+		cfg.Journal = func(name string, meta event.RunMeta) (sweep.Sink, error) {
+			return journal.Create(filepath.Join(dir, "runs", name), meta, journal.Options{})
+		}
+		fmt.Fprintf(stderr, "%s: running %d arms x %d rates\n", label, len(cfg.Arms), max(len(cfg.Rates), 1))
+		start := time.Now()
+		res, err := sweep.Execute(cfg)
+		if err != nil {
+			return err
+		}
+		if _, err := journal.Export(filepath.Join(dir, "runs"), filepath.Join(dir, "parquet")); err != nil {
+			return fmt.Errorf("experiment %s: export: %w", e.Name, err)
+		}
+		var table strings.Builder
+		if err := sweep.WriteTable(&table, res); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "table.txt"), []byte(table.String()), 0o644); err != nil {
+			return err
+		}
+		data, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		// result.json last: its presence marks the combination complete.
+		if err := os.WriteFile(resPath, append(data, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "%s: done in %.1f s\n", label, time.Since(start).Seconds())
+		results[k] = res
+	}
+	return writeSummary(c.Root().Writer, e, combos, results)
+}
+
+// writeSummary prints, per arm and rate, completed and SLO-qualified shares
+// for each combination side by side, so what prefix caching changed is one
+// glance.
+func writeSummary(w io.Writer, e *sweep.Experiment, combos []combo, results []*sweep.Result) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## %s\n\n", e.Name)
+	if e.Description != "" {
+		fmt.Fprintf(&b, "%s\n\n", strings.TrimSpace(e.Description))
+	}
+	b.WriteString("| arm | rate (req/s) |")
+	for _, cb := range combos {
+		fmt.Fprintf(&b, " %s: completed | %s: SLO-qualified |", comboLabel(cb), comboLabel(cb))
+	}
+	b.WriteString("\n|---|---|" + strings.Repeat("---|---|", len(combos)) + "\n")
+	first := results[0]
+	for ri, rate := range first.Rates {
+		for ai, arm := range first.Arms {
+			fmt.Fprintf(&b, "| %s | %.3g |", arm, rate)
+			for _, res := range results {
+				if ai >= len(res.Arms) || ri >= len(res.Rates) {
+					b.WriteString(" - | - |")
+					continue
+				}
+				r := res.Runs[ai*len(res.Rates)+ri]
+				fmt.Fprintf(&b, " %.2f%% (%d) | %.2f%% (%d) |", pct(r.Completed, r.Offered), r.Completed, 100*r.Attainment, r.SLOOK)
+			}
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func comboLabel(cb combo) string {
+	s := "cache off"
+	if cb.cache {
+		s = "cache on"
+	}
+	if cb.seed != nil {
+		s += fmt.Sprintf(", seed %d", *cb.seed)
+	}
+	return s
+}
+
+func pct(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}

@@ -1,0 +1,42 @@
+package sweep
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestExperimentFiles(t *testing.T) {
+	for _, p := range []string{"../experiments/seed-chatdoc.yaml", "../experiments/seed-mixed.yaml"} {
+		e, err := LoadExperiment(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(e.Arms) != 3 || len(e.PrefixCache) != 2 {
+			t.Fatalf("%s: %+v", p, e)
+		}
+		cfg, _, err := Resolve(Options{Trace: e.Trace, Fleet: e.Fleet, Arms: e.Arms, Rates: strings.Join(e.Rates, ",")})
+		if err != nil || cfg.Fleet.Size() != 8 {
+			t.Fatalf("%s: resolve: %v", p, err)
+		}
+	}
+}
+
+func TestBadExperiments(t *testing.T) {
+	cases := []struct{ src, want string }{
+		{"name: x\ntrace: demo\narms: [adaptive]\ncolour: red\n", `unknown field "colour"`},
+		{"name: 'a b'\ntrace: demo\narms: [adaptive]\n", `name: "a b": expected`},
+		{"name: x\narms: [adaptive]\n", "trace: missing"},
+		{"name: x\ntrace: demo\n", "arms: none"},
+		{"name: x\ntrace: demo\narms: [adaptive, adaptive]\n", `arms[1]: "adaptive" twice`},
+		{"name: x\ntrace: demo\narms: [adaptive]\nrates: [fast]\n", `rates[0]: rate "fast"`},
+		{"name: x\ntrace: demo\narms: [adaptive]\nslo: {ttft: 2}\n", "slo.ttft"},
+		{"name: x\ntrace: demo\narms: [adaptive]\nprefix_cache: [true, true]\n", "prefix_cache"},
+		{"name: x\ntrace: demo\narms: [adaptive]\ntrace_format: csv\n", `trace_format: "csv"`},
+	}
+	for _, c := range cases {
+		_, err := ParseExperiment([]byte(c.src), "x.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.src, err, c.want)
+		}
+	}
+}

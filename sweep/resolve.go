@@ -1,0 +1,115 @@
+package sweep
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/traces"
+)
+
+// Options is a sweep as a user writes it, on the command line or in an
+// experiment file; Resolve turns it into a Config.
+type Options struct {
+	Trace, TraceFormat string
+	// Fleet defaults to the trace's, else "demo".
+	Fleet string
+	// TTFT and TPOT override the objectives (durations such as "2.1s").
+	TTFT, TPOT string
+	// Arms defaults to every static split and aggregated.
+	Arms []string
+	// Rates as ParseRates reads them; "" means the trace's own rate.
+	Rates string
+	// Seed overrides the trace's seed when non-nil.
+	Seed *uint64
+	// Speedup multiplies every rate (0 means 1).
+	Speedup     float64
+	PrefixCache bool
+	Workers     int
+	Version     string
+}
+
+// Resolve loads the trace and fleet and checks every option, naming the
+// option and the value in its errors. notes are what the trace importers
+// changed or ignored.
+func Resolve(o Options) (cfg Config, notes []string, err error) {
+	tr, err := traces.Open(o.Trace, o.TraceFormat)
+	if err != nil {
+		return cfg, nil, err
+	}
+	speedup := o.Speedup
+	if speedup == 0 {
+		speedup = 1
+	}
+	if !(speedup > 0) || speedup > 1e6 {
+		return cfg, nil, fmt.Errorf("speedup: %v: expected a positive factor", o.Speedup)
+	}
+	fleetName := o.Fleet
+	if fleetName == "" {
+		fleetName = tr.Fleet
+	}
+	if fleetName == "" {
+		fleetName = "demo"
+	}
+	fl, err := fleet.Load(fleetName)
+	if err != nil {
+		return cfg, nil, err
+	}
+	cfg = Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: o.Workers, Version: o.Version, PrefixCache: o.PrefixCache}
+	if o.Seed != nil {
+		cfg.Seed = *o.Seed
+	}
+	cfg.SLO.TTFT, cfg.SLO.TPOT = tr.SLO.TTFT.Seconds(), tr.SLO.TPOT.Seconds()
+	for _, f := range []struct {
+		name, v string
+		dst     *float64
+	}{{"ttft-slo", o.TTFT, &cfg.SLO.TTFT}, {"tpot-slo", o.TPOT, &cfg.SLO.TPOT}} {
+		if f.v != "" {
+			s, err := ParseDuration(f.v)
+			if err != nil {
+				return cfg, nil, fmt.Errorf("%s: %w", f.name, err)
+			}
+			*f.dst = s
+		}
+	}
+	cfg.Arms = o.Arms
+	if len(cfg.Arms) == 0 {
+		cfg.Arms = append(core.StaticArms(fl.Size()), "aggregated")
+	}
+	for _, a := range cfg.Arms {
+		if err := CheckArm(a, fl.Size()); err != nil {
+			return cfg, nil, fmt.Errorf("arms: %w", err)
+		}
+	}
+	if o.Rates != "" {
+		if cfg.Rates, err = ParseRates(o.Rates, tr.MeanRate()); err != nil {
+			return cfg, nil, fmt.Errorf("rates: %w", err)
+		}
+	}
+	if speedup != 1 {
+		if len(cfg.Rates) == 0 {
+			cfg.Rates = []float64{tr.MeanRate()}
+		}
+		for i := range cfg.Rates {
+			cfg.Rates[i] *= speedup
+		}
+	}
+	return cfg, tr.Notes(), nil
+}
+
+// ParseDuration reads a positive Go duration with a unit ("2.1s", "45ms")
+// in seconds; a bare number is refused, as in every file narwhal-bench
+// reads.
+func ParseDuration(s string) (float64, error) {
+	if _, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
+		return 0, fmt.Errorf("%q: a bare number is not a duration: expected a unit, such as 2.1s or 45ms", s)
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q: expected a positive duration such as 2.1s or 45ms", s)
+	}
+	return d.Seconds(), nil
+}
