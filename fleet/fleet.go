@@ -41,6 +41,9 @@ type Spec struct {
 	// PrefixCache sizes each engine's prefix cache when a run turns it on
 	// (defaults: 16-token blocks, 200,000 tokens).
 	PrefixCache *PrefixCache `yaml:"prefix_cache"`
+	// GPUsPerInstance is how many GPUs each engine uses (0 = unknown); it
+	// lets reports give goodput per GPU.
+	GPUsPerInstance int `yaml:"gpus_per_instance"`
 }
 
 // PrefixCache is the YAML form of the simulator's prefix-cache sizing.
@@ -203,6 +206,9 @@ func (s *Spec) Validate() error {
 		if pc.CapacityTokens < 1 {
 			errs = append(errs, fmt.Errorf("prefix_cache.capacity_tokens: %d: expected >= 1", pc.CapacityTokens))
 		}
+	}
+	if s.GPUsPerInstance < 0 {
+		errs = append(errs, fmt.Errorf("gpus_per_instance: %d: expected >= 0 (0 = unknown)", s.GPUsPerInstance))
 	}
 	if s.DrainLimit != "" {
 		if d, err := duration("drain_limit", s.DrainLimit, true); err != nil {

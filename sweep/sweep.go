@@ -226,7 +226,7 @@ func Execute(cfg Config) (*Result, error) {
 				arm, ri := cfg.Arms[k/len(rates)], k%len(rates)
 				meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: arm,
 					Rate: rates[ri], Seed: cfg.Seed, Trace: cfg.Trace.Name, TraceHash: cfg.Trace.Hash(),
-					Fleet: cfg.Fleet.Name, Instances: n, TTFTSLO: slo.TTFT, TPOTSLO: slo.TPOT}
+					Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT, TPOTSLO: slo.TPOT}
 				meta.ConfigHash = configHash(simCfg, meta)
 				res.Runs[k], errs[k] = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
 				if cfg.Progress != nil {
