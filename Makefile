@@ -7,12 +7,21 @@ DEMORATES := 0.6,1.0,1.6,2.4,3.2,4.4,5.4,6.4
 DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:6P2D,static:7P1D,aggregated,adaptive,arrow,planner,coldswap,oracle
 PKGS      := ./...
 
-.PHONY: all build deps demo test vet fmtcheck lint bench fuzz clean
+.PHONY: all build deps demo test vet fmtcheck lint bench fuzz clean campaign
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/narwhal-bench
+	$(GO) build -o bin/narwhal-report ./cmd/narwhal-report
+
+## campaign: the seed evaluation (chatdoc and mixed x prefix caching off/on x
+## adaptive, dynamo, ray), regenerating docs/evaluation.md and its plots.
+campaign: build
+	campaigns/seed-eval.sh out/seed-eval
+	cp out/seed-eval/evaluation.md docs/evaluation.md
+	mkdir -p docs/img/eval
+	cp out/seed-eval/seed-chatdoc/cache-on/seed-1/plots/prefill_share.png docs/img/eval/chatdoc-cache-on-prefill-share.png
 
 ## demo: the reference demo sweep (9 arms x 8 rates on 8 instances) and its table.
 demo: build

@@ -38,6 +38,31 @@ type Experiment struct {
 	Seeds []uint64 `yaml:"seeds"`
 	// PrefixCache lists the prefix-cache settings to run (default [false]).
 	PrefixCache []bool `yaml:"prefix_cache"`
+	// Published holds numbers a publication reports for this experiment,
+	// printed beside ours: per arm, per prefix-cache setting ("on", "off"),
+	// shares of offered requests in percent.
+	Published *Published `yaml:"published"`
+}
+
+// Published is a publication's numbers for an experiment.
+type Published struct {
+	Source    string                        `yaml:"source"`
+	Qualified map[string]map[string]float64 `yaml:"qualified"`
+	Completed map[string]map[string]float64 `yaml:"completed"`
+}
+
+// Lookup returns the published share (percent) for arm at a prefix-cache
+// setting, and whether there is one.
+func (p *Published) Lookup(table map[string]map[string]float64, arm string, cache bool) (float64, bool) {
+	if p == nil {
+		return 0, false
+	}
+	key := "off"
+	if cache {
+		key = "on"
+	}
+	v, ok := table[arm][key]
+	return v, ok
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -101,6 +126,20 @@ func ParseExperiment(data []byte, source string) (exp *Experiment, err error) {
 	}
 	if len(e.PrefixCache) > 2 || (len(e.PrefixCache) == 2 && e.PrefixCache[0] == e.PrefixCache[1]) {
 		errs = append(errs, fmt.Errorf("prefix_cache: %v: expected [false], [true] or [false, true]", e.PrefixCache))
+	}
+	if p := e.Published; p != nil {
+		for _, t := range []struct {
+			name string
+			m    map[string]map[string]float64
+		}{{"qualified", p.Qualified}, {"completed", p.Completed}} {
+			for arm, byCache := range t.m {
+				for k, v := range byCache {
+					if (k != "on" && k != "off") || v < 0 || v > 100 {
+						errs = append(errs, fmt.Errorf("published.%s.%s.%s: %v: expected on or off with a percentage", t.name, arm, k, v))
+					}
+				}
+			}
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("experiment %s: %w", source, err)

@@ -154,25 +154,45 @@ func writeSummary(w io.Writer, e *sweep.Experiment, combos []combo, results []*s
 	if e.Description != "" {
 		fmt.Fprintf(&b, "%s\n\n", strings.TrimSpace(e.Description))
 	}
+	pub := e.Published
 	b.WriteString("| arm | rate (req/s) |")
 	for _, cb := range combos {
 		fmt.Fprintf(&b, " %s: completed | %s: SLO-qualified |", comboLabel(cb), comboLabel(cb))
+		if pub != nil {
+			fmt.Fprintf(&b, " %s: published completed | published SLO-qualified |", comboLabel(cb))
+		}
 	}
-	b.WriteString("\n|---|---|" + strings.Repeat("---|---|", len(combos)) + "\n")
+	cols := 2
+	if pub != nil {
+		cols = 4
+	}
+	b.WriteString("\n|---|---|" + strings.Repeat("---|", cols*len(combos)) + "\n")
 	first := results[0]
 	for ri, rate := range first.Rates {
 		for ai, arm := range first.Arms {
 			fmt.Fprintf(&b, "| %s | %.3g |", arm, rate)
-			for _, res := range results {
+			for k, res := range results {
 				if ai >= len(res.Arms) || ri >= len(res.Rates) {
-					b.WriteString(" - | - |")
+					b.WriteString(strings.Repeat(" - |", cols))
 					continue
 				}
 				r := res.Runs[ai*len(res.Rates)+ri]
 				fmt.Fprintf(&b, " %.2f%% (%d) | %.2f%% (%d) |", pct(r.Completed, r.Offered), r.Completed, 100*r.Attainment, r.SLOOK)
+				if pub != nil {
+					for _, t := range []map[string]map[string]float64{pub.Completed, pub.Qualified} {
+						if v, ok := pub.Lookup(t, arm, combos[k].cache); ok {
+							fmt.Fprintf(&b, " %.2f%% |", v)
+						} else {
+							b.WriteString(" - |")
+						}
+					}
+				}
 			}
 			b.WriteString("\n")
 		}
+	}
+	if pub != nil && pub.Source != "" {
+		fmt.Fprintf(&b, "\nPublished: %s.\n", strings.TrimSpace(pub.Source))
 	}
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
