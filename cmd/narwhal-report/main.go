@@ -1,0 +1,128 @@
+// Command narwhal-report scores journaled runs: per arm and rate, outcomes,
+// latency percentiles, refusals by cause, goodput three ways, role moves
+// and adaptation lag, answer quality, and optionally plots. See
+// docs/report.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/narwhal-bench/narwhal-bench/report"
+)
+
+const version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
+}
+
+// usageError marks bad usage or bad input (exit code 2).
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+// run executes the command line and returns the exit code: 0 on success,
+// 1 when writing the output failed, 2 on bad usage or bad input (a missing,
+// empty or unreadable directory, a corrupt journal, a newer schema).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "narwhal-report: internal error: %v\n", r)
+			code = 1
+		}
+	}()
+	cmd := &cli.Command{
+		Name:      "narwhal-report",
+		Usage:     "score journaled narwhal-bench runs (a journal root, one run, or a Parquet export)",
+		ArgsUsage: "DIR",
+		Version:   version,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Description: "DIR is a journal root (as sim --journal writes), one run directory, or a Parquet export\n" +
+			"directory (requests.parquet, runs.parquet, ...). The report is computed from the records\n" +
+			"alone; see docs/report.md for every column.",
+		ExitErrHandler: func(context.Context, *cli.Command, error) {},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "output format: text, markdown, json or csv"},
+			&cli.StringFlag{Name: "ttft-slo", Usage: "judge every run by this TTFT SLO (e.g. 2.1s) instead of its metadata's"},
+			&cli.StringFlag{Name: "tpot-slo", Usage: "judge every run by this TPOT SLO (e.g. 45ms) instead of its metadata's"},
+			&cli.StringFlag{Name: "plots", Usage: "write the plots (PNG and SVG) to this directory"},
+			&cli.StringFlag{Name: "plot-rate", Usage: "rate (req/s) of the per-arm plots (default: the highest rate at which the best non-oracle arm still has attainment >= 50%)"},
+		},
+		Action: action,
+	}
+	if err := cmd.Run(ctx, args); err != nil {
+		fmt.Fprintf(stderr, "narwhal-report: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) || strings.Contains(err.Error(), "flag provided but not defined") ||
+			strings.Contains(err.Error(), "invalid value") {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func action(ctx context.Context, c *cli.Command) error {
+	if c.Args().Len() != 1 {
+		return usageError{fmt.Errorf("expected one directory (a journal root, a run, or a Parquet export), got %d arguments", c.Args().Len())}
+	}
+	format, err := report.ParseFormat(c.String("format"))
+	if err != nil {
+		return usageError{fmt.Errorf("--format: %w", err)}
+	}
+	var opts report.Options
+	for _, f := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"ttft-slo", &opts.TTFTSLO}, {"tpot-slo", &opts.TPOTSLO}} {
+		if s := c.String(f.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return usageError{fmt.Errorf("--%s %q: expected a positive duration such as 2.1s or 45ms", f.name, s)}
+			}
+			*f.dst = d
+		}
+	}
+	var plotRate float64
+	if s := c.String("plot-rate"); s != "" {
+		plotRate, err = strconv.ParseFloat(s, 64)
+		if err != nil || !(plotRate > 0) {
+			return usageError{fmt.Errorf("--plot-rate %q: expected a rate in req/s such as 3.2", s)}
+		}
+	}
+	rep, err := report.Load(c.Args().First(), opts)
+	if err != nil {
+		return usageError{err}
+	}
+	if err := rep.Write(c.Root().Writer, format); err != nil {
+		return err
+	}
+	if dir := c.String("plots"); dir != "" {
+		if plotRate == 0 {
+			var ok bool
+			if plotRate, ok = rep.DefaultPlotRate(); !ok {
+				return usageError{errors.New("--plots: no runs to plot")}
+			}
+		}
+		files, err := rep.Plot(dir, plotRate)
+		if err != nil {
+			var ue *report.RateError
+			if errors.As(err, &ue) {
+				return usageError{err}
+			}
+			return err
+		}
+		fmt.Fprintf(c.Root().ErrWriter, "narwhal-report: %d plot files in %s (per-arm plots at %g req/s)\n", len(files), dir, plotRate)
+	}
+	return nil
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/journal"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), append([]string{"narwhal-report"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// writeRun writes a small run: opening roles 2P2D, a move, and requests
+// that finish, miss their TTFT, and are refused.
+func writeRun(t *testing.T, dir, arm string, rate float64) {
+	t.Helper()
+	w, err := journal.Create(dir, event.RunMeta{Version: "test", Driver: "sim", Arm: arm, Rate: rate, Trace: "t", Fleet: "f",
+		Instances: 4, GPUs: 4, TTFTSLO: 1, TPOTSLO: 0.1}, journal.Options{Sync: journal.SyncOnClose})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(r event.Record) {
+		if r.Kind != event.KindRoleMove && r.Inst == 0 {
+			r.Inst = event.NoInstance
+		}
+		r.Peer = event.NoInstance
+		w.Record(&r)
+	}
+	for i, to := range []event.Role{event.RolePrefill, event.RolePrefill, event.RoleDecode, event.RoleDecode} {
+		put(event.Record{Kind: event.KindRoleMove, Inst: event.Instance(i), From: event.RoleNone, To: to})
+	}
+	put(event.Record{At: 5 * event.Second, Kind: event.KindRoleMove, Inst: 2, From: event.RoleDecode, To: event.RolePrefill, Cause: event.CauseController})
+	s := event.Second
+	for i := 1; i <= 10; i++ {
+		id := event.RequestID(i)
+		at := event.Time(i) * s
+		put(event.Record{At: at, Kind: event.KindArrival, Req: id, Ref: at, Tokens: 100, Want: 5, Class: "chat"})
+		if i == 10 {
+			put(event.Record{At: at, Kind: event.KindRefuse, Req: id, Cause: event.CauseOverload})
+			continue
+		}
+		ttft := s / 4
+		if i == 9 {
+			ttft = 2 * s
+		}
+		put(event.Record{At: at, Kind: event.KindAdmit, Req: id, Inst: 1})
+		put(event.Record{At: at + ttft, Kind: event.KindPrefillDone, Req: id, Inst: 1})
+		put(event.Record{At: at + ttft + s/4, Kind: event.KindFinish, Req: id, Inst: 1, Tokens: 5, Cause: event.CauseStop})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	writeRun(t, filepath.Join(root, "static-2P2D@1"), "static:2P2D", 1)
+	writeRun(t, filepath.Join(root, "oracle@1"), "oracle", 1)
+	writeRun(t, filepath.Join(root, "static-2P2D@2"), "static:2P2D", 2)
+	return root
+}
+
+func TestFormats(t *testing.T) {
+	root := writeRoot(t)
+	for _, f := range []string{"text", "markdown", "json", "csv"} {
+		code, out, errs := runCLI(t, "--format", f, root)
+		if code != 0 || errs != "" {
+			t.Fatalf("--format %s: exit %d: %s", f, code, errs)
+		}
+		switch f {
+		case "text":
+			if !strings.Contains(out, "Outcomes") || !strings.Contains(out, "static:2P2D") {
+				t.Errorf("text output:\n%s", out)
+			}
+		case "markdown":
+			if !strings.Contains(out, "| arm | rate |") {
+				t.Errorf("markdown output:\n%s", out)
+			}
+		case "json":
+			var v struct {
+				Runs []struct {
+					Run       string `json:"run"`
+					Offered   int    `json:"offered"`
+					Qualified int    `json:"qualified"`
+				} `json:"runs"`
+			}
+			if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Runs) != 3 || v.Runs[0].Offered != 10 || v.Runs[0].Qualified != 8 {
+				t.Errorf("json: %v %+v", err, v)
+			}
+		case "csv":
+			if n := strings.Count(out, "\n"); n != 4 {
+				t.Errorf("csv: %d lines, want a header and 3 runs", n)
+			}
+		}
+	}
+	// A single run, and the Parquet export, read the same way.
+	code, one, _ := runCLI(t, filepath.Join(root, "oracle@1"))
+	if code != 0 || !strings.Contains(one, "1 run, 1 arm") {
+		t.Errorf("one run: exit %d\n%s", code, one)
+	}
+	out := filepath.Join(t.TempDir(), "pq")
+	if _, err := journal.Export(root, out); err != nil {
+		t.Fatal(err)
+	}
+	_, a, _ := runCLI(t, "--format", "json", root)
+	code, b, errs := runCLI(t, "--format", "json", out)
+	if code != 0 || a != b {
+		t.Errorf("Parquet export: exit %d (%s); same output as the journal: %v", code, errs, a == b)
+	}
+}
+
+func TestSLOFlags(t *testing.T) {
+	root := writeRoot(t)
+	_, base, _ := runCLI(t, "--format", "csv", root)
+	code, loose, errs := runCLI(t, "--format", "csv", "--ttft-slo", "3s", "--tpot-slo", "200ms", root)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if base == loose || !strings.Contains(loose, ",3,0.2,") {
+		t.Errorf("the SLO flags changed nothing:\n%s", loose)
+	}
+}
+
+func TestPlots(t *testing.T) {
+	root := writeRoot(t)
+	dir := filepath.Join(t.TempDir(), "plots")
+	code, _, errs := runCLI(t, "--plots", dir, root)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, name := range []string{"attainment", "prefill_share", "ttft_cdf", "tpot_cdf", "moves"} {
+		for _, ext := range []string{".png", ".svg"} {
+			if st, err := os.Stat(filepath.Join(dir, name+ext)); err != nil || st.Size() == 0 {
+				t.Errorf("%s%s: %v", name, ext, err)
+			}
+		}
+	}
+	if code, _, errs := runCLI(t, "--plots", dir, "--plot-rate", "2", root); code != 0 {
+		t.Errorf("--plot-rate 2: exit %d: %s", code, errs)
+	}
+}
+
+// Bad usage and bad input exit with 2 and say what is wrong; nothing
+// panics.
+func TestExitCodes(t *testing.T) {
+	root := writeRoot(t)
+	garbage := t.TempDir()
+	os.WriteFile(filepath.Join(garbage, "x.bin"), bytes.Repeat([]byte{0xff, 0}, 300), 0o644)
+	corrupt := filepath.Join(t.TempDir(), "run")
+	writeRun(t, corrupt, "static:2P2D", 1)
+	ents, _ := os.ReadDir(filepath.Join(corrupt, "events"))
+	for _, e := range ents {
+		os.WriteFile(filepath.Join(corrupt, "events", e.Name()), []byte("garbage garbage garbage"), 0o644)
+	}
+	newer := filepath.Join(t.TempDir(), "run")
+	writeRun(t, newer, "static:2P2D", 1)
+	bumpSchema(t, newer)
+
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no directory", nil, "expected one directory"},
+		{"two directories", []string{root, root}, "expected one directory"},
+		{"missing", []string{filepath.Join(root, "nope")}, "no such directory"},
+		{"empty", []string{t.TempDir()}, "empty directory"},
+		{"garbage", []string{garbage}, "no journal runs"},
+		{"corrupt journal", []string{corrupt}, "event store"},
+		{"newer schema", []string{newer}, "upgrade"},
+		{"bad format", []string{"--format", "xml", root}, "--format"},
+		{"bad SLO", []string{"--ttft-slo", "fast", root}, "--ttft-slo"},
+		{"negative SLO", []string{"--tpot-slo", "-1s", root}, "--tpot-slo"},
+		{"bad plot rate", []string{"--plots", t.TempDir(), "--plot-rate", "x", root}, "--plot-rate"},
+		{"plot rate not swept", []string{"--plots", t.TempDir(), "--plot-rate", "9", root}, "no run at that rate"},
+		{"unknown flag", []string{"--bogus", root}, "bogus"},
+	}
+	for _, c := range cases {
+		code, _, errs := runCLI(t, c.args...)
+		if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(errs, "internal error") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 mentioning %q", c.name, code, errs, c.want)
+		}
+	}
+}
+
+// bumpSchema rewrites a closed journal's run metadata (key 0) to claim
+// the next schema version, keeping the value's length.
+func bumpSchema(t *testing.T, dir string) {
+	t.Helper()
+	db, err := pebble.Open(filepath.Join(dir, "events"), &pebble.Options{Logger: quietLog{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key := make([]byte, 8)
+	v, closer, err := db.Get(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nv := bytes.Replace(v, []byte(fmt.Sprintf(`"schema":%d`, event.SchemaVersion)), []byte(fmt.Sprintf(`"schema":%d`, event.SchemaVersion+1)), 1)
+	closer.Close()
+	if bytes.Equal(v, nv) {
+		t.Fatal("no schema field to bump")
+	}
+	if err := db.Set(key, nv, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// quietLog keeps Pebble's informational messages out of the test output.
+type quietLog struct{}
+
+func (quietLog) Infof(string, ...any)         {}
+func (quietLog) Errorf(string, ...any)        {}
+func (quietLog) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }

@@ -1,0 +1,296 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/parquet-go/parquet-go"
+)
+
+// ExportedRun is one run read back from a Parquet export: its metadata
+// from runs.parquet, its requests from requests.parquet folded back into
+// event.Rows, and its role moves from role_moves.parquet.
+//
+// What the export does not keep is not here: Meta.Schema is
+// event.SchemaVersion (the export was written by a reader of that schema),
+// and the rows' Reference and Response are empty (the export has no text
+// columns).
+type ExportedRun struct {
+	Name    string // the run's directory name (the tables' run column)
+	Meta    event.RunMeta
+	Records int64       // records in the run's journal, run metadata included
+	Rows    []event.Row // one per offered request, indexed by RequestID-1
+	Moves   []RoleMove  // in record order; Seq is 0 (the export keeps none)
+}
+
+// IsExport reports whether dir holds a Parquet export, judged by the
+// presence of runs.parquet and requests.parquet. Like IsJournal it reads
+// nothing; ReadExport validates the files.
+func IsExport(dir string) bool {
+	for _, name := range []string{RunsFile, RequestsFile} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || !st.Mode().IsRegular() {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadExport reads the Parquet export in dir (as written by Export) and
+// calls fn once per run, in the order of runs.parquet. Requests are read
+// in chunks and one run's rows are held at a time: run.Rows is reused
+// after fn returns, so fn must copy what it keeps. role_moves.parquet may
+// be missing (no moves then); a run whose request rows are not dense and
+// in order, a name the event package does not know, or a damaged file is
+// an error naming the file. ReadExport never panics on bad input: a panic
+// inside the Parquet reader comes back as an error.
+func ReadExport(dir string, fn func(run *ExportedRun) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("export %s: reading Parquet: %v", dir, v)
+		}
+	}()
+	runs, err := readAll[runRow](filepath.Join(dir, RunsFile))
+	if err != nil {
+		return fmt.Errorf("export %s: %w", dir, err)
+	}
+	moves := map[string][]RoleMove{}
+	movesPath := filepath.Join(dir, RoleMovesFile)
+	if _, serr := os.Stat(movesPath); serr == nil {
+		mrows, err := readAll[roleMoveRow](movesPath)
+		if err != nil {
+			return fmt.Errorf("export %s: %w", dir, err)
+		}
+		for i := range mrows {
+			m, err := roleMoveOf(&mrows[i])
+			if err != nil {
+				return fmt.Errorf("export %s: %s row %d: %w", dir, RoleMovesFile, i, err)
+			}
+			moves[mrows[i].Run] = append(moves[mrows[i].Run], m)
+		}
+	} else if !errors.Is(serr, fs.ErrNotExist) {
+		return fmt.Errorf("export %s: %w", dir, serr)
+	}
+	known := make(map[string]bool, len(runs))
+	for _, r := range runs {
+		if known[r.Run] {
+			return fmt.Errorf("export %s: %s: run %q appears twice", dir, RunsFile, r.Run)
+		}
+		known[r.Run] = true
+	}
+	for name := range moves {
+		if !known[name] {
+			return fmt.Errorf("export %s: %s names run %q, which %s does not list", dir, RoleMovesFile, name, RunsFile)
+		}
+	}
+
+	reqs, err := openRequests(filepath.Join(dir, RequestsFile))
+	if err != nil {
+		return fmt.Errorf("export %s: %w", dir, err)
+	}
+	defer reqs.close()
+	var run ExportedRun
+	for i := range runs {
+		rr := &runs[i]
+		run.Name = rr.Run
+		run.Records = rr.Records
+		run.Meta = event.RunMeta{Schema: event.SchemaVersion, Version: rr.Version, Driver: rr.Driver, Arm: rr.Arm,
+			Rate: rr.Rate, Seed: rr.Seed, Trace: rr.Trace, TraceHash: rr.TraceHash, Fleet: rr.Fleet,
+			ConfigHash: rr.ConfigHash, Instances: int(rr.Instances), GPUs: int(rr.GPUs),
+			TTFTSLO: rr.TTFTSLOs, TPOTSLO: rr.TPOTSLOs, StartUnixNano: rr.StartUnixNano}
+		run.Moves = moves[rr.Run]
+		clear(run.Rows)
+		run.Rows = run.Rows[:0]
+		for {
+			q, ok, err := reqs.peek()
+			if err != nil {
+				return fmt.Errorf("export %s: %w", dir, err)
+			}
+			if !ok || q.Run != rr.Run {
+				break
+			}
+			if q.Req != int64(len(run.Rows))+1 {
+				return fmt.Errorf("export %s: %s: run %s: request %d where %d was expected (rows must be dense and in order)",
+					dir, RequestsFile, rr.Run, q.Req, len(run.Rows)+1)
+			}
+			row, err := rowOf(q)
+			if err != nil {
+				return fmt.Errorf("export %s: %s: run %s request %d: %w", dir, RequestsFile, rr.Run, q.Req, err)
+			}
+			run.Rows = append(run.Rows, row)
+			reqs.next()
+		}
+		if int64(len(run.Rows)) != rr.Offered {
+			return fmt.Errorf("export %s: run %s: %s says %d offered, %s holds %d rows for it (or its rows are out of order)",
+				dir, rr.Run, RunsFile, rr.Offered, RequestsFile, len(run.Rows))
+		}
+		if err := fn(&run); err != nil {
+			return err
+		}
+	}
+	if q, ok, err := reqs.peek(); err != nil {
+		return fmt.Errorf("export %s: %w", dir, err)
+	} else if ok {
+		return fmt.Errorf("export %s: %s holds rows of run %q, which %s does not list (or lists in another order)", dir, RequestsFile, q.Run, RunsFile)
+	}
+	return nil
+}
+
+// readAll reads a whole (small) table.
+func readAll[T any](path string) ([]T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	r := parquet.NewGenericReader[T](pf)
+	defer r.Close()
+	out := make([]T, 0, pf.NumRows())
+	buf := make([]T, 1024)
+	for {
+		n, err := r.Read(buf)
+		out = append(out, buf[:n]...)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%s: reader made no progress", filepath.Base(path))
+		}
+	}
+}
+
+// requestStream reads requests.parquet in chunks with one row of look-ahead.
+type requestStream struct {
+	f    *os.File
+	r    *parquet.GenericReader[requestRow]
+	buf  []requestRow
+	i, n int
+	eof  bool
+}
+
+func openRequests(path string) (*requestStream, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", RequestsFile, err)
+	}
+	return &requestStream{f: f, r: parquet.NewGenericReader[requestRow](pf), buf: make([]requestRow, chunkRows)}, nil
+}
+
+// peek returns the current row without consuming it; ok is false at the
+// end of the file.
+func (s *requestStream) peek() (*requestRow, bool, error) {
+	for s.i >= s.n {
+		if s.eof {
+			return nil, false, nil
+		}
+		clear(s.buf)
+		n, err := s.r.Read(s.buf)
+		s.i, s.n = 0, n
+		switch {
+		case errors.Is(err, io.EOF):
+			s.eof = true
+		case err != nil:
+			return nil, false, fmt.Errorf("%s: %w", RequestsFile, err)
+		case n == 0:
+			return nil, false, fmt.Errorf("%s: reader made no progress", RequestsFile)
+		}
+	}
+	return &s.buf[s.i], true, nil
+}
+
+func (s *requestStream) next() { s.i++ }
+
+func (s *requestStream) close() {
+	s.r.Close()
+	s.f.Close()
+}
+
+// timeOf maps the export's -1 back to event.Never.
+func timeOf(ns int64) event.Time {
+	if ns < 0 {
+		return event.Never
+	}
+	return event.Time(ns)
+}
+
+// Names printed by the event package, mapped back to their values.
+var (
+	kindByName  = names(func(i int) string { return event.Kind(i).String() }, "kind(")
+	causeByName = names(func(i int) string { return event.Cause(i).String() }, "cause(")
+)
+
+func names(name func(int) string, unknown string) map[string]int {
+	m := map[string]int{}
+	for i := 0; i < 256; i++ {
+		n := name(i)
+		if len(n) >= len(unknown) && n[:len(unknown)] == unknown {
+			continue
+		}
+		if _, dup := m[n]; !dup {
+			m[n] = i
+		}
+	}
+	return m
+}
+
+func rowOf(q *requestRow) (event.Row, error) {
+	k, ok := kindByName[q.Terminal]
+	if !ok || !event.Kind(k).Terminal() {
+		return event.Row{}, fmt.Errorf("terminal %q: expected finish, refuse, expire or fail", q.Terminal)
+	}
+	c, ok := causeByName[q.Cause]
+	if !ok {
+		return event.Row{}, fmt.Errorf("unknown cause %q", q.Cause)
+	}
+	return event.Row{
+		Req: event.RequestID(q.Req), Class: q.Class,
+		Scheduled: timeOf(q.ScheduledNs), Arrival: timeOf(q.ArrivalNs), Admit: timeOf(q.AdmitNs),
+		FirstToken: timeOf(q.FirstTokenNs), End: timeOf(q.EndNs),
+		PrefillInst: event.Instance(q.PrefillInst), DecodeInst: event.Instance(q.DecodeInst), Crossed: q.Crossed,
+		InputTokens: q.InputTokens, WantOutput: q.WantTokens, OutputTokens: q.OutputTokens, CachedTokens: q.CachedTokens,
+		Terminal: event.Kind(k), Cause: event.Cause(c),
+	}, nil
+}
+
+func roleMoveOf(m *roleMoveRow) (RoleMove, error) {
+	from, err := event.ParseRole(m.From)
+	if err != nil {
+		return RoleMove{}, err
+	}
+	to, err := event.ParseRole(m.To)
+	if err != nil {
+		return RoleMove{}, err
+	}
+	c, ok := causeByName[m.Cause]
+	if !ok {
+		return RoleMove{}, fmt.Errorf("unknown cause %q", m.Cause)
+	}
+	return RoleMove{At: event.Time(m.AtNs), Inst: event.Instance(m.Inst), From: from, To: to, Cause: event.Cause(c),
+		ResidentDecodeTokens: m.ResidentDecodeTokens, ResidentPrefill: event.Time(m.ResidentPrefillNs), Reason: m.Reason}, nil
+}

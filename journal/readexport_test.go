@@ -1,0 +1,91 @@
+package journal
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Reading an export back gives the journal's folded rows, role moves and
+// metadata, run by run.
+func TestReadExportRoundTrip(t *testing.T) {
+	root := writeSynthRoot(t)
+	out := t.TempDir()
+	if _, err := Export(root, out); err != nil {
+		t.Fatal(err)
+	}
+	if !IsExport(out) || IsExport(root) {
+		t.Fatal("IsExport")
+	}
+	dirs, _ := Runs(root)
+	i := 0
+	err := ReadExport(out, func(run *ExportedRun) error {
+		if i >= len(dirs) {
+			t.Fatalf("run %d: only %d journals", i, len(dirs))
+		}
+		r, err := Open(dirs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rows, err := Fold(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moves, err := RoleMoves(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range moves {
+			moves[j].Seq = 0
+		}
+		if run.Name != filepath.Base(dirs[i]) || run.Meta != r.Meta() {
+			t.Errorf("run %d: %s %+v, want %s %+v", i, run.Name, run.Meta, filepath.Base(dirs[i]), r.Meta())
+		}
+		if !reflect.DeepEqual(run.Rows, rows) {
+			t.Errorf("run %s: rows differ", run.Name)
+		}
+		if !reflect.DeepEqual(run.Moves, moves) {
+			t.Errorf("run %s: %d moves, want %d", run.Name, len(run.Moves), len(moves))
+		}
+		i++
+		return nil
+	})
+	if err != nil || i != len(dirs) {
+		t.Fatalf("ReadExport: %v after %d runs", err, i)
+	}
+}
+
+func TestReadExportBadInput(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{RunsFile, RequestsFile} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("not parquet at all"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !IsExport(dir) {
+		t.Fatal("IsExport")
+	}
+	err := ReadExport(dir, func(*ExportedRun) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), RunsFile) {
+		t.Fatalf("garbage export: %v", err)
+	}
+	if err := ReadExport(t.TempDir(), func(*ExportedRun) error { return nil }); err == nil {
+		t.Fatal("empty directory accepted")
+	}
+	// Unknown names are refused.
+	if _, err := rowOf(&requestRow{Terminal: "finish", Cause: "bogus"}); err == nil {
+		t.Fatal("unknown cause accepted")
+	}
+	if _, err := rowOf(&requestRow{Terminal: "admit"}); err == nil {
+		t.Fatal("non-terminal kind accepted")
+	}
+	if r, err := rowOf(&requestRow{Terminal: "refuse", Cause: "overload", AdmitNs: -1, FirstTokenNs: -1}); err != nil ||
+		r.Terminal != event.KindRefuse || r.Cause != event.CauseOverload || r.Admit != event.Never || r.FirstToken != event.Never {
+		t.Fatalf("rowOf: %+v %v", r, err)
+	}
+}

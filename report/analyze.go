@@ -1,0 +1,412 @@
+package report
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// OracleArm is the arm whose split timeline is the target of the
+// adaptation lag.
+const OracleArm = "oracle"
+
+// WorkBin is the width of the bins of arriving work in the prefill-share
+// plot.
+const WorkBin = 10 * event.Second
+
+// maxBins caps a run's work bins; a longer run gets wider bins.
+const maxBins = 1 << 16
+
+// cdfPoints caps the sample a CDF plot keeps of each run.
+const cdfPoints = 2000
+
+// builder accumulates runs, one at a time, reusing its scratch slices.
+type builder struct {
+	opts  Options
+	runs  []RunReport
+	plots []runPlot
+	refs  bool
+	ttft  []int64
+	tpot  []int64
+	wait  []int64
+}
+
+func newBuilder(opts Options) *builder { return &builder{opts: opts} }
+
+// sloOf returns the SLO a run is judged by: its metadata, unless overridden.
+func (b *builder) sloOf(m event.RunMeta) event.SLO {
+	slo := event.SLO{TTFT: event.Seconds(m.TTFTSLO), TPOT: event.Seconds(m.TPOTSLO)}
+	if b.opts.TTFTSLO > 0 {
+		slo.TTFT = event.Time(b.opts.TTFTSLO)
+	}
+	if b.opts.TPOTSLO > 0 {
+		slo.TPOT = event.Time(b.opts.TPOTSLO)
+	}
+	return slo
+}
+
+// qualityAcc accumulates one class's F1.
+type qualityAcc struct {
+	refs, scored, unscored int
+	sum, sloSum            float64
+}
+
+// add scores one run's rows (one per offered request) and its role-move
+// records. rows are not kept.
+func (b *builder) add(name string, m event.RunMeta, rows []event.Row, moves []event.Record) error {
+	slo := b.sloOf(m)
+	rr := RunReport{Run: name, Arm: m.Arm, Rate: m.Rate, Trace: m.Trace, Fleet: m.Fleet, Instances: m.Instances, GPUs: m.GPUs,
+		TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(), Offered: len(rows)}
+	pl := runPlot{first: event.Never, end: 0, binWidth: WorkBin}
+	b.ttft, b.tpot, b.wait = b.ttft[:0], b.tpot[:0], b.wait[:0]
+	var refused, expired, failed [256]int
+	var quality map[string]*qualityAcc
+	var lastArrival event.Time
+	for i := range rows {
+		r := &rows[i]
+		if r.Arrival != event.Never && r.Arrival > lastArrival {
+			lastArrival = r.Arrival
+		}
+	}
+	for lastArrival/pl.binWidth >= maxBins {
+		pl.binWidth *= 2
+	}
+	nb := 0
+	if len(rows) > 0 {
+		nb = int(lastArrival/pl.binWidth) + 1
+	}
+	pl.prefill, pl.decode = make([]int64, nb), make([]int64, nb)
+	for i := range rows {
+		r := &rows[i]
+		switch r.Terminal {
+		case event.KindFinish:
+			rr.Completed++
+			if t := r.TTFT(); t != event.Never {
+				b.ttft = append(b.ttft, int64(t))
+			}
+			if t := r.TPOT(); t != event.Never {
+				b.tpot = append(b.tpot, int64(t))
+			}
+		case event.KindRefuse:
+			rr.Refused++
+			refused[r.Cause]++
+		case event.KindExpire:
+			rr.Expired++
+			expired[r.Cause]++
+		case event.KindFail:
+			rr.Failed++
+			failed[r.Cause]++
+		}
+		if r.Admit != event.Never && r.Arrival != event.Never {
+			b.wait = append(b.wait, int64(r.Admit-r.Arrival))
+		}
+		check := event.Qualify(r, slo)
+		g := &rr.Groups
+		switch check {
+		case event.CheckOK:
+			g.Qualified++
+		case event.CheckLength:
+			g.AtCap++
+		case event.CheckNotDone:
+			g.NotDone++
+		case event.CheckTTFT:
+			g.Missed++
+			g.MissTTFT++
+		case event.CheckTPOT:
+			g.Missed++
+			g.MissTPOT++
+		case event.CheckTooShort:
+			g.Missed++
+			g.MissShort++
+		case event.CheckCancelled:
+			g.Missed++
+			g.MissCancl++
+		}
+		if r.Scheduled != event.Never && r.Scheduled < pl.first {
+			pl.first = r.Scheduled
+		}
+		if r.End != event.Never && r.End > pl.end {
+			pl.end = r.End
+		}
+		if r.Arrival != event.Never && r.Arrival >= 0 {
+			k := int(r.Arrival / pl.binWidth)
+			pl.prefill[k] += r.InputTokens
+			pl.decode[k] += r.WantOutput
+		}
+		if r.Reference != "" {
+			b.refs = true
+			if quality == nil {
+				quality = map[string]*qualityAcc{}
+			}
+			q := quality[r.Class]
+			if q == nil {
+				q = &qualityAcc{}
+				quality[r.Class] = q
+			}
+			q.refs++
+			if r.Completed() {
+				if r.Response == "" {
+					q.unscored++
+				} else {
+					f := F1(r.Response, r.Reference)
+					q.scored++
+					q.sum += f
+					if check == event.CheckOK {
+						q.sloSum += f
+					}
+				}
+			}
+		}
+	}
+	rr.Qualified = rr.Groups.Qualified
+	rr.CompletedShare = share(rr.Completed, rr.Offered)
+	rr.Attainment = share(rr.Qualified, rr.Offered)
+	rr.TTFT, pl.ttftCDF = quantiles(b.ttft, true)
+	rr.TPOT, pl.tpotCDF = quantiles(b.tpot, true)
+	rr.QueueWait, _ = quantiles(b.wait, false)
+	rr.Refusals, rr.Expiries, rr.Failures = causeCounts(&refused), causeCounts(&expired), causeCounts(&failed)
+
+	if pl.first == event.Never {
+		pl.first = 0
+	}
+	if rr.Offered > 0 && pl.end > pl.first {
+		rr.Goodput.SpanS = (pl.end - pl.first).Seconds()
+		rr.Goodput.RPS = float64(rr.Qualified) / rr.Goodput.SpanS
+	}
+	if rr.GPUs > 0 {
+		v := rr.Goodput.RPS / float64(rr.GPUs)
+		rr.Goodput.PerGPU = &v
+	}
+
+	rr.Moves = Moves(moves)
+	pl.splits = Splits(moves)
+	rr.Thrash = Thrash(pl.splits, DefaultThrashWindow)
+	for i := range moves {
+		if moves[i].Kind == event.KindRoleMove && moves[i].To == event.RoleMixed {
+			pl.mixed = true
+		}
+	}
+	if quality != nil {
+		rr.Quality = qualityOf(quality)
+	}
+	b.runs = append(b.runs, rr)
+	b.plots = append(b.plots, pl)
+	return nil
+}
+
+func share(n, of int) float64 {
+	if of == 0 {
+		return 0
+	}
+	return float64(n) / float64(of)
+}
+
+// percentile returns the nearest-rank p-quantile (0 < p <= 1) of a sorted
+// sample: the smallest value with at least p of the sample at or below it.
+func percentile(sorted []int64, p float64) int64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	k := int(math.Ceil(p*float64(n))) - 1
+	k = max(0, min(k, n-1))
+	return sorted[k]
+}
+
+// quantiles sorts xs (nanoseconds) and returns its p50/p95/p99 in seconds,
+// and, when cdf is set, a sorted sample of at most cdfPoints values for a
+// CDF plot.
+func quantiles(xs []int64, cdf bool) (Quantiles, []float64) {
+	slices.Sort(xs)
+	q := Quantiles{N: len(xs)}
+	if len(xs) == 0 {
+		return q, nil
+	}
+	sec := func(v int64) float64 { return float64(v) / 1e9 }
+	q.P50, q.P95, q.P99 = sec(percentile(xs, 0.50)), sec(percentile(xs, 0.95)), sec(percentile(xs, 0.99))
+	if !cdf {
+		return q, nil
+	}
+	n := min(len(xs), cdfPoints)
+	out := make([]float64, n)
+	for i := range out {
+		j := i
+		if len(xs) > cdfPoints {
+			j = int(int64(i) * int64(len(xs)-1) / int64(cdfPoints-1))
+		}
+		out[i] = sec(xs[j])
+	}
+	return q, out
+}
+
+// causeName names a cause for the report; CauseNone is "unspecified".
+func causeName(c event.Cause) string {
+	if c == event.CauseNone {
+		return "unspecified"
+	}
+	return c.String()
+}
+
+func causeCounts(n *[256]int) []CauseCount {
+	out := []CauseCount{}
+	for c, k := range n {
+		if k > 0 {
+			out = append(out, CauseCount{Cause: causeName(event.Cause(c)), N: k})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cause < out[j].Cause })
+	return out
+}
+
+// AllClasses names the quality row of every class together.
+const AllClasses = "(all)"
+
+func qualityOf(m map[string]*qualityAcc) []ClassQuality {
+	classes := make([]string, 0, len(m))
+	for c := range m {
+		classes = append(classes, c)
+	}
+	sort.Strings(classes)
+	row := func(name string, q *qualityAcc) ClassQuality {
+		cq := ClassQuality{Class: name, WithReference: q.refs, Scored: q.scored, Unscored: q.unscored}
+		if q.scored > 0 {
+			c, a, s := q.sum/float64(q.scored), q.sum/float64(q.refs), q.sloSum/float64(q.refs)
+			cq.CompletedF1, cq.AllOfferF1, cq.SLOF1 = &c, &a, &s
+		}
+		return cq
+	}
+	out := make([]ClassQuality, 0, len(classes)+1)
+	var all qualityAcc // summed in class order, so the floats do not depend on map order
+	for _, c := range classes {
+		q := m[c]
+		out = append(out, row(c, q))
+		all.refs += q.refs
+		all.scored += q.scored
+		all.unscored += q.unscored
+		all.sum += q.sum
+		all.sloSum += q.sloSum
+	}
+	return append(out, row(AllClasses, &all))
+}
+
+// finish sorts the runs and computes what spans runs: the arms' DistServe
+// goodput and the adaptation lag against the oracle.
+func (b *builder) finish() *Report {
+	sortRuns(b.runs, b.plots)
+	rep := &Report{AttainmentTarget: AttainmentTarget, ThrashWindow: DefaultThrashWindow.Seconds(),
+		Runs: b.runs, plots: b.plots, HasReferences: b.refs, Arms: []ArmReport{}}
+	if rep.Runs == nil {
+		rep.Runs = []RunReport{}
+	}
+	var over []string
+	if b.opts.TTFTSLO > 0 {
+		over = append(over, "ttft")
+	}
+	if b.opts.TPOTSLO > 0 {
+		over = append(over, "tpot")
+	}
+	rep.SLOOverride = strings.Join(over, ",")
+
+	// Arms, in run order (runs are sorted by arm).
+	for i := 0; i < len(rep.Runs); {
+		j := i
+		for j < len(rep.Runs) && rep.Runs[j].Arm == rep.Runs[i].Arm {
+			j++
+		}
+		a := ArmReport{Arm: rep.Runs[i].Arm, GPUs: rep.Runs[i].GPUs}
+		var rates, att []float64
+		for k := i; k < j; k++ {
+			r := &rep.Runs[k]
+			if len(a.Rates) == 0 || a.Rates[len(a.Rates)-1] != r.Rate {
+				a.Rates = append(a.Rates, r.Rate)
+			}
+			rates, att = append(rates, r.Rate), append(att, r.Attainment)
+			if r.GPUs != a.GPUs {
+				a.GPUs = 0
+			}
+		}
+		if v, ok := Sustained(rates, att, AttainmentTarget); ok {
+			a.DistServe = &v
+			if a.GPUs > 0 {
+				pg := v / float64(a.GPUs)
+				a.DistServePerGPU = &pg
+			}
+		}
+		for k := i; k < j; k++ {
+			rep.Runs[k].Goodput.DistServe, rep.Runs[k].Goodput.DSPerGPU = a.DistServe, a.DistServePerGPU
+		}
+		rep.Arms = append(rep.Arms, a)
+		i = j
+	}
+
+	for i := range rep.Runs {
+		rep.Runs[i].Lag = rep.lagOf(i)
+	}
+	return rep
+}
+
+// oracleAt returns the index of the first oracle run at rate, or -1.
+func (r *Report) oracleAt(rate float64) int {
+	for i := range r.Runs {
+		if r.Runs[i].Arm == OracleArm && r.Runs[i].Rate == rate {
+			return i
+		}
+	}
+	return -1
+}
+
+// changes drops split entries that do not change the pool size.
+func changes(splits []SplitChange) []SplitChange {
+	var out []SplitChange
+	for _, s := range splits {
+		if n := len(out); n > 0 && out[n-1].Prefill == s.Prefill {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// lagOf measures run i's adaptation lag against the oracle at its rate:
+// for each change of the oracle's split, the time until run i's split is
+// first within one engine of the oracle's new split, censored at the
+// oracle's next change (or at run i's last end for the last change).
+func (r *Report) lagOf(i int) LagReport {
+	run := &r.Runs[i]
+	if run.Arm == OracleArm {
+		return LagReport{Status: LagOracle}
+	}
+	if r.plots[i].mixed {
+		return LagReport{Status: LagNoSplit}
+	}
+	o := r.oracleAt(run.Rate)
+	if o < 0 {
+		return LagReport{Status: LagNoOracle}
+	}
+	target := changes(r.plots[o].splits)
+	phases := make([]PhaseTarget, len(target))
+	for k, t := range target {
+		end := r.plots[i].end
+		if k+1 < len(target) {
+			end = target[k+1].At
+		}
+		phases[k] = PhaseTarget{Start: t.At, End: max(end, t.At), Prefill: t.Prefill}
+	}
+	lags, missed := Lag(r.plots[i].splits, phases)
+	l := LagReport{Status: LagMeasured, OracleRun: r.Runs[o].Run, Changes: len(lags), Missed: missed,
+		Lags: []float64{}, Targets: []int{}, ChangesAt: []float64{}}
+	var sum event.Time
+	for k, v := range lags {
+		sum += v
+		l.Lags = append(l.Lags, v.Seconds())
+		l.Targets = append(l.Targets, phases[k+1].Prefill)
+		l.ChangesAt = append(l.ChangesAt, phases[k+1].Start.Seconds())
+	}
+	if len(lags) > 0 {
+		l.Mean = (sum / event.Time(len(lags))).Seconds()
+	}
+	return l
+}

@@ -1,0 +1,175 @@
+package report
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/journal"
+)
+
+// InputKind says what Load found in its directory.
+type InputKind int
+
+// Input kinds.
+const (
+	InputJournalRoot InputKind = iota // a directory of run directories (sim --journal)
+	InputJournalRun                   // one run directory
+	InputParquet                      // a Parquet export (journal.Export)
+)
+
+func (k InputKind) String() string {
+	switch k {
+	case InputJournalRoot:
+		return "journal root"
+	case InputJournalRun:
+		return "journal run"
+	case InputParquet:
+		return "Parquet export"
+	}
+	return "input?"
+}
+
+// markerName is the journal's marker file (journal/store.go). A
+// subdirectory holding one is treated as a run, so a damaged run is
+// reported rather than skipped.
+const markerName = "JOURNAL"
+
+// Detect says what dir holds: one journal run, a root of runs, or a
+// Parquet export, and for journals the run directories, sorted. A missing
+// directory, a file, an empty directory or one holding none of these is an
+// error that says so.
+func Detect(dir string) (InputKind, []string, error) {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return 0, nil, fmt.Errorf("%s: no such directory", dir)
+	case err != nil:
+		return 0, nil, err
+	case !st.IsDir():
+		return 0, nil, fmt.Errorf("%s: not a directory (expected a journal root, a run directory or a Parquet export)", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, markerName)); err == nil {
+		return InputJournalRun, []string{dir}, nil
+	}
+	if journal.IsExport(dir) {
+		return InputParquet, nil, nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(ents) == 0 {
+		return 0, nil, fmt.Errorf("%s: empty directory: no journal runs and no Parquet export", dir)
+	}
+	var runs []string
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if _, err := os.Stat(filepath.Join(p, markerName)); err == nil {
+			runs = append(runs, p)
+		}
+	}
+	if len(runs) == 0 {
+		return 0, nil, fmt.Errorf("%s: no journal runs (directories with a %s marker) and no Parquet export (%s and %s) among its %d entries",
+			dir, markerName, journal.RunsFile, journal.RequestsFile, len(ents))
+	}
+	return InputJournalRoot, runs, nil
+}
+
+// Load reads dir (a journal root, one run, or a Parquet export; see
+// Detect) and computes the report. Runs are read one at a time: memory
+// holds one run's folded rows (about 150 bytes a request) plus a few
+// numbers per request for its percentiles, and afterwards only the
+// per-run numbers and the small series the plots draw. A run that cannot
+// be read, whose schema is newer than this build's, or whose records do
+// not fold cleanly (a request that never ended, as after a crash) is an
+// error naming the run.
+func Load(dir string, opts Options) (*Report, error) {
+	kind, runs, err := Detect(dir)
+	if err != nil {
+		return nil, err
+	}
+	b := newBuilder(opts)
+	switch kind {
+	case InputParquet:
+		err = journal.ReadExport(dir, func(run *journal.ExportedRun) error {
+			moves := make([]event.Record, len(run.Moves))
+			for i, m := range run.Moves {
+				moves[i] = event.Record{At: m.At, Kind: event.KindRoleMove, Cause: m.Cause, From: m.From, To: m.To,
+					Inst: m.Inst, Peer: event.NoInstance, Tokens: m.ResidentDecodeTokens, Ref: m.ResidentPrefill}
+			}
+			return b.add(run.Name, run.Meta, run.Rows, moves)
+		})
+		if err != nil {
+			return nil, err
+		}
+	default:
+		var fold event.Fold
+		for _, rd := range runs {
+			if err := b.addJournal(rd, &fold); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return b.finish(), nil
+}
+
+// addJournal replays one run directory and adds it.
+func (b *builder) addJournal(dir string, fold *event.Fold) error {
+	r, err := journal.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	name := filepath.Base(dir)
+	fold.Reset()
+	var moves []event.Record
+	err = r.Replay(func(rec *event.Record) error {
+		fold.Record(rec)
+		if rec.Kind == event.KindRoleMove {
+			m := *rec
+			m.Text = "" // the reason is not reported; do not keep it
+			moves = append(moves, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("run %s: %w", name, err)
+	}
+	if err := fold.Err(); err != nil {
+		return fmt.Errorf("run %s (%s): %w", name, dir, err)
+	}
+	return b.add(name, r.Meta(), fold.Rows(), moves)
+}
+
+// sortRuns orders runs by arm, then rate, then name.
+func sortRuns(runs []RunReport, plots []runPlot) {
+	idx := make([]int, len(runs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		x, y := &runs[idx[a]], &runs[idx[b]]
+		if x.Arm != y.Arm {
+			return x.Arm < y.Arm
+		}
+		if x.Rate != y.Rate {
+			return x.Rate < y.Rate
+		}
+		return x.Run < y.Run
+	})
+	r2 := make([]RunReport, len(runs))
+	p2 := make([]runPlot, len(plots))
+	for i, j := range idx {
+		r2[i], p2[i] = runs[j], plots[j]
+	}
+	copy(runs, r2)
+	copy(plots, p2)
+}

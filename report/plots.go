@@ -1,0 +1,725 @@
+package report
+
+import (
+	"bufio"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Plot files, without their .png and .svg extensions.
+const (
+	PlotAttainment = "attainment"    // attainment against offered rate, one line per arm
+	PlotPrefill    = "prefill_share" // prefill engines over time against the prefill share of arriving work
+	PlotTTFT       = "ttft_cdf"      // TTFT CDF per arm
+	PlotTPOT       = "tpot_cdf"      // TPOT CDF per arm
+	PlotMoves      = "moves"         // timeline of role moves per arm
+)
+
+// PlotDPI is the resolution of the PNG files.
+const PlotDPI = 110
+
+// RateError says a plot rate is not among the swept rates.
+type RateError struct {
+	Rate  float64
+	Rates []float64
+}
+
+func (e *RateError) Error() string {
+	rs := make([]string, len(e.Rates))
+	for i, v := range e.Rates {
+		rs[i] = fmtRate(v)
+	}
+	return fmt.Sprintf("plot rate %s req/s: no run at that rate (rates here: %s)", fmtRate(e.Rate), strings.Join(rs, ", "))
+}
+
+// DefaultPlotRate is the rate the per-arm plots show when none is asked
+// for: the highest rate at which the best arm other than the oracle still
+// has attainment >= 50% (so the plots show an arm under stress, not
+// collapsed), else the lowest rate. It reports false when there are no
+// runs.
+func (r *Report) DefaultPlotRate() (float64, bool) {
+	rates := r.rates()
+	if len(rates) == 0 {
+		return 0, false
+	}
+	for k := len(rates) - 1; k >= 0; k-- {
+		best := -1.0
+		for i := range r.Runs {
+			if x := &r.Runs[i]; x.Rate == rates[k] && x.Arm != OracleArm {
+				best = math.Max(best, x.Attainment)
+			}
+		}
+		if best >= 0.5 {
+			return rates[k], true
+		}
+	}
+	return rates[0], true
+}
+
+// Plot writes the five plots as PNG and SVG files into dir (created when
+// missing) and returns the files written, in order. The per-arm plots
+// (prefill share, CDFs, moves) show the runs at rate, which must be one of
+// the swept rates (else a *RateError). The same report gives
+// byte-identical files.
+func (r *Report) Plot(dir string, rate float64) ([]string, error) {
+	if len(r.Runs) == 0 {
+		return nil, fmt.Errorf("plots: no runs")
+	}
+	found := false
+	for _, v := range r.rates() {
+		if v == rate || math.Abs(v-rate) <= 1e-9*math.Max(1, math.Abs(v)) {
+			rate, found = v, true
+		}
+	}
+	if !found {
+		return nil, &RateError{Rate: rate, Rates: r.rates()}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("plots: %w", err)
+	}
+	figs := []struct {
+		name string
+		w, h vg.Length
+		draw func(draw.Canvas)
+	}{
+		{PlotAttainment, 20 * vg.Centimeter, 11 * vg.Centimeter, r.drawAttainment},
+		{PlotPrefill, 26 * vg.Centimeter, r.prefillHeight(rate), func(c draw.Canvas) { r.drawPrefill(c, rate) }},
+		{PlotTTFT, 20 * vg.Centimeter, 11 * vg.Centimeter, func(c draw.Canvas) { r.drawCDF(c, rate, false) }},
+		{PlotTPOT, 20 * vg.Centimeter, 11 * vg.Centimeter, func(c draw.Canvas) { r.drawCDF(c, rate, true) }},
+		{PlotMoves, 24 * vg.Centimeter, r.movesHeight(rate), func(c draw.Canvas) { r.drawMoves(c, rate) }},
+	}
+	var files []string
+	for _, f := range figs {
+		out, err := render(dir, f.name, f.w, f.h, f.draw)
+		files = append(files, out...)
+		if err != nil {
+			return files, fmt.Errorf("plots: %w", err)
+		}
+	}
+	return files, nil
+}
+
+// render draws a figure twice, onto a PNG and an SVG canvas, and writes
+// both files.
+func render(dir, name string, w, h vg.Length, fn func(draw.Canvas)) ([]string, error) {
+	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(PlotDPI), vgimg.UseBackgroundColor(color.White))
+	fn(draw.New(img))
+	png := filepath.Join(dir, name+".png")
+	if err := writeFile(png, vgimg.PngCanvas{Canvas: img}); err != nil {
+		return nil, err
+	}
+	svg := vgsvg.New(w, h)
+	dc := draw.New(svg)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	fn(dc)
+	svgPath := filepath.Join(dir, name+".svg")
+	if err := writeFile(svgPath, svg); err != nil {
+		return []string{png}, err
+	}
+	return []string{png, svgPath}, nil
+}
+
+func writeFile(path string, c io.WriterTo) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(f)
+	_, err = c.WriteTo(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Styles.
+
+var sansFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+
+func textStyle(size vg.Length) text.Style {
+	return text.Style{Color: color.Black, Font: font.From(sansFont, size), Handler: plot.DefaultTextHandler}
+}
+
+// armPalette colours the arms in Report.Arms order (the oracle is always
+// black); colours repeat with another glyph past its length.
+var armPalette = []color.RGBA{
+	{0x1f, 0x77, 0xb4, 0xff}, // blue
+	{0xff, 0x7f, 0x0e, 0xff}, // orange
+	{0x2c, 0xa0, 0x2c, 0xff}, // green
+	{0xd6, 0x27, 0x28, 0xff}, // red
+	{0x94, 0x67, 0xbd, 0xff}, // purple
+	{0x8c, 0x56, 0x4b, 0xff}, // brown
+	{0xe3, 0x77, 0xc2, 0xff}, // pink
+	{0x17, 0xbe, 0xcf, 0xff}, // cyan
+	{0xbc, 0xbd, 0x22, 0xff}, // olive
+}
+
+var armGlyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.PyramidGlyph{}, downTriangle{}, draw.RingGlyph{}, draw.BoxGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}
+
+// armStyle returns arm i's line and glyph styles.
+func (r *Report) armStyle(i int) (draw.LineStyle, draw.GlyphStyle) {
+	ls := draw.LineStyle{Width: vg.Points(1.6)}
+	gs := draw.GlyphStyle{Radius: vg.Points(3), Shape: armGlyphs[i%len(armGlyphs)]}
+	if r.Arms[i].Arm == OracleArm {
+		ls.Color, ls.Dashes = color.Black, []vg.Length{vg.Points(5), vg.Points(3)}
+		gs.Color, gs.Shape = color.Black, draw.CrossGlyph{}
+		return ls, gs
+	}
+	k := 0 // the arm's index among non-oracle arms
+	for j := 0; j < i; j++ {
+		if r.Arms[j].Arm != OracleArm {
+			k++
+		}
+	}
+	c := armPalette[k%len(armPalette)]
+	ls.Color, gs.Color = c, c
+	gs.Shape = armGlyphs[k%len(armGlyphs)]
+	return ls, gs
+}
+
+// downTriangle is a filled triangle pointing down.
+type downTriangle struct{}
+
+// DrawGlyph implements draw.GlyphDrawer.
+func (downTriangle) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
+	c.SetColor(sty.Color)
+	r := sty.Radius + (sty.Radius-sty.Radius*vg.Length(math.Sin(math.Pi/6)))/2
+	var p vg.Path
+	p.Move(vg.Point{X: pt.X, Y: pt.Y - r})
+	p.Line(vg.Point{X: pt.X - r*vg.Length(math.Cos(math.Pi/6)), Y: pt.Y + r*vg.Length(math.Sin(math.Pi/6))})
+	p.Line(vg.Point{X: pt.X + r*vg.Length(math.Cos(math.Pi/6)), Y: pt.Y + r*vg.Length(math.Sin(math.Pi/6))})
+	p.Close()
+	c.Fill(p)
+}
+
+// newPlot returns a plot with sans-serif text of readable sizes.
+func newPlot(title, xlabel, ylabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle = textStyle(12)
+	p.Title.TextStyle.XAlign, p.Title.TextStyle.YAlign = draw.XCenter, draw.YTop
+	p.Title.Padding = vg.Points(6)
+	p.X.Label.Text, p.Y.Label.Text = xlabel, ylabel
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle = textStyle(10.5)
+		a.Tick.Label = textStyle(9)
+		a.Label.Padding = vg.Points(3)
+	}
+	// Both axes' labels are centred and bottom-aligned; plot rotates the
+	// vertical one itself.
+	p.X.Label.TextStyle.XAlign, p.X.Label.TextStyle.YAlign = draw.XCenter, draw.YBottom
+	p.Y.Label.TextStyle.XAlign, p.Y.Label.TextStyle.YAlign = draw.XCenter, draw.YBottom
+	p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XCenter, draw.YTop
+	p.Y.Tick.Label.XAlign, p.Y.Tick.Label.YAlign = draw.XRight, draw.YCenter
+	p.Legend.TextStyle = textStyle(9)
+	p.X.Tick.Marker, p.Y.Tick.Marker = plainTicks{}, plainTicks{}
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// plainTicks are gonum's default tick positions labelled without
+// trailing zeros ("25", not "25.00").
+type plainTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+			if v, err := strconv.ParseFloat(ts[i].Label, 64); err == nil && len(ts[i].Label) > 8 {
+				ts[i].Label = strconv.FormatFloat(v, 'g', 6, 64)
+			}
+		}
+	}
+	return ts
+}
+
+// legendItem is one entry of a legend drawn outside the plots.
+type legendItem struct {
+	label  string
+	thumbs []plot.Thumbnailer
+}
+
+// drawLegendColumn draws a legend as a column at the top left of c.
+func drawLegendColumn(c draw.Canvas, title string, items []legendItem) {
+	sty := textStyle(9.5)
+	y := c.Max.Y - sty.Rectangle("X").Max.Y
+	if title != "" {
+		ts := textStyle(10)
+		c.FillText(ts, vg.Point{X: c.Min.X, Y: y}, title)
+		y -= ts.Rectangle("X").Max.Y * 1.8
+	}
+	l := plot.NewLegend()
+	l.TextStyle = sty
+	l.Left, l.Top = true, true
+	l.Padding = vg.Points(4)
+	for _, it := range items {
+		l.Add(it.label, it.thumbs...)
+	}
+	sub := c
+	sub.Max.Y = y + sty.Rectangle("X").Max.Y
+	l.Draw(sub)
+}
+
+// drawLegendRow draws legend items in a row from (x, y), wrapping at the
+// right edge of c; it returns the height used.
+func drawLegendRow(c draw.Canvas, x, y vg.Length, items []legendItem) vg.Length {
+	sty := textStyle(9.5)
+	h := sty.Rectangle("Xg").Max.Y * 1.6
+	thumbW := vg.Points(22)
+	x0, used := x, h
+	for _, it := range items {
+		w := thumbW + vg.Points(4) + sty.Width(it.label) + vg.Points(16)
+		if x > x0 && x+w > c.Max.X {
+			x, y, used = x0, y-h, used+h
+		}
+		icon := draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{X: x, Y: y}, Max: vg.Point{X: x + thumbW, Y: y + h*0.6}}}
+		for _, t := range it.thumbs {
+			t.Thumbnail(&icon)
+		}
+		c.FillText(sty, vg.Point{X: x + thumbW + vg.Points(4), Y: y}, it.label)
+		x += w
+	}
+	return used
+}
+
+// split divides c into a left part of width w and the rest.
+func split(c draw.Canvas, w vg.Length) (left, right draw.Canvas) {
+	left, right = c, c
+	left.Max.X = c.Min.X + w
+	right.Min.X = left.Max.X
+	return left, right
+}
+
+func xys(xs, ys []float64) plotter.XYs {
+	out := make(plotter.XYs, len(xs))
+	for i := range xs {
+		out[i].X, out[i].Y = xs[i], ys[i]
+	}
+	return out
+}
+
+func mustLine(pts plotter.XYs) *plotter.Line {
+	l, err := plotter.NewLine(pts)
+	if err != nil {
+		panic(err) // only for NaN or infinite data, which the report never holds
+	}
+	return l
+}
+
+func mustScatter(pts plotter.XYs) *plotter.Scatter {
+	s, err := plotter.NewScatter(pts)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// runAt returns the index of arm a's first run at rate, or -1.
+func (r *Report) runAt(arm string, rate float64) int {
+	for i := range r.Runs {
+		if r.Runs[i].Arm == arm && r.Runs[i].Rate == rate {
+			return i
+		}
+	}
+	return -1
+}
+
+// The attainment plot.
+
+func (r *Report) drawAttainment(c draw.Canvas) {
+	p := newPlot(fmt.Sprintf("SLO attainment against offered rate (target %g%%)", 100*r.AttainmentTarget),
+		"offered rate (req/s)", "SLO attainment (% of offered requests)")
+	p.Y.Min, p.Y.Max = 0, 100
+	p.Y.Tick.Marker = plot.ConstantTicks(pctTicks())
+	rates := r.rates()
+	var ticks []plot.Tick
+	for _, v := range rates {
+		ticks = append(ticks, plot.Tick{Value: v, Label: fmtRate(v)})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	var items []legendItem
+	target := mustLine(xys([]float64{rates[0], rates[len(rates)-1]}, []float64{100 * r.AttainmentTarget, 100 * r.AttainmentTarget}))
+	target.LineStyle = sloStyle
+	p.Add(target)
+	for i, a := range r.Arms {
+		var xs, ys []float64
+		for k := range r.Runs {
+			if r.Runs[k].Arm == a.Arm {
+				xs, ys = append(xs, r.Runs[k].Rate), append(ys, 100*r.Runs[k].Attainment)
+			}
+		}
+		ls, gs := r.armStyle(i)
+		l := mustLine(xys(xs, ys))
+		l.LineStyle = ls
+		s := mustScatter(xys(xs, ys))
+		s.GlyphStyle = gs
+		p.Add(l, s)
+		label := a.Arm
+		if a.DistServe != nil {
+			label += " (goodput " + fmtRate(*a.DistServe) + ")"
+		} else {
+			label += " (goodput -)"
+		}
+		items = append(items, legendItem{label, []plot.Thumbnailer{l, s}})
+	}
+	items = append(items, legendItem{fmt.Sprintf("%g%% target", 100*r.AttainmentTarget), []plot.Thumbnailer{target}})
+	left, right := split(c, c.Size().X-6.2*vg.Centimeter)
+	left.Max.Y -= vg.Points(6)
+	p.Draw(left)
+	right.Min.X += vg.Points(8)
+	right.Max.Y -= vg.Points(22)
+	drawLegendColumn(right, "arm (DistServe goodput, req/s)", items)
+}
+
+func pctTicks() []plot.Tick {
+	var t []plot.Tick
+	for v := 0; v <= 100; v += 10 {
+		label := ""
+		if v%20 == 0 {
+			label = strconv.Itoa(v)
+		}
+		t = append(t, plot.Tick{Value: float64(v), Label: label})
+	}
+	return t
+}
+
+// The prefill-share panels.
+
+const prefillCols = 2
+
+// prefillArms lists the arms with a run at rate, in Arms order.
+func (r *Report) armsAt(rate float64) []int {
+	var out []int
+	for i, a := range r.Arms {
+		if r.runAt(a.Arm, rate) >= 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (r *Report) prefillHeight(rate float64) vg.Length {
+	rows := (len(r.armsAt(rate)) + prefillCols - 1) / prefillCols
+	return 3.2*vg.Centimeter + vg.Length(rows)*6.5*vg.Centimeter
+}
+
+// sloStyle draws targets: the SLO lines and the attainment target.
+var sloStyle = draw.LineStyle{Color: color.RGBA{0x70, 0x70, 0x70, 0xff}, Width: vg.Points(1.8), Dashes: []vg.Length{vg.Points(1.5), vg.Points(2.5)}}
+
+var (
+	poolColor   = color.RGBA{0x1f, 0x3a, 0x93, 0xff}
+	shareColor  = color.RGBA{0xe6, 0x7e, 0x22, 0xff}
+	shareFill   = color.RGBA{0xf6, 0xd5, 0xb0, 0xff}
+	oracleColor = color.RGBA{0x55, 0x55, 0x55, 0xff}
+)
+
+// poolLine is a run's prefill pool as a step line from 0 to end.
+func poolLine(splits []SplitChange, end event.Time) plotter.XYs {
+	var pts plotter.XYs
+	for _, s := range splits {
+		pts = append(pts, plotter.XY{X: s.At.Seconds(), Y: float64(s.Prefill)})
+	}
+	if len(pts) == 0 {
+		pts = append(pts, plotter.XY{X: 0, Y: 0})
+	}
+	last := pts[len(pts)-1]
+	if e := end.Seconds(); e > last.X {
+		pts = append(pts, plotter.XY{X: e, Y: last.Y})
+	}
+	return pts
+}
+
+// shareSegments returns the prefill share of arriving work per bin, times
+// instances, as step segments (bins with no arrivals break the line).
+func shareSegments(pl *runPlot, instances int) []plotter.XYs {
+	var segs []plotter.XYs
+	var cur plotter.XYs
+	w := pl.binWidth.Seconds()
+	for k := range pl.prefill {
+		tot := pl.prefill[k] + pl.decode[k]
+		if tot == 0 {
+			if len(cur) > 0 {
+				segs, cur = append(segs, cur), nil
+			}
+			continue
+		}
+		y := float64(pl.prefill[k]) / float64(tot) * float64(instances)
+		x := float64(k) * w
+		cur = append(cur, plotter.XY{X: x, Y: y}, plotter.XY{X: x + w, Y: y})
+	}
+	if len(cur) > 0 {
+		segs = append(segs, cur)
+	}
+	return segs
+}
+
+func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
+	arms := r.armsAt(rate)
+	inst := 0
+	var tmax float64
+	for _, i := range arms {
+		k := r.runAt(r.Arms[i].Arm, rate)
+		inst = max(inst, r.Runs[k].Instances)
+		tmax = math.Max(tmax, r.plots[k].end.Seconds())
+		if n := len(r.plots[k].prefill); n > 0 {
+			tmax = math.Max(tmax, float64(n)*r.plots[k].binWidth.Seconds())
+		}
+	}
+	oracle := r.oracleAt(rate)
+	// Header: title, definition, legend.
+	title := textStyle(13)
+	y := c.Max.Y - vg.Points(16)
+	c.FillText(title, vg.Point{X: c.Min.X + vg.Points(10), Y: y},
+		fmt.Sprintf("Prefill engines over time against the prefill share of arriving work (rate %s req/s)", fmtRate(rate)))
+	y -= vg.Points(15)
+	c.FillText(textStyle(9.5), vg.Point{X: c.Min.X + vg.Points(10), Y: y},
+		fmt.Sprintf("Share of arriving work that is prefill = input tokens / (input + requested output tokens) of the requests arriving in each %gs bin, scaled to engines (x %d instances).",
+			r.plots[r.runAt(r.Arms[arms[0]].Arm, rate)].binWidth.Seconds(), inst))
+	y -= vg.Points(20)
+	poolStyle := draw.LineStyle{Color: poolColor, Width: vg.Points(2.2)}
+	shareStyle := draw.LineStyle{Color: shareColor, Width: vg.Points(1.1)}
+	oracleStyle := draw.LineStyle{Color: oracleColor, Width: vg.Points(1.3), Dashes: []vg.Length{vg.Points(4), vg.Points(3)}}
+	thumb := func(ls draw.LineStyle, fill color.Color) plot.Thumbnailer {
+		l := mustLine(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 1}})
+		l.LineStyle, l.FillColor = ls, fill
+		return l
+	}
+	items := []legendItem{
+		{"prefill engines (prefill pool size)", []plot.Thumbnailer{thumb(poolStyle, nil)}},
+		{fmt.Sprintf("prefill share of arriving work x %d", inst), []plot.Thumbnailer{thumb(shareStyle, shareFill)}},
+	}
+	if oracle >= 0 {
+		items = append(items, legendItem{"oracle's prefill pool (the lag target)", []plot.Thumbnailer{thumb(oracleStyle, nil)}})
+	}
+	y -= drawLegendRow(c, c.Min.X+vg.Points(10), y, items)
+	body := c
+	body.Max.Y = y - vg.Points(6)
+
+	rows := (len(arms) + prefillCols - 1) / prefillCols
+	plots := make([][]*plot.Plot, rows)
+	for j := range plots {
+		plots[j] = make([]*plot.Plot, prefillCols)
+	}
+	titles := make([]string, len(arms))
+	for n, i := range arms {
+		a := r.Arms[i].Arm
+		k := r.runAt(a, rate)
+		pl := &r.plots[k]
+		titles[n] = a
+		switch l := r.Runs[k].Lag; {
+		case pl.mixed:
+			titles[n] += ": all engines mixed, no prefill pool"
+		case l.Status == LagMeasured:
+			titles[n] += fmt.Sprintf(": %s, lag %.1f s (%s", plural(r.Runs[k].Moves, "move", "moves"), l.Mean, plural(l.Changes, "oracle change", "oracle changes"))
+			if l.Missed > 0 {
+				titles[n] += fmt.Sprintf(", %d never reached", l.Missed)
+			}
+			titles[n] += ")"
+		case l.Status == LagOracle:
+			titles[n] += ": " + plural(r.Runs[k].Moves, "move", "moves") + " (the hindsight target)"
+		default:
+			titles[n] += ": " + plural(r.Runs[k].Moves, "move", "moves")
+		}
+		p := newPlot("", "time since run start (s)", "engines")
+		p.X.Min, p.X.Max = 0, tmax
+		p.Y.Min, p.Y.Max = 0, float64(inst)
+		var ticks []plot.Tick
+		for v := 0; v <= inst; v++ {
+			label := strconv.Itoa(v)
+			if inst > 10 && v%2 == 1 {
+				label = ""
+			}
+			ticks = append(ticks, plot.Tick{Value: float64(v), Label: label})
+		}
+		p.Y.Tick.Marker = plot.ConstantTicks(ticks)
+		for _, seg := range shareSegments(pl, r.Runs[k].Instances) {
+			l := mustLine(seg)
+			l.LineStyle, l.FillColor = shareStyle, shareFill
+			p.Add(l)
+		}
+		if oracle >= 0 && k != oracle && !pl.mixed {
+			l := mustLine(poolLine(r.plots[oracle].splits, r.plots[oracle].end))
+			l.LineStyle, l.StepStyle = oracleStyle, plotter.PostStep
+			p.Add(l)
+		}
+		if !pl.mixed {
+			l := mustLine(poolLine(pl.splits, pl.end))
+			l.LineStyle, l.StepStyle = poolStyle, plotter.PostStep
+			p.Add(l)
+		}
+		plots[n/prefillCols][n%prefillCols] = p
+	}
+	// Panel titles are drawn left-aligned above each data area, in the
+	// gap the tiles leave, so long titles never collide.
+	tiles := draw.Tiles{Rows: rows, Cols: prefillCols, PadX: vg.Points(18), PadY: vg.Points(26),
+		PadTop: vg.Points(16), PadLeft: vg.Points(6), PadRight: vg.Points(10), PadBottom: vg.Points(6)}
+	canvases := plot.Align(plots, tiles, body)
+	ts := textStyle(10.5)
+	for j := range plots {
+		for i, p := range plots[j] {
+			if p == nil {
+				continue
+			}
+			p.Draw(canvases[j][i])
+			dc := p.DataCanvas(canvases[j][i])
+			c.FillText(ts, vg.Point{X: dc.Min.X, Y: canvases[j][i].Max.Y + vg.Points(6)}, titles[j*prefillCols+i])
+		}
+	}
+}
+
+// The CDF plots.
+
+func (r *Report) drawCDF(c draw.Canvas, rate float64, tpot bool) {
+	name, unit, scale := "TTFT", "s", 1.0
+	if tpot {
+		name, unit, scale = "TPOT", "ms", 1000
+	}
+	title := fmt.Sprintf("%s CDF of completed requests at %s req/s", name, fmtRate(rate))
+	xlabel := "TTFT from the scheduled send time (s)"
+	if tpot {
+		xlabel = "TPOT: mean gap between output tokens after the first (ms)"
+	}
+	p := newPlot(title, xlabel, "completed requests at or below (%)")
+	p.Y.Min, p.Y.Max = 0, 100
+	p.Y.Tick.Marker = plot.ConstantTicks(pctTicks())
+	p.X.Min = 0
+	var items []legendItem
+	sloV := -1.0
+	for _, i := range r.armsAt(rate) {
+		k := r.runAt(r.Arms[i].Arm, rate)
+		x := &r.Runs[k]
+		sample := r.plots[k].ttftCDF
+		slo := x.TTFTSLO
+		q := x.TTFT
+		if tpot {
+			sample, slo, q = r.plots[k].tpotCDF, x.TPOTSLO, x.TPOT
+		}
+		sloV = math.Max(sloV, slo*scale)
+		ls, _ := r.armStyle(i)
+		if len(sample) == 0 {
+			l := mustLine(plotter.XYs{{X: 0, Y: 0}})
+			l.LineStyle = ls
+			items = append(items, legendItem{x.Arm + " (no completed requests)", []plot.Thumbnailer{l}})
+			continue
+		}
+		pts := make(plotter.XYs, 0, len(sample)+1)
+		pts = append(pts, plotter.XY{X: sample[0] * scale, Y: 0})
+		for j, v := range sample {
+			pts = append(pts, plotter.XY{X: v * scale, Y: 100 * float64(j+1) / float64(len(sample))})
+		}
+		l := mustLine(pts)
+		l.LineStyle, l.StepStyle = ls, plotter.PostStep
+		p.Add(l)
+		items = append(items, legendItem{fmt.Sprintf("%s (p99 %s %s)", x.Arm, fmtFixed(q.P99*scale, 2), unit), []plot.Thumbnailer{l}})
+	}
+	if sloV >= 0 {
+		s := mustLine(plotter.XYs{{X: sloV, Y: 0}, {X: sloV, Y: 100}})
+		s.LineStyle = sloStyle
+		p.Add(s)
+		items = append(items, legendItem{fmt.Sprintf("%s SLO %s %s", name, strconv.FormatFloat(sloV, 'f', -1, 64), unit), []plot.Thumbnailer{s}})
+	}
+	left, right := split(c, c.Size().X-6.2*vg.Centimeter)
+	left.Max.Y -= vg.Points(6)
+	p.Draw(left)
+	right.Min.X += vg.Points(8)
+	right.Max.Y -= vg.Points(22)
+	drawLegendColumn(right, "arm", items)
+}
+
+// The moves timeline.
+
+func (r *Report) movesHeight(rate float64) vg.Length {
+	return 4.2*vg.Centimeter + vg.Length(len(r.armsAt(rate)))*1.3*vg.Centimeter
+}
+
+func (r *Report) drawMoves(c draw.Canvas, rate float64) {
+	arms := r.armsAt(rate)
+	p := newPlot(fmt.Sprintf("Role moves over time at %s req/s", fmtRate(rate)), "time since run start (s)", "")
+	n := len(arms)
+	p.Y.Min, p.Y.Max = -0.6, float64(n)-0.4
+	p.X.Min = 0
+	var ticks []plot.Tick
+	upStyle := draw.GlyphStyle{Color: color.RGBA{0x1a, 0x93, 0x3a, 0xff}, Radius: vg.Points(4), Shape: draw.PyramidGlyph{}}
+	downStyle := draw.GlyphStyle{Color: color.RGBA{0xc0, 0x39, 0x2b, 0xff}, Radius: vg.Points(4), Shape: downTriangle{}}
+	var up, down plotter.XYs
+	var deltas plotter.XYLabels
+	for row, i := range arms {
+		k := r.runAt(r.Arms[i].Arm, rate)
+		y := float64(n - 1 - row) // the first arm on top
+		label := fmt.Sprintf("%s: %d moves", r.Arms[i].Arm, r.Runs[k].Moves)
+		if r.plots[k].mixed {
+			label = r.Arms[i].Arm + ": mixed"
+		}
+		ticks = append(ticks, plot.Tick{Value: y, Label: label})
+		ch := changes(r.plots[k].splits)
+		for j := 1; j < len(ch); j++ {
+			pt := plotter.XY{X: ch[j].At.Seconds(), Y: y}
+			d := ch[j].Prefill - ch[j-1].Prefill
+			if d > 0 {
+				up = append(up, pt)
+			} else {
+				down = append(down, pt)
+			}
+			if d > 1 || d < -1 {
+				deltas.XYs = append(deltas.XYs, pt)
+				deltas.Labels = append(deltas.Labels, fmt.Sprintf("%+d", d))
+			}
+		}
+		p.X.Max = math.Max(p.X.Max, r.plots[k].end.Seconds())
+	}
+	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
+	var items []legendItem
+	us := mustScatter(up)
+	us.GlyphStyle = upStyle
+	ds := mustScatter(down)
+	ds.GlyphStyle = downStyle
+	if len(up) > 0 {
+		p.Add(us)
+	}
+	if len(down) > 0 {
+		p.Add(ds)
+	}
+	if len(deltas.XYs) > 0 {
+		lb, err := plotter.NewLabels(deltas)
+		if err == nil {
+			for i := range lb.TextStyle {
+				lb.TextStyle[i] = textStyle(8.5)
+				lb.TextStyle[i].YAlign = draw.YBottom
+			}
+			lb.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(3)}
+			p.Add(lb)
+		}
+	}
+	items = append(items, legendItem{"prefill pool grew", []plot.Thumbnailer{us}},
+		legendItem{"prefill pool shrank (one mark per change of the pool; +n/-n: by n engines at once)", []plot.Thumbnailer{ds}})
+	body := c
+	lh := drawLegendRow(c, c.Min.X+vg.Points(10), c.Min.Y+vg.Points(8), items)
+	body.Min.Y += lh + vg.Points(10)
+	body.Min.X += vg.Points(10)
+	body.Max.X -= vg.Points(10)
+	body.Max.Y -= vg.Points(6)
+	p.Draw(body)
+}

@@ -1,0 +1,527 @@
+package report
+
+import (
+	"bytes"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/journal"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+var allFormats = []Format{FormatText, FormatMarkdown, FormatJSON, FormatCSV}
+
+var goldenName = map[Format]string{FormatText: "fixture.txt", FormatMarkdown: "fixture.md", FormatJSON: "fixture.json", FormatCSV: "fixture.csv"}
+
+func written(t *testing.T, r *Report, f Format) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := r.Write(&b, f); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func load(t *testing.T, dir string, opts Options) *Report {
+	t.Helper()
+	r, err := Load(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./report/ -run %s -update to create it)", err, t.Name())
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file (rerun with -update and review the diff):\n%s", path, firstDiff(want, got))
+	}
+}
+
+// firstDiff shows the first differing line.
+func firstDiff(want, got []byte) string {
+	w, g := strings.Split(string(want), "\n"), strings.Split(string(got), "\n")
+	for i := 0; i < max(len(w), len(g)); i++ {
+		var a, b string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			b = g[i]
+		}
+		if a != b {
+			return "line " + itoa(i+1) + ":\n want: " + a + "\n  got: " + b
+		}
+	}
+	return "(same lines)"
+}
+
+func itoa(i int) string { return string(appendInt(nil, i)) }
+
+func appendInt(b []byte, i int) []byte {
+	if i >= 10 {
+		b = appendInt(b, i/10)
+	}
+	return append(b, byte('0'+i%10))
+}
+
+func TestGolden(t *testing.T) {
+	r := load(t, writeFixtureRoot(t), Options{})
+	for _, f := range allFormats {
+		golden(t, goldenName[f], written(t, r, f))
+	}
+}
+
+// The golden fixture's numbers, checked by hand rather than by the golden
+// files alone.
+func TestFixtureNumbers(t *testing.T) {
+	r := load(t, writeFixtureRoot(t), Options{})
+	var names []string
+	for _, x := range r.Runs {
+		names = append(names, x.Run)
+	}
+	if want := []string{"adaptive@1", "aggregated@1", "oracle@1", "static-2P6D@1", "static-2P6D@2"}; !slices.Equal(names, want) {
+		t.Fatalf("runs %v, want %v (sorted by arm, then rate)", names, want)
+	}
+	byName := map[string]*RunReport{}
+	for i := range r.Runs {
+		byName[r.Runs[i].Run] = &r.Runs[i]
+	}
+	s := byName["static-2P6D@1"]
+	g := s.Groups
+	if s.Offered != 31 || s.Completed != 26 || g.Qualified != 21 || g.AtCap != 1 || g.Missed != 4 ||
+		g.MissTTFT != 1 || g.MissTPOT != 1 || g.MissShort != 1 || g.MissCancl != 1 || g.NotDone != 5 {
+		t.Errorf("static-2P6D@1: %+v, groups %+v", s, g)
+	}
+	if s.Refused != 2 || s.Expired != 2 || s.Failed != 1 ||
+		!slices.Equal(s.Refusals, []CauseCount{{"overload", 1}, {"prompt", 1}}) ||
+		!slices.Equal(s.Expiries, []CauseCount{{"drain_limit", 1}, {"queue_timeout", 1}}) ||
+		!slices.Equal(s.Failures, []CauseCount{{"engine_error", 1}}) {
+		t.Errorf("causes: %+v %+v %+v", s.Refusals, s.Expiries, s.Failures)
+	}
+	// Span: first scheduled send (0) to the last end.
+	if math.Abs(s.Goodput.SpanS-68.95) > 1e-9 || math.Abs(s.Goodput.RPS-21/s.Goodput.SpanS) > 1e-12 || s.Goodput.PerGPU == nil ||
+		math.Abs(*s.Goodput.PerGPU-s.Goodput.RPS/8) > 1e-12 {
+		t.Errorf("goodput %+v", s.Goodput)
+	}
+	if a := byName["adaptive@1"]; a.Goodput.PerGPU != nil || a.Moves != 5 || a.Thrash != 2 {
+		t.Errorf("adaptive@1: per GPU %v (GPU count unknown), moves %d (want 5), thrash %d (want 2)", a.Goodput.PerGPU, a.Moves, a.Thrash)
+	}
+	// DistServe: only the oracle reaches 90% (101/111 at rate 1).
+	for _, a := range r.Arms {
+		if a.Arm == OracleArm {
+			if a.DistServe == nil || *a.DistServe != 1 || a.DistServePerGPU == nil || *a.DistServePerGPU != 1.0/8 {
+				t.Errorf("oracle: DistServe goodput %v per GPU %v, want 1 and 1/8", a.DistServe, a.DistServePerGPU)
+			}
+		} else if a.DistServe != nil {
+			t.Errorf("arm %s: DistServe goodput %v, want none (attainment < 90%%)", a.Arm, *a.DistServe)
+		}
+	}
+	// Lag of adaptive against the oracle (changes at 10 s to 5, 30 s to 1,
+	// 45 s to 4; adaptive is 2, 4 from 12 s, 3 from 25 s, 5 from 50 s):
+	// 2 s, never before 45 s (15 s, missed), 0.
+	l := byName["adaptive@1"].Lag
+	if l.Status != LagMeasured || l.OracleRun != "oracle@1" || !slices.Equal(l.Lags, []float64{2, 15, 0}) || l.Missed != 1 ||
+		math.Abs(l.Mean-17.0/3) > 1e-9 || !slices.Equal(l.Targets, []int{5, 1, 4}) {
+		t.Errorf("adaptive lag %+v", l)
+	}
+	// static:2P6D (always 2): 5 never reached before 30 s (20 s), 1 at once,
+	// 4 never reached before its last end.
+	l = byName["static-2P6D@1"].Lag
+	if l.Lags[0] != 20 || l.Lags[1] != 0 || l.Missed != 2 {
+		t.Errorf("static lag %+v", l)
+	}
+	if byName["static-2P6D@2"].Lag.Status != LagNoOracle || byName["aggregated@1"].Lag.Status != LagNoSplit ||
+		byName["oracle@1"].Lag.Status != LagOracle {
+		t.Error("lag statuses")
+	}
+	if r.HasReferences {
+		t.Error("HasReferences without references")
+	}
+}
+
+// The four groups are disjoint and sum to the offered requests, on the
+// fixture and on random runs.
+func TestGroupsSumToOffered(t *testing.T) {
+	root := writeFixtureRoot(t)
+	for seed := uint64(1); seed <= 4; seed++ {
+		writeRandomRun(t, filepath.Join(root, "random-"+itoa(int(seed))), 300, seed)
+	}
+	r := load(t, root, Options{})
+	for _, x := range r.Runs {
+		g := x.Groups
+		if g.Sum() != x.Offered || g.Qualified != x.Qualified ||
+			g.MissTTFT+g.MissTPOT+g.MissShort+g.MissCancl != g.Missed ||
+			g.NotDone != x.Refused+x.Expired+x.Failed || g.Qualified+g.AtCap+g.Missed != x.Completed {
+			t.Errorf("%s: offered %d, completed %d, groups %+v", x.Run, x.Offered, x.Completed, g)
+		}
+	}
+}
+
+// nearestRank is the textbook definition: the smallest sample value v with
+// at least p of the sample at or below v.
+func nearestRank(xs []int64, p float64) float64 {
+	for _, v := range xs {
+		n := 0
+		for _, w := range xs {
+			if w <= v {
+				n++
+			}
+		}
+		if float64(n) >= p*float64(len(xs))-1e-9 {
+			best := v
+			for _, u := range xs { // the smallest such value
+				m := 0
+				for _, w := range xs {
+					if w <= u {
+						m++
+					}
+				}
+				if u < best && float64(m) >= p*float64(len(xs))-1e-9 {
+					best = u
+				}
+			}
+			return float64(best) / 1e9
+		}
+	}
+	return math.NaN()
+}
+
+// Percentiles equal a direct computation from the journal's rows.
+func TestPercentiles(t *testing.T) {
+	root := t.TempDir()
+	writeRandomRun(t, filepath.Join(root, "r1"), 257, 11)
+	writeRandomRun(t, filepath.Join(root, "r2"), 40, 12)
+	r := load(t, root, Options{})
+	for _, x := range r.Runs {
+		jr, err := journal.Open(filepath.Join(root, x.Run))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := journal.Fold(jr)
+		jr.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ttft, tpot, wait []int64
+		for i := range rows {
+			row := &rows[i]
+			if row.Terminal == event.KindFinish {
+				ttft = append(ttft, int64(row.FirstToken-row.Scheduled))
+				if row.OutputTokens >= 2 {
+					tpot = append(tpot, int64((row.End-row.FirstToken)/event.Time(row.OutputTokens-1)))
+				}
+			}
+			if row.Admit != event.Never {
+				wait = append(wait, int64(row.Admit-row.Arrival))
+			}
+		}
+		for _, c := range []struct {
+			name string
+			q    Quantiles
+			xs   []int64
+		}{{"ttft", x.TTFT, ttft}, {"tpot", x.TPOT, tpot}, {"queue", x.QueueWait, wait}} {
+			if c.q.N != len(c.xs) {
+				t.Errorf("%s %s: n %d, want %d", x.Run, c.name, c.q.N, len(c.xs))
+			}
+			for _, p := range []struct {
+				p   float64
+				got float64
+			}{{0.50, c.q.P50}, {0.95, c.q.P95}, {0.99, c.q.P99}} {
+				if want := nearestRank(c.xs, p.p); p.got != want {
+					t.Errorf("%s %s p%g = %v, want %v", x.Run, c.name, 100*p.p, p.got, want)
+				}
+			}
+		}
+	}
+	if got := percentile([]int64{10, 20, 30, 40}, 0.5); got != 20 {
+		t.Errorf("p50 of 4 values = %d, want 20 (nearest rank)", got)
+	}
+	if got := percentile([]int64{7}, 0.99); got != 7 {
+		t.Errorf("p99 of one value = %d", got)
+	}
+}
+
+// Reading a journal and reading its Parquet export give the same report.
+func TestJournalAndParquetAgree(t *testing.T) {
+	root := writeFixtureRoot(t)
+	writeRandomRun(t, filepath.Join(root, "random"), 500, 5)
+	out := filepath.Join(t.TempDir(), "parquet")
+	if _, err := journal.Export(root, out); err != nil {
+		t.Fatal(err)
+	}
+	fromJournal, fromParquet := load(t, root, Options{}), load(t, out, Options{})
+	for _, f := range allFormats {
+		a, b := written(t, fromJournal, f), written(t, fromParquet, f)
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s: journal and Parquet reports differ:\n%s", f, firstDiff(a, b))
+		}
+	}
+	// One run read alone.
+	one := filepath.Join(root, "adaptive@1")
+	if _, err := journal.Export(one, filepath.Join(t.TempDir(), "p1")); err != nil {
+		t.Fatal(err)
+	}
+	if k, _, err := Detect(one); err != nil || k != InputJournalRun {
+		t.Fatalf("Detect(run) = %v, %v", k, err)
+	}
+	if k, _, err := Detect(out); err != nil || k != InputParquet {
+		t.Fatalf("Detect(export) = %v, %v", k, err)
+	}
+	if k, runs, err := Detect(root); err != nil || k != InputJournalRoot || len(runs) != 6 {
+		t.Fatalf("Detect(root) = %v, %d runs, %v", k, len(runs), err)
+	}
+}
+
+// The same journal gives byte-identical output and plots.
+func TestDeterminism(t *testing.T) {
+	root := writeFixtureRoot(t)
+	a, b := load(t, root, Options{}), load(t, root, Options{})
+	for _, f := range allFormats {
+		if !bytes.Equal(written(t, a, f), written(t, b, f)) {
+			t.Errorf("%s output differs between two loads", f)
+		}
+	}
+	rate, ok := a.DefaultPlotRate()
+	if !ok {
+		t.Fatal("no plot rate")
+	}
+	d1, d2 := t.TempDir(), t.TempDir()
+	f1, err := a.Plot(d1, rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2, err := b.Plot(d2, rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f1) != 10 || len(f2) != 10 {
+		t.Fatalf("plot files %v", f1)
+	}
+	for i := range f1 {
+		x, _ := os.ReadFile(f1[i])
+		y, _ := os.ReadFile(f2[i])
+		if len(x) == 0 || !bytes.Equal(x, y) {
+			t.Errorf("%s: %d and %d bytes, not byte-identical", filepath.Base(f1[i]), len(x), len(y))
+		}
+	}
+}
+
+func TestPlotRate(t *testing.T) {
+	r := load(t, writeFixtureRoot(t), Options{})
+	// No non-oracle arm reaches 50% at rate 2 (static:2P6D, with slow
+	// first tokens, qualifies about a third): the
+	// default is the highest rate where one does.
+	if v, ok := r.DefaultPlotRate(); !ok || v != 1 {
+		t.Fatalf("DefaultPlotRate = %v %v, want 1", v, ok)
+	}
+	_, err := r.Plot(t.TempDir(), 7)
+	if _, isRate := err.(*RateError); !isRate {
+		t.Fatalf("Plot at a rate not swept: %v", err)
+	}
+	if _, err := r.Plot(t.TempDir(), 2); err != nil {
+		t.Fatalf("Plot at rate 2 (one arm, no oracle): %v", err)
+	}
+}
+
+func TestSLOOverride(t *testing.T) {
+	root := writeFixtureRoot(t)
+	r := load(t, root, Options{TTFTSLO: 2e9, TPOTSLO: 3e8})
+	for _, x := range r.Runs {
+		if x.TTFTSLO != 2 || x.TPOTSLO != 0.3 {
+			t.Fatalf("%s: SLOs %v %v", x.Run, x.TTFTSLO, x.TPOTSLO)
+		}
+	}
+	s := r.Runs[len(r.Runs)-2] // static-2P6D@1
+	// The TTFT and TPOT misses now qualify.
+	if s.Run != "static-2P6D@1" || s.Qualified != 23 || s.Groups.Missed != 2 {
+		t.Errorf("%s with looser SLOs: qualified %d, groups %+v", s.Run, s.Qualified, s.Groups)
+	}
+	if r.SLOOverride != "ttft,tpot" || !strings.Contains(string(written(t, r, FormatText)), "set on the command line") {
+		t.Error("override not reported")
+	}
+}
+
+func TestF1(t *testing.T) {
+	cases := []struct {
+		resp, ref string
+		want      float64
+	}{
+		{"the eiffel tower!", "The Eiffel Tower", 1},
+		{"paris", "Paris, France", 2.0 / 3},
+		{"green apple", "a red apple", 0.5},
+		{"an elephant", "blue whale", 0},
+		{"", "", 1},
+		{"the", "a", 1}, // both empty after normalisation
+		{"x", "", 0},
+		{"a a b", "a b b", 2.0 / 3},             // multiset overlap: "b" x1 after articles go; a is an article
+		{"cat cat dog", "cat dog dog", 2.0 / 3}, // shared: cat, dog
+		{"Don't stop", "dont stop", 1},
+	}
+	for _, c := range cases {
+		if got := F1(c.resp, c.ref); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("F1(%q, %q) = %v, want %v", c.resp, c.ref, got, c.want)
+		}
+	}
+}
+
+func TestQuality(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "quality@1")
+	writeQualityRun(t, dir)
+	r := load(t, dir, Options{})
+	if !r.HasReferences || len(r.Runs) != 1 {
+		t.Fatalf("HasReferences %v, %d runs", r.HasReferences, len(r.Runs))
+	}
+	q := r.Runs[0].Quality
+	if len(q) != 3 || q[0].Class != "chat" || q[1].Class != "qa" || q[2].Class != AllClasses {
+		t.Fatalf("quality rows %+v", q)
+	}
+	near := func(p *float64, want float64) bool { return p != nil && math.Abs(*p-want) < 1e-12 }
+	sum := 1 + 2.0/3 + 0.5 + 0
+	if qa := q[1]; qa.WithReference != 5 || qa.Scored != 4 || qa.Unscored != 0 ||
+		!near(qa.CompletedF1, sum/4) || !near(qa.AllOfferF1, sum/5) || !near(qa.SLOF1, (1+2.0/3)/5) {
+		t.Errorf("qa %+v", qa)
+	}
+	if chat := q[0]; chat.WithReference != 1 || chat.Scored != 0 || chat.Unscored != 1 || chat.CompletedF1 != nil {
+		t.Errorf("chat %+v", chat)
+	}
+	if all := q[2]; all.WithReference != 6 || all.Scored != 4 || !near(all.AllOfferF1, sum/6) || !near(all.SLOF1, (1+2.0/3)/6) {
+		t.Errorf("all %+v", all)
+	}
+	text := written(t, r, FormatText)
+	golden(t, "quality.txt", text)
+	// Without references the section is left out.
+	if bytes.Contains(written(t, load(t, writeFixtureRoot(t), Options{}), FormatText), []byte("Answer quality")) {
+		t.Error("quality section printed without references")
+	}
+}
+
+func TestBadInputs(t *testing.T) {
+	cases := map[string]struct {
+		dir  func(t *testing.T) string
+		want string
+	}{
+		"missing": {func(t *testing.T) string { return filepath.Join(t.TempDir(), "nope") }, "no such directory"},
+		"a file": {func(t *testing.T) string {
+			p := filepath.Join(t.TempDir(), "f")
+			os.WriteFile(p, []byte("x"), 0o644)
+			return p
+		}, "not a directory"},
+		"empty": {func(t *testing.T) string { return t.TempDir() }, "empty directory"},
+		"garbage": {func(t *testing.T) string {
+			d := t.TempDir()
+			os.WriteFile(filepath.Join(d, "junk.bin"), bytes.Repeat([]byte{0xde, 0xad}, 500), 0o644)
+			os.Mkdir(filepath.Join(d, "sub"), 0o755)
+			return d
+		}, "no journal runs"},
+		"garbage parquet": {func(t *testing.T) string {
+			d := t.TempDir()
+			os.WriteFile(filepath.Join(d, journal.RunsFile), []byte("PAR1 not really"), 0o644)
+			os.WriteFile(filepath.Join(d, journal.RequestsFile), []byte("PAR1 not really"), 0o644)
+			return d
+		}, journal.RunsFile},
+		"corrupt store": {func(t *testing.T) string {
+			d := filepath.Join(t.TempDir(), "run")
+			writeQualityRun(t, d)
+			ents, _ := os.ReadDir(filepath.Join(d, "events"))
+			for _, e := range ents {
+				os.WriteFile(filepath.Join(d, "events", e.Name()), bytes.Repeat([]byte("garbage!"), 64), 0o644)
+			}
+			return d
+		}, "event store"},
+		"bad marker in a root": {func(t *testing.T) string {
+			root := t.TempDir()
+			writeQualityRun(t, filepath.Join(root, "good"))
+			os.Mkdir(filepath.Join(root, "bad"), 0o755)
+			os.WriteFile(filepath.Join(root, "bad", "JOURNAL"), []byte("nonsense"), 0o644)
+			return root
+		}, "bad"},
+		"crashed run": {func(t *testing.T) string {
+			d := filepath.Join(t.TempDir(), "run")
+			f := newFixtureRun(t, d, fixtureMeta("static:2P6D", 1, 8))
+			f.rec(event.Record{At: 0, Kind: event.KindArrival, Req: 1, Tokens: 10, Want: 5})
+			f.close()
+			return d
+		}, "never ended"},
+		"newer schema": {func(t *testing.T) string {
+			d := filepath.Join(t.TempDir(), "run")
+			writeQualityRun(t, d)
+			bumpSchema(t, d)
+			return d
+		}, "upgrade"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := c.dir(t)
+			r, err := Load(dir, Options{})
+			if err == nil {
+				t.Fatalf("Load accepted it: %d runs", len(r.Runs))
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not mention %q", err, c.want)
+			}
+			t.Logf("%v", err)
+		})
+	}
+}
+
+func TestFormats(t *testing.T) {
+	for in, want := range map[string]Format{"": FormatText, "text": FormatText, "Markdown": FormatMarkdown, "md": FormatMarkdown, "json": FormatJSON, "csv": FormatCSV} {
+		if got, err := ParseFormat(in); err != nil || got != want {
+			t.Errorf("ParseFormat(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := ParseFormat("xml"); err == nil {
+		t.Error("ParseFormat(xml) accepted")
+	}
+	// CSV: one row per run plus the header, every row as wide as the header.
+	r := load(t, writeFixtureRoot(t), Options{})
+	lines := strings.Split(strings.TrimSpace(string(written(t, r, FormatCSV))), "\n")
+	if len(lines) != 1+len(r.Runs) {
+		t.Fatalf("%d CSV lines for %d runs", len(lines), len(r.Runs))
+	}
+}
+
+// A run with no requests (only opening roles) still reports and plots.
+func TestEmptyRun(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "idle@1")
+	f := newFixtureRun(t, dir, fixtureMeta("static:2P6D", 1, 8))
+	f.roles(2, 6, false)
+	f.close()
+	r := load(t, dir, Options{})
+	if len(r.Runs) != 1 || r.Runs[0].Offered != 0 || r.Runs[0].Goodput.RPS != 0 || r.Runs[0].TTFT.N != 0 {
+		t.Fatalf("empty run: %+v", r.Runs)
+	}
+	for _, f := range allFormats {
+		if len(written(t, r, f)) == 0 {
+			t.Errorf("%s: no output", f)
+		}
+	}
+	if !strings.Contains(string(written(t, r, FormatJSON)), `"p50": null`) {
+		t.Error("empty percentiles are not null in JSON")
+	}
+	if files, err := r.Plot(t.TempDir(), 1); err != nil || len(files) != 10 {
+		t.Fatalf("plots of an empty run: %v %v", files, err)
+	}
+}
