@@ -53,7 +53,8 @@ func (r *Report) Write(w io.Writer, f Format) error {
 
 // Number formatting shared by the text and markdown tables.
 
-func fmtRate(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+// fmtRate prints a rate with four significant digits (3.958, 2.4).
+func fmtRate(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
 
 func fmtPct(n, of int) string {
 	if of == 0 {
