@@ -22,8 +22,21 @@ reports and plots in OUTDIR.
 HEAD
 echo "## Summary, with the published numbers beside ours"
 echo
-cat "$OUT/summary.md"
+sed -e 's/^## /### /' "$OUT/summary.md"
 cat "$here/evaluation-notes.md"
+cat <<'PLOT'
+
+## How the pools followed the traffic (chatdoc, prefix caching on)
+
+![Prefill engines over time against the prefill share of arriving work, per arm](img/eval/chatdoc-cache-on-prefill-share.png)
+
+The orange band is the share of arriving work that is prefill (prompt
+tokens over prompt plus requested output tokens, in 10 s bins, times the 8
+engines): high in the document phases, low in the chat phases. The blue line
+is each arm's prefill pool. The adaptive arm follows the phases in place;
+the Dynamo model resizes through worker restarts; the Ray model keeps one
+prefill replica throughout.
+PLOT
 echo
 echo "## Per-run reports"
 for dir in "$OUT"/seed-*/cache-*/seed-*; do
