@@ -17,9 +17,7 @@ import (
 // event.Rows, and its role moves from role_moves.parquet.
 //
 // What the export does not keep is not here: Meta.Schema is
-// event.SchemaVersion (the export was written by a reader of that schema),
-// and the rows' Reference and Response are empty (the export has no text
-// columns).
+// event.SchemaVersion (the export was written by a reader of that schema).
 type ExportedRun struct {
 	Name    string // the run's directory name (the tables' run column)
 	Meta    event.RunMeta
@@ -274,7 +272,7 @@ func rowOf(q *requestRow) (event.Row, error) {
 		FirstToken: timeOf(q.FirstTokenNs), End: timeOf(q.EndNs),
 		PrefillInst: event.Instance(q.PrefillInst), DecodeInst: event.Instance(q.DecodeInst), Crossed: q.Crossed,
 		InputTokens: q.InputTokens, WantOutput: q.WantTokens, OutputTokens: q.OutputTokens, CachedTokens: q.CachedTokens,
-		Terminal: event.Kind(k), Cause: event.Cause(c),
+		Terminal: event.Kind(k), Cause: event.Cause(c), Reference: q.Reference, Response: q.Response,
 	}, nil
 }
 
