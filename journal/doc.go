@@ -9,7 +9,7 @@
 // Close it at the end of the run. Reading: Open returns a Reader; Replay
 // walks every record in Seq order, and Fold, RoleMoves, Decisions and
 // Faults (tables.go) turn them into Go slices. Export (export.go) writes
-// the Parquet tables described in SCHEMA.md. The byte layout lives in
+// the Parquet tables described in docs/parquet.md. The byte layout lives in
 // codec.go, the directory layout and Pebble settings in store.go.
 //
 // # Directory layout

@@ -11,7 +11,7 @@ import (
 	"github.com/parquet-go/parquet-go/compress/zstd"
 )
 
-// Parquet rows, one struct per table. SCHEMA.md documents every column;
+// Parquet rows, one struct per table. docs/parquet.md documents every column;
 // keep the two in step. Times are nanoseconds since the run started, and
 // -1 stands for "never" or "undefined", so every column is required (no
 // nulls) and DuckDB's filters stay simple.
@@ -248,7 +248,7 @@ type exporter struct {
 
 // Export reads every run under root (see Runs) and writes the five tables
 // requests, role_moves, decisions, faults and runs as zstd-compressed
-// Parquet files in outDir, replacing files of the same names. SCHEMA.md
+// Parquet files in outDir, replacing files of the same names. docs/parquet.md
 // describes the columns. Runs are exported in sorted order, one at a time,
 // so memory holds one run's request rows (see Fold) and the output is
 // byte-identical for the same journals. A run whose records do not fold

@@ -24,7 +24,7 @@
 //	  - {duration: 60s, requests: 500, mix: {short: 1}}
 //	  - {duration: 60s, counts: {short: 120}}
 //
-// SCHEMA.md in this directory is the full reference. In short:
+// docs/trace-format.md is the full reference. In short:
 //
 //   - Durations are Go duration strings with a unit ("30s", "5m", "1h30m",
 //     "250ms"); a bare number is rejected, so seconds and milliseconds are

@@ -61,7 +61,7 @@ type Request struct {
 	PrefixTokens int        // shared-prefix length, <= InputTokens
 }
 
-// Spec is a parsed trace file. See the package documentation and SCHEMA.md
+// Spec is a parsed trace file. See the package documentation and docs/trace-format.md
 // for the meaning of every field. A Spec built in Go rather than parsed
 // should be checked with Validate; Generate does so itself.
 type Spec struct {
