@@ -315,6 +315,8 @@ func (c *Core) Arrive(now event.Time, r Request) {
 	c.remember(r, inst)
 	in := &c.inst[inst]
 	in.touchPrice(now)
+	// Resident work is priced at the full T(n), cache or not (as the
+	// reference prices residents): conservative for prompts that hit.
 	in.PrefillCount++
 	in.PrefillTokens += int64(r.InputTokens)
 	in.PrefillWork += in.Profile.Prefill(r.InputTokens)
