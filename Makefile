@@ -49,9 +49,11 @@ fmtcheck:
 ## lint: vet plus formatting (the same checks make test starts with).
 lint: fmtcheck vet
 
-## bench: hot-path benchmarks (simulator, trace generation).
+## bench: hot-path benchmarks (simulator, trace generation, journal appends
+## and export, report); the 1M-request ones take a minute.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./sim/ ./traces/ ./sweep/
+	$(GO) test -run '^$$' -bench . -benchtime 2x ./journal/ ./report/
 
 ## fuzz: run each fuzz target for a while (FUZZTIME=30s).
 FUZZTIME ?= 30s
@@ -61,6 +63,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzMooncake -fuzztime $(FUZZTIME) ./traces/
 	$(GO) test -run '^$$' -fuzz FuzzAzure -fuzztime $(FUZZTIME) ./traces/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./fleet/
+	$(GO) test -run '^$$' -fuzz FuzzParseExperiment -fuzztime $(FUZZTIME) ./sweep/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./journal/
 
 clean:
 	rm -rf bin

@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -39,4 +40,24 @@ func TestBadExperiments(t *testing.T) {
 			t.Errorf("%q: %v, want %q", c.src, err, c.want)
 		}
 	}
+}
+
+// FuzzParseExperiment: no input makes the experiment parser panic, and
+// whatever it accepts is a valid experiment.
+func FuzzParseExperiment(f *testing.F) {
+	for _, p := range []string{"../experiments/seed-chatdoc.yaml", "../experiments/topology-azure.yaml"} {
+		if data, err := os.ReadFile(p); err == nil {
+			f.Add(data)
+		}
+	}
+	f.Add([]byte("name: x\ntrace: demo\narms: [adaptive]\nrates: ['1x']\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, err := ParseExperiment(data, "fuzz.yaml")
+		if err != nil {
+			return
+		}
+		if e.Name == "" || e.Trace == "" || len(e.Arms) == 0 || len(e.PrefixCache) == 0 {
+			t.Fatalf("accepted an invalid experiment: %+v", e)
+		}
+	})
 }
