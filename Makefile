@@ -53,7 +53,9 @@ lint: fmtcheck vet
 ## and export, report); the 1M-request ones take a minute.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./sim/ ./traces/ ./sweep/
-	$(GO) test -run '^$$' -bench . -benchtime 2x ./journal/ ./report/
+	$(GO) test -run '^$$' -bench Append -benchtime 2000000x ./journal/
+	$(GO) test -run '^$$' -bench Export1M -benchtime 1x ./journal/
+	$(GO) test -run '^$$' -bench Report1M -benchtime 2x ./report/
 
 ## fuzz: run each fuzz target for a while (FUZZTIME=30s).
 FUZZTIME ?= 30s
