@@ -48,14 +48,36 @@ func (r *Row) TPOT() Time {
 
 // Fold turns a run's records into one Row per offered request. Request IDs
 // are expected to be dense (1..N), as both drivers assign them.
+//
+// While folding it keeps rows without pointers (classes by index, texts
+// aside), so a run of millions of requests grows and scans cheaply; Rows
+// builds the []Row once.
 type Fold struct {
-	rows []Row
-	err  error
+	rows     []foldRow
+	classes  []string          // class names by index; 0 is ""
+	classIdx map[string]uint32 // class name -> index
+	texts    map[int]texts     // reference and response texts by row, when any
+	out      []Row             // the rows last built by Rows
+	built    bool              // out matches rows
+	err      error
 }
 
-func newRow(id RequestID) Row {
-	return Row{Req: id, Scheduled: Never, Arrival: Never, Admit: Never, FirstToken: Never,
-		End: Never, PrefillInst: NoInstance, DecodeInst: NoInstance}
+// foldRow is a Row being folded: the same fields, its class as an index.
+type foldRow struct {
+	scheduled, arrival, admit, first, end Time
+	prefill, decode                       Instance
+	crossed                               bool
+	terminal                              Kind
+	cause                                 Cause
+	class                                 uint32
+	input, want, output, cached           int64
+}
+
+type texts struct{ reference, response string }
+
+func newFoldRow() foldRow {
+	return foldRow{scheduled: Never, arrival: Never, admit: Never, first: Never, end: Never,
+		prefill: NoInstance, decode: NoInstance}
 }
 
 // Record folds one record. Violations of the request life cycle (a second
@@ -65,52 +87,79 @@ func (f *Fold) Record(rec *Record) {
 	if rec.Req <= 0 {
 		return
 	}
+	f.built = false
 	i := int(rec.Req - 1)
 	if i >= cap(f.rows) {
-		// Double, rather than append's 1.25x for large slices: a run of a
-		// million requests then copies its rows about twice, not four times.
-		grown := make([]Row, len(f.rows), max(2*cap(f.rows), i+1, 1024))
+		grown := make([]foldRow, len(f.rows), max(2*cap(f.rows), i+1, 1024))
 		copy(grown, f.rows)
 		f.rows = grown
 	}
 	for len(f.rows) <= i {
-		f.rows = append(f.rows, newRow(RequestID(len(f.rows)+1)))
+		f.rows = append(f.rows, newFoldRow())
 	}
 	r := &f.rows[i]
-	if rec.Kind != KindArrival && r.Arrival == Never {
+	if rec.Kind != KindArrival && r.arrival == Never {
 		f.fail(fmt.Errorf("request %d: %s at %v before its arrival", rec.Req, rec.Kind, rec.At))
 	}
-	if r.Terminal != KindNone {
-		f.fail(fmt.Errorf("request %d: %s at %v after it ended with %s", rec.Req, rec.Kind, rec.At, r.Terminal))
+	if r.terminal != KindNone {
+		f.fail(fmt.Errorf("request %d: %s at %v after it ended with %s", rec.Req, rec.Kind, rec.At, r.terminal))
 		return
 	}
 	switch rec.Kind {
 	case KindArrival:
-		if r.Arrival != Never {
+		if r.arrival != Never {
 			f.fail(fmt.Errorf("request %d arrived twice", rec.Req))
 		}
-		r.Arrival, r.Scheduled = rec.At, rec.Ref
-		r.InputTokens, r.WantOutput, r.Class = rec.Tokens, rec.Want, rec.Class
-		r.Reference = rec.Text
-	case KindAdmit:
-		r.Admit, r.PrefillInst = rec.At, rec.Inst
-	case KindPrefillStart:
-		r.CachedTokens = rec.Tokens
-	case KindPrefillDone:
-		r.FirstToken = rec.At
-		r.OutputTokens = 1
-	case KindDecodeStart:
-		r.DecodeInst = rec.Inst
-		r.Crossed = rec.Cause == CauseCrossed
-	case KindFinish, KindExpire, KindFail, KindRefuse:
-		r.Terminal, r.Cause, r.End = rec.Kind, rec.Cause, rec.At
-		if rec.Kind != KindRefuse {
-			r.OutputTokens = rec.Tokens
+		r.arrival, r.scheduled = rec.At, rec.Ref
+		r.input, r.want, r.class = rec.Tokens, rec.Want, f.classOf(rec.Class)
+		if rec.Text != "" {
+			f.setText(i, func(t *texts) { t.reference = rec.Text })
 		}
-		if rec.Kind == KindFinish {
-			r.Response = rec.Text
+	case KindAdmit:
+		r.admit, r.prefill = rec.At, rec.Inst
+	case KindPrefillStart:
+		r.cached = rec.Tokens
+	case KindPrefillDone:
+		r.first = rec.At
+		r.output = 1
+	case KindDecodeStart:
+		r.decode = rec.Inst
+		r.crossed = rec.Cause == CauseCrossed
+	case KindFinish, KindExpire, KindFail, KindRefuse:
+		r.terminal, r.cause, r.end = rec.Kind, rec.Cause, rec.At
+		if rec.Kind != KindRefuse {
+			r.output = rec.Tokens
+		}
+		if rec.Kind == KindFinish && rec.Text != "" {
+			f.setText(i, func(t *texts) { t.response = rec.Text })
 		}
 	}
+}
+
+func (f *Fold) classOf(name string) uint32 {
+	if name == "" {
+		return 0
+	}
+	if k, ok := f.classIdx[name]; ok {
+		return k
+	}
+	if f.classIdx == nil {
+		f.classIdx = map[string]uint32{}
+		f.classes = append(f.classes[:0], "")
+	}
+	k := uint32(len(f.classes))
+	f.classes = append(f.classes, name)
+	f.classIdx[name] = k
+	return k
+}
+
+func (f *Fold) setText(i int, set func(*texts)) {
+	if f.texts == nil {
+		f.texts = map[int]texts{}
+	}
+	t := f.texts[i]
+	set(&t)
+	f.texts[i] = t
 }
 
 func (f *Fold) fail(err error) {
@@ -119,8 +168,54 @@ func (f *Fold) fail(err error) {
 	}
 }
 
-// Rows returns the folded rows, indexed by RequestID-1.
-func (f *Fold) Rows() []Row { return f.rows }
+// Rows returns the folded rows, indexed by RequestID-1. The slice is the
+// fold's own until the next Record or Reset.
+func (f *Fold) Rows() []Row {
+	if f.built {
+		return f.out
+	}
+	if cap(f.out) < len(f.rows) {
+		f.out = make([]Row, len(f.rows))
+	}
+	f.out = f.out[:len(f.rows)]
+	for i := range f.rows {
+		f.row(i, &f.out[i])
+	}
+	f.built = true
+	return f.out
+}
+
+// Each calls fn with each folded row in RequestID order, without building
+// the whole slice (for streaming a large run out); it stops at fn's first
+// error. The row is reused between calls.
+func (f *Fold) Each(fn func(*Row) error) error {
+	var o Row
+	for i := range f.rows {
+		f.row(i, &o)
+		if err := fn(&o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Len is the number of requests folded so far.
+func (f *Fold) Len() int { return len(f.rows) }
+
+// row builds row i into o.
+func (f *Fold) row(i int, o *Row) {
+	r := &f.rows[i]
+	*o = Row{Req: RequestID(i + 1), Scheduled: r.scheduled, Arrival: r.arrival, Admit: r.admit,
+		FirstToken: r.first, End: r.end, PrefillInst: r.prefill, DecodeInst: r.decode, Crossed: r.crossed,
+		InputTokens: r.input, WantOutput: r.want, OutputTokens: r.output, CachedTokens: r.cached,
+		Terminal: r.terminal, Cause: r.cause}
+	if r.class != 0 {
+		o.Class = f.classes[r.class]
+	}
+	if t, ok := f.texts[i]; ok {
+		o.Reference, o.Response = t.reference, t.response
+	}
+}
 
 // Err returns the first life-cycle violation seen, or an error naming the
 // first request that never ended, or nil.
@@ -129,11 +224,11 @@ func (f *Fold) Err() error {
 		return f.err
 	}
 	for i := range f.rows {
-		if f.rows[i].Arrival == Never {
-			return fmt.Errorf("request %d: records but no arrival", f.rows[i].Req)
+		if f.rows[i].arrival == Never {
+			return fmt.Errorf("request %d: records but no arrival", i+1)
 		}
-		if f.rows[i].Terminal == KindNone {
-			return fmt.Errorf("request %d: never ended", f.rows[i].Req)
+		if f.rows[i].terminal == KindNone {
+			return fmt.Errorf("request %d: never ended", i+1)
 		}
 	}
 	return nil
@@ -142,5 +237,8 @@ func (f *Fold) Err() error {
 // Reset empties the fold for reuse, keeping its memory.
 func (f *Fold) Reset() {
 	f.rows = f.rows[:0]
+	f.out = f.out[:0]
+	f.built = false
+	f.texts = nil
 	f.err = nil
 }

@@ -139,8 +139,11 @@ func BenchmarkExport1M(b *testing.B) {
 			if e.requests, err = newTable[requestRow](out, RequestsFile); err != nil {
 				b.Fatal(err)
 			}
-			if err := e.writeRequests("run-1m", m, rows); err != nil {
-				b.Fatal(err)
+			slo := sloOf(m)
+			for k := range rows {
+				if err := e.requests.add(requestRowOf("run-1m", m, slo, &rows[k])); err != nil {
+					b.Fatal(err)
+				}
 			}
 			if err := e.requests.complete(); err != nil {
 				b.Fatal(err)

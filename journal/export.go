@@ -389,14 +389,16 @@ func (e *exporter) run(dir string) (err error) {
 	if err := e.fold.Err(); err != nil {
 		return fmt.Errorf("run %s (%s): %w", name, dir, err)
 	}
-	rows := e.fold.Rows()
-	if err := e.writeRequests(name, m, rows); err != nil {
+	slo := sloOf(m)
+	if err := e.fold.Each(func(row *event.Row) error {
+		return e.requests.add(requestRowOf(name, m, slo, row))
+	}); err != nil {
 		return fmt.Errorf("run %s: %w", name, err)
 	}
 	if err := e.runs.add(runRow{Run: name, Arm: m.Arm, Rate: m.Rate, Seed: m.Seed, Trace: m.Trace, TraceHash: m.TraceHash,
 		Fleet: m.Fleet, ConfigHash: m.ConfigHash, Version: m.Version, Driver: m.Driver,
 		Instances: int64(m.Instances), GPUs: int64(m.GPUs), TTFTSLOs: m.TTFTSLO, TPOTSLOs: m.TPOTSLO,
-		StartUnixNano: m.StartUnixNano, Records: records, Offered: int64(len(rows))}); err != nil {
+		StartUnixNano: m.StartUnixNano, Records: records, Offered: int64(e.fold.Len())}); err != nil {
 		return fmt.Errorf("run %s: %w", name, err)
 	}
 	for _, end := range []func() error{e.requests.endRun, e.roleMoves.endRun, e.decisions.endRun, e.faults.endRun} {
@@ -411,16 +413,6 @@ func (e *exporter) run(dir string) (err error) {
 // sloOf returns the SLO a run is judged by, from its metadata.
 func sloOf(m event.RunMeta) event.SLO {
 	return event.SLO{TTFT: event.Seconds(m.TTFTSLO), TPOT: event.Seconds(m.TPOTSLO)}
-}
-
-func (e *exporter) writeRequests(name string, m event.RunMeta, rows []event.Row) error {
-	slo := sloOf(m)
-	for i := range rows {
-		if err := e.requests.add(requestRowOf(name, m, slo, &rows[i])); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // requestRowOf flattens one folded request.
