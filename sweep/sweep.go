@@ -228,7 +228,10 @@ func Execute(cfg Config) (*Result, error) {
 					Rate: rates[ri], Seed: cfg.Seed, Trace: cfg.Trace.Name, TraceHash: cfg.Trace.Hash(),
 					Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT, TPOTSLO: slo.TPOT}
 				meta.ConfigHash = configHash(simCfg, meta)
-				res.Runs[k], errs[k] = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
+				errs[k] = guard(func() (err error) {
+					res.Runs[k], err = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
+					return err
+				})
 				if cfg.Progress != nil {
 					cfg.Progress(int(done.Add(1)), len(res.Runs))
 				}
@@ -333,7 +336,7 @@ func parallel(n, workers int, f func(i int) error) error {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				errs[i] = f(i)
+				errs[i] = guard(func() error { return f(i) })
 			}
 		}()
 	}
@@ -375,4 +378,15 @@ func configHash(cfg sim.Config, meta event.RunMeta) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// guard runs f, turning a panic (a broken invariant in a run) into an
+// error, so a worker goroutine never takes the process down.
+func guard(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("sweep: internal error: %v", r)
+		}
+	}()
+	return f()
 }
