@@ -53,13 +53,14 @@ func (r *Row) TPOT() Time {
 // aside), so a run of millions of requests grows and scans cheaply; Rows
 // builds the []Row once.
 type Fold struct {
-	rows     []foldRow
-	classes  []string          // class names by index; 0 is ""
-	classIdx map[string]uint32 // class name -> index
-	texts    map[int]texts     // reference and response texts by row, when any
-	out      []Row             // the rows last built by Rows
-	built    bool              // out matches rows
-	err      error
+	rows      []foldRow
+	classes   []string          // class names by index; 0 is ""
+	classIdx  map[string]uint32 // class name -> index
+	lastClass uint32            // index of the class last looked up
+	texts     map[int]texts     // reference and response texts by row, when any
+	out       []Row             // the rows last built by Rows
+	built     bool              // out matches rows
+	err       error
 }
 
 // foldRow is a Row being folded: the same fields, its class as an index.
@@ -140,7 +141,11 @@ func (f *Fold) classOf(name string) uint32 {
 	if name == "" {
 		return 0
 	}
+	if f.lastClass != 0 && name == f.classes[f.lastClass] {
+		return f.lastClass // runs of one class are common
+	}
 	if k, ok := f.classIdx[name]; ok {
+		f.lastClass = k
 		return k
 	}
 	if f.classIdx == nil {
@@ -150,6 +155,7 @@ func (f *Fold) classOf(name string) uint32 {
 	k := uint32(len(f.classes))
 	f.classes = append(f.classes, name)
 	f.classIdx[name] = k
+	f.lastClass = k
 	return k
 }
 
@@ -179,11 +185,15 @@ func (f *Fold) Rows() []Row {
 	}
 	f.out = f.out[:len(f.rows)]
 	for i := range f.rows {
-		f.row(i, &f.out[i])
+		f.RowAt(i, &f.out[i])
 	}
 	f.built = true
 	return f.out
 }
+
+// Ended reports whether row i (RequestID i+1) has ended: it is final, and
+// a streaming consumer may take it with RowAt.
+func (f *Fold) Ended(i int) bool { return i < len(f.rows) && f.rows[i].terminal != KindNone }
 
 // Each calls fn with each folded row in RequestID order, without building
 // the whole slice (for streaming a large run out); it stops at fn's first
@@ -191,7 +201,7 @@ func (f *Fold) Rows() []Row {
 func (f *Fold) Each(fn func(*Row) error) error {
 	var o Row
 	for i := range f.rows {
-		f.row(i, &o)
+		f.RowAt(i, &o)
 		if err := fn(&o); err != nil {
 			return err
 		}
@@ -202,8 +212,8 @@ func (f *Fold) Each(fn func(*Row) error) error {
 // Len is the number of requests folded so far.
 func (f *Fold) Len() int { return len(f.rows) }
 
-// row builds row i into o.
-func (f *Fold) row(i int, o *Row) {
+// RowAt builds row i (RequestID i+1) into o.
+func (f *Fold) RowAt(i int, o *Row) {
 	r := &f.rows[i]
 	*o = Row{Req: RequestID(i + 1), Scheduled: r.scheduled, Arrival: r.arrival, Admit: r.admit,
 		FirstToken: r.first, End: r.end, PrefillInst: r.prefill, DecodeInst: r.decode, Crossed: r.crossed,

@@ -366,10 +366,45 @@ func (e *exporter) run(dir string) (err error) {
 	m := r.Meta()
 	name := filepath.Base(dir)
 	e.fold.Reset()
+	slo := sloOf(m)
+	// The requests table is written by its own goroutine while the journal
+	// replays: a request's row is final once it has ended, so rows go out
+	// in RequestID order as soon as every lower one has ended too.
+	batches := make(chan []event.Row, 8)
+	var werr error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for b := range batches {
+			for k := range b {
+				if werr == nil {
+					werr = e.requests.add(requestRowOf(name, m, slo, &b[k]))
+				}
+			}
+		}
+	}()
+	batch := make([]event.Row, 0, 1024)
+	next := 0 // the lowest row not yet sent
+	send := func(all bool) {
+		for next < e.fold.Len() && (all || e.fold.Ended(next)) {
+			var row event.Row
+			e.fold.RowAt(next, &row)
+			batch = append(batch, row)
+			next++
+			if len(batch) == cap(batch) {
+				batches <- batch
+				batch = make([]event.Row, 0, 1024)
+			}
+		}
+	}
 	var records int64
 	err = r.Replay(func(rec *event.Record) error {
 		records++
 		e.fold.Record(rec)
+		switch rec.Kind {
+		case event.KindFinish, event.KindRefuse, event.KindExpire, event.KindFail:
+			send(false)
+		}
 		switch rec.Kind {
 		case event.KindRoleMove:
 			return e.roleMoves.add(roleMoveRow{Run: name, Arm: m.Arm, Rate: m.Rate, AtNs: int64(rec.At),
@@ -383,17 +418,22 @@ func (e *exporter) run(dir string) (err error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("run %s: %w", name, err)
+	if err == nil {
+		err = e.fold.Err()
 	}
-	if err := e.fold.Err(); err != nil {
+	if err == nil {
+		send(true) // every row has ended (Err checked it)
+	}
+	if len(batch) > 0 {
+		batches <- batch
+	}
+	close(batches)
+	<-written
+	if err != nil {
 		return fmt.Errorf("run %s (%s): %w", name, dir, err)
 	}
-	slo := sloOf(m)
-	if err := e.fold.Each(func(row *event.Row) error {
-		return e.requests.add(requestRowOf(name, m, slo, row))
-	}); err != nil {
-		return fmt.Errorf("run %s: %w", name, err)
+	if werr != nil {
+		return fmt.Errorf("run %s: %w", name, werr)
 	}
 	if err := e.runs.add(runRow{Run: name, Arm: m.Arm, Rate: m.Rate, Seed: m.Seed, Trace: m.Trace, TraceHash: m.TraceHash,
 		Fleet: m.Fleet, ConfigHash: m.ConfigHash, Version: m.Version, Driver: m.Driver,
