@@ -37,7 +37,8 @@ type Config struct {
 	PrefixCache bool
 	// Workers bounds the runs in flight (default GOMAXPROCS).
 	Workers int
-	// Progress, when set, is called after each run with done and total.
+	// Progress, when set, is called after each run (and each rate's oracle
+	// search) with done and total.
 	Progress func(done, total int)
 	// Journal, when set, opens a sink for one run's records (a journal
 	// directory, say), given the run's name (RunName) and metadata; it is
@@ -196,10 +197,23 @@ func Execute(cfg Config) (*Result, error) {
 	// Hindsight splits per phase, one set per rate (the oracle arm's
 	// schedule and the yardstick of adaptation lag).
 	targets := make([][]report.PhaseTarget, len(rates))
+	// Progress counts every run and, first, every rate's oracle search
+	// (the longest part of a sweep with the oracle).
+	total := len(res.Runs)
+	if needOracle {
+		total += len(rates)
+	}
+	var done atomic.Int64
+	tick := func() {
+		if cfg.Progress != nil {
+			cfg.Progress(int(done.Add(1)), total)
+		}
+	}
 	if needOracle {
 		err := parallel(len(rates), workers, func(i int) error {
 			t, err := oracle(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO)
 			targets[i] = t
+			tick()
 			return err
 		})
 		if err != nil {
@@ -215,7 +229,6 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	jobs := make(chan int)
 	errs := make([]error, len(res.Runs))
-	var done atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -232,9 +245,7 @@ func Execute(cfg Config) (*Result, error) {
 					res.Runs[k], err = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
 					return err
 				})
-				if cfg.Progress != nil {
-					cfg.Progress(int(done.Add(1)), len(res.Runs))
-				}
+				tick()
 			}
 		}()
 	}

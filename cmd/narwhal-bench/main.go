@@ -195,7 +195,7 @@ func progressBar(stderr io.Writer) func(done, total int) {
 		}
 		const w = 30
 		fill := w * done / total
-		fmt.Fprintf(f, "\r[%s%s] %d/%d runs", strings.Repeat("#", fill), strings.Repeat(".", w-fill), done, total)
+		fmt.Fprintf(f, "\r[%s%s] %d/%d steps", strings.Repeat("#", fill), strings.Repeat(".", w-fill), done, total)
 		if done == total {
 			fmt.Fprint(f, "\r\033[K")
 		}
