@@ -60,6 +60,14 @@ func (b *builder) add(name string, m event.RunMeta, rows []event.Row, moves []ev
 	slo := b.sloOf(m)
 	rr := RunReport{Run: name, Arm: m.Arm, Rate: m.Rate, Trace: m.Trace, Fleet: m.Fleet, Instances: m.Instances, GPUs: m.GPUs,
 		TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(), Offered: len(rows)}
+	// Counts and the four groups come from the one scoring rule.
+	sum := Summarize(rows, slo)
+	rr.Completed, rr.Refused, rr.Expired, rr.Failed = sum.Completed, sum.Refused, sum.Expired, sum.Failed
+	g := &rr.Groups
+	g.Qualified, g.AtCap, g.NotDone = sum.Qualified, sum.Misses[event.CheckLength], sum.Misses[event.CheckNotDone]
+	g.MissTTFT, g.MissTPOT = sum.Misses[event.CheckTTFT], sum.Misses[event.CheckTPOT]
+	g.MissShort, g.MissCancl = sum.Misses[event.CheckTooShort], sum.Misses[event.CheckCancelled]
+	g.Missed = g.MissTTFT + g.MissTPOT + g.MissShort + g.MissCancl
 	pl := runPlot{first: event.Never, end: 0, binWidth: WorkBin}
 	b.ttft, b.tpot, b.wait = b.ttft[:0], b.tpot[:0], b.wait[:0]
 	var refused, expired, failed [256]int
@@ -83,7 +91,6 @@ func (b *builder) add(name string, m event.RunMeta, rows []event.Row, moves []ev
 		r := &rows[i]
 		switch r.Terminal {
 		case event.KindFinish:
-			rr.Completed++
 			if t := r.TTFT(); t != event.Never {
 				b.ttft = append(b.ttft, int64(t))
 			}
@@ -91,39 +98,14 @@ func (b *builder) add(name string, m event.RunMeta, rows []event.Row, moves []ev
 				b.tpot = append(b.tpot, int64(t))
 			}
 		case event.KindRefuse:
-			rr.Refused++
 			refused[r.Cause]++
 		case event.KindExpire:
-			rr.Expired++
 			expired[r.Cause]++
 		case event.KindFail:
-			rr.Failed++
 			failed[r.Cause]++
 		}
 		if r.Admit != event.Never && r.Arrival != event.Never {
 			b.wait = append(b.wait, int64(r.Admit-r.Arrival))
-		}
-		check := event.Qualify(r, slo)
-		g := &rr.Groups
-		switch check {
-		case event.CheckOK:
-			g.Qualified++
-		case event.CheckLength:
-			g.AtCap++
-		case event.CheckNotDone:
-			g.NotDone++
-		case event.CheckTTFT:
-			g.Missed++
-			g.MissTTFT++
-		case event.CheckTPOT:
-			g.Missed++
-			g.MissTPOT++
-		case event.CheckTooShort:
-			g.Missed++
-			g.MissShort++
-		case event.CheckCancelled:
-			g.Missed++
-			g.MissCancl++
 		}
 		if r.Scheduled != event.Never && r.Scheduled < pl.first {
 			pl.first = r.Scheduled
@@ -154,7 +136,7 @@ func (b *builder) add(name string, m event.RunMeta, rows []event.Row, moves []ev
 					f := F1(r.Response, r.Reference)
 					q.scored++
 					q.sum += f
-					if check == event.CheckOK {
+					if event.Qualify(r, slo) == event.CheckOK {
 						q.sloSum += f
 					}
 				}
