@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
+	"time"
 )
 
 // Time is a point in a run: int64 nanoseconds since the run started.
@@ -81,4 +83,19 @@ func ParseRole(s string) (Role, error) {
 		}
 	}
 	return RoleNone, fmt.Errorf("role %q: expected one of prefill, decode, mixed", s)
+}
+
+// ParseDuration reads a Go duration with a unit ("2.1s", "45ms", "10m").
+// A bare number is refused, so seconds and milliseconds are never confused
+// (the rule of every file narwhal-bench reads).
+func ParseDuration(s string) (Time, error) {
+	s = strings.TrimSpace(s)
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return 0, fmt.Errorf("%q: a bare number is not a duration: expected a unit, such as 2.1s or 45ms", s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q: expected a duration such as 2.1s, 45ms or 10m", s)
+	}
+	return Time(d), nil
 }

@@ -8,9 +8,7 @@ import (
 	"os"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/goccy/go-yaml"
 
@@ -230,12 +228,9 @@ func duration(field, v string, required bool) (float64, error) {
 		}
 		return 0, nil
 	}
-	if _, err := strconv.ParseFloat(v, 64); err == nil {
-		return 0, fmt.Errorf("%s: %s: a bare number is not a duration: expected a unit, such as 2.1s or 45ms", field, v)
-	}
-	d, err := time.ParseDuration(v)
+	d, err := event.ParseDuration(v)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %q: expected a duration such as 2.1s, 45ms or 10m", field, v)
+		return 0, fmt.Errorf("%s: %w", field, err)
 	}
 	return d.Seconds(), nil
 }

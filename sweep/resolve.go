@@ -2,11 +2,9 @@ package sweep
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/traces"
 )
@@ -104,11 +102,11 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 // in seconds; a bare number is refused, as in every file narwhal-bench
 // reads.
 func ParseDuration(s string) (float64, error) {
-	if _, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
-		return 0, fmt.Errorf("%q: a bare number is not a duration: expected a unit, such as 2.1s or 45ms", s)
+	d, err := event.ParseDuration(s)
+	if err != nil {
+		return 0, err
 	}
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil || d <= 0 {
+	if d <= 0 {
 		return 0, fmt.Errorf("%q: expected a positive duration such as 2.1s or 45ms", s)
 	}
 	return d.Seconds(), nil
