@@ -115,7 +115,7 @@ func (d *Dynamo) Tick(c *Core) {
 		d.reqs, d.inTokens, d.outTokens = 0, 0, 0
 		c.Decide(fmt.Sprintf(`{"controller":"dynamo","mode":"throughput","split":"%dP%dD","want":%d,"why":%q}`, P, n-P, want, why))
 		if want > 0 && want != P {
-			d.moveToward(c, want, why)
+			c.startWorkers(want, d.Cfg.StartupDelay, why)
 			return
 		}
 	}
@@ -127,13 +127,17 @@ func (d *Dynamo) Tick(c *Core) {
 			return
 		}
 	}
-	ttftHot, ttftCold := d.allPrefill(c, 1), d.allPrefillBelow(c, d.Cfg.DownSensitivity)
-	itlHot, itlCold := d.allDecode(c, 1), d.allDecodeBelow(c, d.Cfg.DownSensitivity)
-	switch {
-	case ttftHot && itlCold && n-P > 1:
-		d.moveToward(c, P+1, "load: every prefill worker past the TTFT SLO")
-	case itlHot && ttftCold && P > 1:
-		d.moveToward(c, P-1, "load: every decode worker past the ITL SLO")
+	// Each engine's estimate as a share of its SLO: queued prefill work
+	// over the TTFT SLO, the decode interval at its context over the TPOT SLO.
+	pLo, pHi, pOK := c.ratioRange(event.RolePrefill, func(in *Instance) float64 { return in.PrefillWork / c.slo.TTFT })
+	dLo, dHi, dOK := c.ratioRange(event.RoleDecode, func(in *Instance) float64 {
+		return in.Profile.Interval(in.DecodeTokens) / c.slo.TPOT
+	})
+	switch s := d.Cfg.DownSensitivity; {
+	case pOK && dOK && pLo >= 1 && dHi < s && n-P > 1:
+		c.startWorkers(P+1, d.Cfg.StartupDelay, "load: every prefill worker past the TTFT SLO")
+	case pOK && dOK && dLo >= 1 && pHi < s && P > 1:
+		c.startWorkers(P-1, d.Cfg.StartupDelay, "load: every decode worker past the ITL SLO")
 	}
 }
 
@@ -161,32 +165,6 @@ func (d *Dynamo) throughputTarget(c *Core) (int, string) {
 	return p, fmt.Sprintf("ISL %.0f, OSL %.0f, %d requests: need %.0fP %.0fD", isl, osl, d.reqs, needP, needD)
 }
 
-func (d *Dynamo) allPrefill(c *Core, share float64) bool {
-	return c.allOf(event.RolePrefill, func(in *Instance) bool { return in.PrefillWork >= share*c.slo.TTFT })
-}
-
-func (d *Dynamo) allPrefillBelow(c *Core, share float64) bool {
-	return c.allOf(event.RolePrefill, func(in *Instance) bool { return in.PrefillWork < share*c.slo.TTFT })
-}
-
-func (d *Dynamo) allDecode(c *Core, share float64) bool {
-	return c.allOf(event.RoleDecode, func(in *Instance) bool {
-		return in.Profile.Interval(in.DecodeTokens) >= share*c.slo.TPOT
-	})
-}
-
-func (d *Dynamo) allDecodeBelow(c *Core, share float64) bool {
-	return c.allOf(event.RoleDecode, func(in *Instance) bool {
-		return in.Profile.Interval(in.DecodeTokens) < share*c.slo.TPOT
-	})
-}
-
-// moveToward stops one worker of the shrinking pool and starts one in the
-// growing pool (the same engine, serving after StartupDelay).
-func (d *Dynamo) moveToward(c *Core, want int, why string) {
-	c.startWorkers(want, d.Cfg.StartupDelay, why)
-}
-
 // startWorkers moves engines one at a time toward want prefill engines,
 // the least busy first; each moved engine serves again only after delay.
 func (c *Core) startWorkers(want int, delay event.Time, why string) {
@@ -208,21 +186,24 @@ func (c *Core) startWorkers(want int, delay event.Time, why string) {
 	}
 }
 
-// allOf reports whether every online instance of role r satisfies f (and
-// there is at least one).
-func (c *Core) allOf(r event.Role, f func(*Instance) bool) bool {
-	seen := false
+// ratioRange returns the smallest and largest ratio over the online
+// instances of role r, and whether there is any.
+func (c *Core) ratioRange(r event.Role, ratio func(*Instance) float64) (lo, hi float64, ok bool) {
 	for i := range c.inst {
 		in := &c.inst[i]
 		if in.Role != r || !in.Online(c.now) {
 			continue
 		}
-		if !f(in) {
-			return false
+		v := ratio(in)
+		if !ok || v < lo {
+			lo = v
 		}
-		seen = true
+		if !ok || v > hi {
+			hi = v
+		}
+		ok = true
 	}
-	return seen
+	return lo, hi, ok
 }
 
 // anyOnline reports whether some instance of role r serves now.
