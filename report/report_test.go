@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/internal/journaltest"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 )
 
@@ -467,7 +468,7 @@ func TestBadInputs(t *testing.T) {
 		"newer schema": {func(t *testing.T) string {
 			d := filepath.Join(t.TempDir(), "run")
 			writeQualityRun(t, d)
-			bumpSchema(t, d)
+			journaltest.BumpSchema(t, d)
 			return d
 		}, "upgrade"},
 	}

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/internal/journaltest"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 )
 
@@ -168,7 +166,7 @@ func TestExitCodes(t *testing.T) {
 	}
 	newer := filepath.Join(t.TempDir(), "run")
 	writeRun(t, newer, "static:2P2D", 1)
-	bumpSchema(t, newer)
+	journaltest.BumpSchema(t, newer)
 
 	cases := []struct {
 		name string
@@ -196,34 +194,3 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 }
-
-// bumpSchema rewrites a closed journal's run metadata (key 0) to claim
-// the next schema version, keeping the value's length.
-func bumpSchema(t *testing.T, dir string) {
-	t.Helper()
-	db, err := pebble.Open(filepath.Join(dir, "events"), &pebble.Options{Logger: quietLog{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	key := make([]byte, 8)
-	v, closer, err := db.Get(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nv := bytes.Replace(v, []byte(fmt.Sprintf(`"schema":%d`, event.SchemaVersion)), []byte(fmt.Sprintf(`"schema":%d`, event.SchemaVersion+1)), 1)
-	closer.Close()
-	if bytes.Equal(v, nv) {
-		t.Fatal("no schema field to bump")
-	}
-	if err := db.Set(key, nv, pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// quietLog keeps Pebble's informational messages out of the test output.
-type quietLog struct{}
-
-func (quietLog) Infof(string, ...any)         {}
-func (quietLog) Errorf(string, ...any)        {}
-func (quietLog) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
