@@ -67,13 +67,8 @@ type Planner struct {
 	// rebalance confirmation
 	pending, confirms int
 	// closed-loop hold
-	holdUntil    event.Time
-	pMin, dMin   int
-	LastDemandP  float64
-	LastDemandD  float64
-	Escalations  int
-	FastSteps    int
-	PlannedMoves int
+	holdUntil  event.Time
+	pMin, dMin int
 }
 
 // NewPlanner returns the planner arm (hot swap).
@@ -172,14 +167,12 @@ func (p *Planner) fastStep(c *Core) {
 	}
 	if moved > 0 {
 		p.fast = c.now
-		p.FastSteps++
 	}
 }
 
 // target is the plan: the prefill pool size wanted now, or 0 for none.
 func (p *Planner) target(c *Core) (int, string) {
 	pre, dec, arrivals := p.demand(c)
-	p.LastDemandP, p.LastDemandD = pre, dec
 	n := len(c.inst)
 	P := c.Count(event.RolePrefill)
 	record := func(want int, why string) (int, string) {
@@ -197,12 +190,10 @@ func (p *Planner) target(c *Core) (int, string) {
 			hold := c.now + 5*p.Cfg.Interval
 			if e.TTFTOK < p.Cfg.AttainmentFloor && e.TTFTOK <= e.TPOTOK && P < n-1 {
 				p.holdUntil, p.pMin, p.dMin, p.pending, p.confirms = hold, P+1, 0, 0, 0
-				p.Escalations++
 				return record(P+1, fmt.Sprintf("closed loop: %.0f%% meet TTFT", 100*e.TTFTOK))
 			}
 			if e.TPOTOK < p.Cfg.AttainmentFloor && e.TPOTOK < e.TTFTOK && n-P < n-1 {
 				p.holdUntil, p.dMin, p.pMin, p.pending, p.confirms = hold, n-P+1, 0, 0, 0
-				p.Escalations++
 				return record(P-1, fmt.Sprintf("closed loop: %.0f%% meet TPOT", 100*e.TPOTOK))
 			}
 		}
@@ -281,7 +272,6 @@ func (p *Planner) moveTo(c *Core, want int, why string) int {
 			c.inst[mover].OfflineUntil = c.now + p.Cfg.OfflineFor
 		}
 		moved++
-		p.PlannedMoves++
 	}
 	return moved
 }

@@ -33,12 +33,10 @@ var DefaultArrow = ArrowConfig{Expand: 1.0, Shrink: 0.5, Cooldown: 2 * event.Sec
 // monitoring pass each interval and lends prefill instances to decode;
 // Algorithm 3 picks which instance flips. It opens at an even split.
 type Arrow struct {
-	Cfg         ArrowConfig
-	next        event.Time
-	sustained   int
-	lastP2D     event.Time
-	Unserved    int // placements where nothing met the SLO
-	FlipRefused int
+	Cfg       ArrowConfig
+	next      event.Time
+	sustained int
+	lastP2D   event.Time
 }
 
 // Name implements Controller.
@@ -124,22 +122,19 @@ func (a *Arrow) flip(c *Core, to event.Role, cause event.Cause, why string) even
 		from = event.RoleDecode
 	}
 	if to == event.RoleDecode && c.now-a.lastP2D < a.Cfg.Cooldown {
-		a.FlipRefused++
 		return event.NoInstance
 	}
-	var live []event.Instance
+	live := 0
 	for i := range c.inst {
 		if in := &c.inst[i]; in.Role == from && in.Online(c.now) {
-			live = append(live, event.Instance(i))
+			live++
 		}
 	}
-	if len(live) <= 1 || (from == event.RolePrefill && len(live)-1 < a.Cfg.MinPrefill) {
-		a.FlipRefused++
+	if live <= 1 || (from == event.RolePrefill && live-1 < a.Cfg.MinPrefill) {
 		return event.NoInstance
 	}
 	best := pickMover(c, to)
 	if best == event.NoInstance { // every candidate is pinned
-		a.FlipRefused++
 		return event.NoInstance
 	}
 	if to == event.RoleDecode {

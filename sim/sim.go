@@ -11,15 +11,14 @@ import (
 
 // Stats summarises one run.
 type Stats struct {
-	Offered   int
-	Finished  int
-	Refused   int
-	Failed    int
-	Expired   int
-	Moves     int        // role moves
-	End       event.Time // virtual time when the run ended
-	Events    int        // heap events processed
-	LastToken event.Time // time of the last output token
+	Offered  int
+	Finished int
+	Refused  int
+	Failed   int
+	Expired  int
+	Moves    int        // role moves
+	End      event.Time // virtual time when the run ended
+	Events   int        // heap events processed
 }
 
 type evKind uint8
@@ -565,7 +564,6 @@ func (s *Sim) advanceDecode(e *engine, n int64) {
 		e.ctx -= int64(st.input + st.want)
 		s.finish(f.req, e.id)
 	}
-	s.stats.LastToken = s.now
 }
 
 // observe tells the core what every engine did since the last tick.
@@ -614,7 +612,6 @@ func (s *Sim) prefillDone(e *engine, i int32) {
 	if s.cfg.TokenHook != nil {
 		s.cfg.TokenHook(event.RequestID(i+1), 1, s.now)
 	}
-	s.stats.LastToken = s.now
 	req := core.Request{ID: event.RequestID(i + 1), InputTokens: st.input, PrefillInst: event.Instance(e.id)}
 	if st.want <= 1 {
 		// The answer is complete with its first token: no decode leg.
