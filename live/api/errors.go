@@ -1,0 +1,148 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Error is an OpenAI-style API error: the HTTP status and the body's
+// error object. RetryAfter, when positive, is sent as a Retry-After header
+// (whole seconds, rounded up).
+type Error struct {
+	Status  int
+	Type    string
+	Message string
+	Param   string // the request field at fault ("" = none, sent as null)
+	Code    string // a machine-readable code ("" = none, sent as null)
+	// RetryAfter is how long the client should wait before retrying
+	// (429 and 503 only; 0 = no header).
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Type, e.Message)
+}
+
+// Error types, as OpenAI and vLLM name them.
+const (
+	TypeInvalidRequest = "invalid_request_error"
+	TypeNotFound       = "not_found_error"
+	TypeRateLimit      = "rate_limit_error"
+	TypeUnavailable    = "service_unavailable_error"
+	TypeServer         = "server_error"
+)
+
+// errorBody is the wire form: {"error":{"message","type","param","code"}}.
+type errorBody struct {
+	Error errorObject `json:"error"`
+}
+
+type errorObject struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Body returns the error's JSON body.
+func (e *Error) Body() []byte {
+	b, _ := json.Marshal(errorBody{Error: errorObject{Message: e.Message, Type: e.Type, Param: orNull(e.Param), Code: orNull(e.Code)}})
+	return b
+}
+
+// WriteError writes e as an OpenAI error response: its status, a JSON body
+// and, when e.RetryAfter is set, a Retry-After header.
+func WriteError(w http.ResponseWriter, e *Error) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.RetryAfter.Seconds())), 10))
+	}
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(e.Body(), '\n'))
+}
+
+// ParseError reads an error body (any status); it returns nil when the
+// body is not an OpenAI error object.
+func ParseError(status int, body []byte) *Error {
+	var b struct {
+		Error *struct {
+			Message string          `json:"message"`
+			Type    string          `json:"type"`
+			Param   *string         `json:"param"`
+			Code    json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &b) != nil || b.Error == nil {
+		return nil
+	}
+	e := &Error{Status: status, Type: b.Error.Type, Message: b.Error.Message}
+	if b.Error.Param != nil {
+		e.Param = *b.Error.Param
+	}
+	var code string
+	if json.Unmarshal(b.Error.Code, &code) == nil {
+		e.Code = code
+	} else if len(b.Error.Code) > 0 && string(b.Error.Code) != "null" {
+		e.Code = string(b.Error.Code)
+	}
+	return e
+}
+
+// Invalid is a 400 invalid_request_error about one field: "param: value:
+// expected what". value is the offending JSON text (shortened), or a
+// description such as "missing".
+func Invalid(param, value, expected string) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Param: param,
+		Message: fmt.Sprintf("%s: %s: expected %s", param, shorten(value), expected)}
+}
+
+// BadRequest is a 400 invalid_request_error that no single field causes.
+func BadRequest(msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Message: msg}
+}
+
+// ModelNotFound is the 404 for a model the server does not serve.
+func ModelNotFound(model string, served []string) *Error {
+	return &Error{Status: http.StatusNotFound, Type: TypeNotFound, Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("model: %q does not exist: expected one of %q", model, served)}
+}
+
+// RateLimited is a 429 asking the client to retry after retryAfter.
+func RateLimited(msg string, retryAfter time.Duration) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "rate_limit_exceeded",
+		Message: msg, RetryAfter: retryAfter}
+}
+
+// Unavailable is a 503 asking the client to retry after retryAfter.
+func Unavailable(msg string, retryAfter time.Duration) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Message: msg, RetryAfter: retryAfter}
+}
+
+// ServerError is a 5xx server_error (500 when status is 0).
+func ServerError(status int, msg string) *Error {
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	return &Error{Status: status, Type: TypeServer, Message: msg}
+}
+
+// shorten keeps error messages readable when a client sends a huge value.
+func shorten(s string) string {
+	const max = 60
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

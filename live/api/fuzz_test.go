@@ -1,0 +1,49 @@
+package api
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzDecode: Decode never panics, every error is a 4xx *Error, and a
+// decoded request's legs re-encode to bodies that decode again.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":"hello","max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"prompt":[1,2,3],"stop":["a"],"min_tokens":1}`,
+		`{"prompt":[[1,2]],"n":1,"max_tokens":2.0}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"max_completion_tokens":3}`,
+		`{"prompt":"x","kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"e","remote_request_id":"r","remote_host":"h","remote_port":1,"remote_block_ids":[[1]]}}`,
+		`{"prompt":"x","kv_transfer_params":{"remote_port":"p"}}`,
+		`{"prompt":"x","max_tokens":1e300}`,
+		`{"prompt":null}`, `[]`, `{`, ``, `"x"`, `{"messages":[null]}`,
+	} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		r, e := Decode(body, chat)
+		if e != nil {
+			if r != nil || e.Status < 400 || e.Status > 499 || e.Message == "" || e.Type == "" {
+				t.Fatalf("error %+v with request %v", e, r)
+			}
+			return
+		}
+		_ = r.PromptTokens()
+		if r.OutputLimit() < 1 || r.N != 1 {
+			t.Fatalf("limit %d, n %d", r.OutputLimit(), r.N)
+		}
+		for _, edit := range []func(map[string]json.RawMessage) ([]byte, error){
+			PrefillBody, PlainBody,
+			func(m map[string]json.RawMessage) ([]byte, error) { return DecodeBody(m, json.RawMessage(`{"a":1}`)) },
+		} {
+			b, err := edit(r.Raw)
+			if err != nil || !json.Valid(b) {
+				t.Fatalf("edit: %v: %q", err, b)
+			}
+			if _, e := Decode(b, chat); e != nil {
+				t.Fatalf("edited body %s no longer decodes: %v", b, e)
+			}
+		}
+	})
+}

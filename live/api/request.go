@@ -1,0 +1,377 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+)
+
+const (
+	// MaxBodyBytes is the largest request body a server should read
+	// (wrap the body in http.MaxBytesReader; a larger one is a 413).
+	MaxBodyBytes = 8 << 20
+	// CharsPerToken is the estimate of prompt tokens from text when no
+	// token ids are given: bytes of text per token.
+	CharsPerToken = 4.0
+	// DefaultMaxTokens is the output limit when a request sets neither
+	// max_tokens nor max_completion_tokens (vLLM's completions default).
+	DefaultMaxTokens = 16
+	// maxInt bounds integer fields so they stay well inside an int32.
+	maxInt = 1 << 30
+)
+
+// Request is the part of an OpenAI completions or chat completions body a
+// router or an engine acts on. Raw holds the whole body, so a router can
+// forward it with edits (PrefillBody, DecodeBody, PlainBody) without
+// losing fields it does not model.
+type Request struct {
+	Chat   bool   // /v1/chat/completions (messages) rather than /v1/completions (prompt)
+	Model  string // "" when the client sent none
+	Stream bool
+	// IncludeUsage is stream_options.include_usage.
+	IncludeUsage        bool
+	MaxTokens           *int // max_tokens (nil: absent or null)
+	MaxCompletionTokens *int // max_completion_tokens (nil: absent or null)
+	MinTokens           int  // min_tokens (0 when absent)
+	IgnoreEOS           bool // ignore_eos (vLLM)
+	N                   int  // always 1 after Decode
+	Stop                []string
+	// Prompt is the completions prompt text; PromptIDs the prompt when it
+	// was sent as token ids (then Prompt is "").
+	Prompt    string
+	PromptIDs []int
+	// Messages is the chat conversation.
+	Messages []Message
+	// KVTransfer is kv_transfer_params (nil when absent or null).
+	KVTransfer *KVTransferParams
+	// Raw is the whole body, one entry per top-level key.
+	Raw map[string]json.RawMessage
+}
+
+// Message is one chat message: its role and its text (the text parts of a
+// content list, concatenated).
+type Message struct {
+	Role    string
+	Content string
+}
+
+// Decode reads a completions (chat=false) or chat completions body. It is
+// strict about the types of the fields it models, refuses what the
+// servers here cannot serve (n != 1, more than one prompt), and leaves
+// every other field alone in Raw. Every error is a 400 naming the field.
+func Decode(body []byte, chat bool) (*Request, *Error) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return nil, Invalid("body", "empty", "a JSON object")
+	}
+	if body[0] != '{' {
+		return nil, Invalid("body", string(body), "a JSON object")
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return nil, BadRequest("body: not valid JSON: " + shorten(err.Error()))
+	}
+	r := &Request{Chat: chat, N: 1, Raw: raw}
+	d := decoder{raw: raw}
+	r.Model = d.str("model")
+	r.Stream = d.boolean("stream")
+	if v, ok := d.get("stream_options"); ok {
+		var so map[string]json.RawMessage
+		if json.Unmarshal(v, &so) != nil {
+			d.fail(Invalid("stream_options", string(v), "an object or null"))
+		} else if iu, ok := so["include_usage"]; ok && !isNull(iu) {
+			if json.Unmarshal(iu, &r.IncludeUsage) != nil {
+				d.fail(Invalid("stream_options.include_usage", string(iu), "a boolean"))
+			}
+		}
+	}
+	r.MaxTokens = d.integer("max_tokens", 1)
+	r.MaxCompletionTokens = d.integer("max_completion_tokens", 1)
+	if p := d.integer("min_tokens", 0); p != nil {
+		r.MinTokens = *p
+	}
+	r.IgnoreEOS = d.boolean("ignore_eos")
+	if p := d.integer("n", 0); p != nil && *p != 1 {
+		d.fail(Invalid("n", strconv.Itoa(*p), "1 (one choice per request)"))
+	}
+	r.Stop = d.stop()
+	if chat {
+		r.Messages = d.messages()
+	} else {
+		r.Prompt, r.PromptIDs = d.prompt()
+	}
+	if v, ok := d.get("kv_transfer_params"); ok {
+		r.KVTransfer = decodeKV(v, &d)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if lim := r.OutputLimit(); r.MinTokens > lim {
+		return nil, Invalid("min_tokens", strconv.Itoa(r.MinTokens), "at most the output limit "+strconv.Itoa(lim))
+	}
+	return r, nil
+}
+
+// PromptTokens estimates the prompt's length in tokens, deterministically:
+// the number of token ids when the prompt is ids, else
+// max(1, round(len(text)/CharsPerToken)) where text is the prompt or the
+// messages' contents concatenated (bytes, not characters).
+func (r *Request) PromptTokens() int {
+	if r.PromptIDs != nil {
+		return max(1, len(r.PromptIDs))
+	}
+	n := len(r.Prompt)
+	for _, m := range r.Messages {
+		n += len(m.Content)
+	}
+	return max(1, int(math.Round(float64(n)/CharsPerToken)))
+}
+
+// Text is the prompt text: the prompt, or the messages' contents joined
+// by newlines.
+func (r *Request) Text() string {
+	if !r.Chat {
+		return r.Prompt
+	}
+	parts := make([]string, len(r.Messages))
+	for i, m := range r.Messages {
+		parts[i] = m.Content
+	}
+	return strings.Join(parts, "\n")
+}
+
+// OutputLimit is the most tokens the answer may have:
+// max_completion_tokens, else max_tokens, else DefaultMaxTokens.
+func (r *Request) OutputLimit() int {
+	switch {
+	case r.MaxCompletionTokens != nil:
+		return *r.MaxCompletionTokens
+	case r.MaxTokens != nil:
+		return *r.MaxTokens
+	}
+	return DefaultMaxTokens
+}
+
+// decoder reads typed fields from the raw body, keeping the first error.
+type decoder struct {
+	raw map[string]json.RawMessage
+	err *Error
+}
+
+func (d *decoder) fail(e *Error) {
+	if d.err == nil {
+		d.err = e
+	}
+}
+
+// get returns a field that is present and not null.
+func (d *decoder) get(name string) (json.RawMessage, bool) {
+	v, ok := d.raw[name]
+	if !ok || isNull(v) {
+		return nil, false
+	}
+	return v, true
+}
+
+func isNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
+
+func (d *decoder) str(name string) string {
+	v, ok := d.get(name)
+	if !ok {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		d.fail(Invalid(name, string(v), "a string"))
+	}
+	return s
+}
+
+func (d *decoder) boolean(name string) bool {
+	v, ok := d.get(name)
+	if !ok {
+		return false
+	}
+	var b bool
+	if json.Unmarshal(v, &b) != nil {
+		d.fail(Invalid(name, string(v), "a boolean"))
+	}
+	return b
+}
+
+// integer reads an integral JSON number >= lo (5.0 counts as 5).
+func (d *decoder) integer(name string, lo int) *int {
+	v, ok := d.get(name)
+	if !ok {
+		return nil
+	}
+	n, ok := toInt(v)
+	if !ok || n < lo || n > maxInt {
+		d.fail(Invalid(name, string(v), "an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(maxInt)))
+		return nil
+	}
+	return &n
+}
+
+func toInt(v json.RawMessage) (int, bool) {
+	var f float64
+	if json.Unmarshal(v, &f) != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int(f), true
+}
+
+func (d *decoder) stop() []string {
+	v, ok := d.get("stop")
+	if !ok {
+		return nil
+	}
+	var one string
+	if json.Unmarshal(v, &one) == nil {
+		if one == "" {
+			return nil
+		}
+		return []string{one}
+	}
+	var list []string
+	if json.Unmarshal(v, &list) != nil {
+		d.fail(Invalid("stop", string(v), "a string, a list of strings, or null"))
+		return nil
+	}
+	out := list[:0]
+	for _, s := range list {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// prompt reads a completions prompt: a string, a list of one string, a
+// list of token ids, or a list of one list of token ids.
+func (d *decoder) prompt() (string, []int) {
+	v, ok := d.get("prompt")
+	if !ok {
+		d.fail(Invalid("prompt", "missing", "a string or a list of token ids"))
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		return s, nil
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(v, &list) != nil {
+		d.fail(Invalid("prompt", string(v), "a string, a list of strings or a list of token ids"))
+		return "", nil
+	}
+	if len(list) == 0 {
+		d.fail(Invalid("prompt", string(v), "a non-empty prompt"))
+		return "", nil
+	}
+	if ids, ok := tokenIDs(v); ok {
+		return "", ids
+	}
+	if len(list) != 1 {
+		d.fail(Invalid("prompt", "a list of "+strconv.Itoa(len(list))+" prompts", "one prompt (batched prompts are not served)"))
+		return "", nil
+	}
+	if json.Unmarshal(list[0], &s) == nil {
+		return s, nil
+	}
+	if ids, ok := tokenIDs(list[0]); ok && len(ids) > 0 {
+		return "", ids
+	}
+	d.fail(Invalid("prompt[0]", string(list[0]), "a string or a non-empty list of token ids"))
+	return "", nil
+}
+
+// tokenIDs reads a list of non-negative integers.
+func tokenIDs(v json.RawMessage) ([]int, bool) {
+	var nums []json.RawMessage
+	if json.Unmarshal(v, &nums) != nil {
+		return nil, false
+	}
+	ids := make([]int, len(nums))
+	for i, x := range nums {
+		n, ok := toInt(x)
+		if !ok || n < 0 || n > maxInt {
+			return nil, false
+		}
+		ids[i] = n
+	}
+	return ids, true
+}
+
+// messages reads a chat conversation: a non-empty list of objects with a
+// string role and a content that is a string, null, or a list of parts
+// (text parts count; other part types are kept in Raw and add no text).
+func (d *decoder) messages() []Message {
+	v, ok := d.get("messages")
+	if !ok {
+		d.fail(Invalid("messages", "missing", "a non-empty list of messages"))
+		return nil
+	}
+	var list []map[string]json.RawMessage
+	if json.Unmarshal(v, &list) != nil {
+		d.fail(Invalid("messages", string(v), "a list of message objects"))
+		return nil
+	}
+	if len(list) == 0 {
+		d.fail(Invalid("messages", "[]", "a non-empty list of messages"))
+		return nil
+	}
+	out := make([]Message, len(list))
+	for i, m := range list {
+		field := "messages[" + strconv.Itoa(i) + "]"
+		if m == nil {
+			d.fail(Invalid(field, "null", "a message object"))
+			return nil
+		}
+		role, ok := m["role"]
+		if !ok || json.Unmarshal(role, &out[i].Role) != nil || out[i].Role == "" {
+			d.fail(Invalid(field+".role", rawOr(role, "missing"), "a non-empty string"))
+			return nil
+		}
+		c, ok := m["content"]
+		if !ok || isNull(c) {
+			continue
+		}
+		if json.Unmarshal(c, &out[i].Content) == nil {
+			continue
+		}
+		var parts []map[string]json.RawMessage
+		if json.Unmarshal(c, &parts) != nil {
+			d.fail(Invalid(field+".content", string(c), "a string, a list of content parts, or null"))
+			return nil
+		}
+		var b strings.Builder
+		for j, p := range parts {
+			pf := field + ".content[" + strconv.Itoa(j) + "]"
+			var typ string
+			if p == nil || json.Unmarshal(p["type"], &typ) != nil {
+				d.fail(Invalid(pf+".type", rawOr(p["type"], "missing"), "a string such as \"text\""))
+				return nil
+			}
+			if typ != "text" {
+				continue
+			}
+			var text string
+			if json.Unmarshal(p["text"], &text) != nil {
+				d.fail(Invalid(pf+".text", rawOr(p["text"], "missing"), "a string"))
+				return nil
+			}
+			b.WriteString(text)
+		}
+		out[i].Content = b.String()
+	}
+	return out
+}
+
+func rawOr(v json.RawMessage, missing string) string {
+	if v == nil {
+		return missing
+	}
+	return string(v)
+}

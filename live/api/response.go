@@ -1,0 +1,134 @@
+package api
+
+import "encoding/json"
+
+// Object names of the four response shapes.
+const (
+	ObjectCompletion = "text_completion" // completions, streamed or not
+	ObjectChat       = "chat.completion"
+	ObjectChatChunk  = "chat.completion.chunk"
+)
+
+// Finish reasons.
+const (
+	FinishLength = "length"
+	FinishStop   = "stop"
+)
+
+// Response is a completions or chat completions response, whole or one
+// streamed chunk:
+//   - completion: Object "text_completion", choices carry Text;
+//   - chat completion: Object "chat.completion", choices carry Message;
+//   - chat chunk: Object "chat.completion.chunk", choices carry Delta;
+//   - completions chunk: Object "text_completion", choices carry Text;
+//   - the final usage chunk of a stream with include_usage: no choices
+//     (an empty list) and Usage set.
+//
+// KVTransferParams is the top-level handoff of a prefill response (raw,
+// to forward verbatim); it is null on ordinary responses, as in vLLM.
+type Response struct {
+	ID               string          `json:"id"`
+	Object           string          `json:"object"`
+	Created          int64           `json:"created"`
+	Model            string          `json:"model"`
+	Choices          []Choice        `json:"choices"`
+	Usage            *Usage          `json:"usage,omitempty"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
+}
+
+// Choice is one choice of a response or chunk. Text is set for
+// completions, Message for chat answers, Delta for chat chunks.
+type Choice struct {
+	Index        int          `json:"index"`
+	Text         *string      `json:"text,omitempty"`
+	Message      *ChatMessage `json:"message,omitempty"`
+	Delta        *ChatDelta   `json:"delta,omitempty"`
+	Logprobs     *struct{}    `json:"logprobs"`
+	FinishReason *string      `json:"finish_reason"` // null until the last chunk
+	// KVTransferParams is where older vLLM builds put the handoff; new
+	// ones put it top level. Routers read both (Handoff).
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
+}
+
+// ChatMessage is a whole chat answer.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatDelta is one chunk of a streamed chat answer.
+type ChatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// Usage counts a request's tokens.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// NewUsage fills TotalTokens.
+func NewUsage(prompt, completion int) *Usage {
+	return &Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+}
+
+// Ptr returns a pointer to v (for the optional fields above).
+func Ptr[T any](v T) *T { return &v }
+
+// TextChoice is a completions choice (finish "" = null).
+func TextChoice(text, finish string) Choice {
+	return Choice{Text: &text, FinishReason: finishPtr(finish)}
+}
+
+// MessageChoice is a whole chat answer's choice.
+func MessageChoice(content, finish string) Choice {
+	return Choice{Message: &ChatMessage{Role: "assistant", Content: content}, FinishReason: finishPtr(finish)}
+}
+
+// DeltaChoice is a chat chunk's choice; role "" leaves it out.
+func DeltaChoice(role, content, finish string) Choice {
+	d := &ChatDelta{Role: role}
+	if role != "" || content != "" {
+		d.Content = &content
+	}
+	return Choice{Delta: d, FinishReason: finishPtr(finish)}
+}
+
+func finishPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Handoff returns a prefill response's kv_transfer_params, raw: the
+// top-level field, else the first choice's (older builds); nil when
+// neither is there or both are null or empty objects.
+func Handoff(body []byte) json.RawMessage {
+	var r struct {
+		KV      json.RawMessage `json:"kv_transfer_params"`
+		Choices []struct {
+			KV json.RawMessage `json:"kv_transfer_params"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(body, &r) != nil {
+		return nil
+	}
+	if usable(r.KV) {
+		return r.KV
+	}
+	if len(r.Choices) > 0 && usable(r.Choices[0].KV) {
+		return r.Choices[0].KV
+	}
+	return nil
+}
+
+func usable(v json.RawMessage) bool {
+	if len(v) == 0 || isNull(v) {
+		return false
+	}
+	var m map[string]json.RawMessage
+	return json.Unmarshal(v, &m) == nil && len(m) > 0
+}
