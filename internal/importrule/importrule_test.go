@@ -16,12 +16,13 @@ var allowed = map[string][]string{
 	"event":   {},
 	"timing":  {"event"},
 	"core":    {"event", "timing"},
+	"engine":  {"event", "timing"},
 	"sim":     {"core", "event", "timing"},
 	"traces":  {"event"},
 	"fleet":   {"core", "event", "timing"},
 	"journal": {"event"},
 	"report":  {"event", "journal"},
-	"live":    {"core", "event", "timing", "fleet", "journal"},
+	"live":    {"core", "engine", "event", "timing", "fleet", "journal"},
 	"sweep":   {"core", "event", "fleet", "journal", "report", "sim", "timing", "traces"},
 }
 
