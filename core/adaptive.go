@@ -3,7 +3,6 @@ package core
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
@@ -82,7 +81,7 @@ type Adaptive struct {
 func (a *Adaptive) Name() string { return "adaptive" }
 
 // Init implements Controller.
-func (a *Adaptive) Init(c *Core) error {
+func (a *Adaptive) Init(c *View) error {
 	if len(c.inst) < 2 {
 		return fmt.Errorf("adaptive: %d instance: expected at least 2", len(c.inst))
 	}
@@ -96,10 +95,10 @@ func (a *Adaptive) Init(c *Core) error {
 }
 
 // Arrived feeds the demand estimator.
-func (a *Adaptive) Arrived(c *Core, r Request) { a.demand.arrived(c, r) }
+func (a *Adaptive) Arrived(c *View, r Request) { a.demand.arrived(c, r) }
 
 // Finished feeds the demand estimator.
-func (a *Adaptive) Finished(c *Core, r Request) { a.demand.finished(c, r, c.slo) }
+func (a *Adaptive) Finished(c *View, r Request) { a.demand.finished(c, r) }
 
 // NextTick implements Controller.
 func (a *Adaptive) NextTick() event.Time { return a.next }
@@ -128,7 +127,7 @@ const saturation = 0.99
 
 // ScoreSplit projects the SLO ratios of p prefill and n-p decode instances
 // under the demand e and the fleet's resident work.
-func ScoreSplit(c *Core, e DemandEstimate, p int) SplitScore {
+func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	n := len(c.inst)
 	d := n - p
 	s := SplitScore{Prefill: p, TTFT: math.Inf(1), TPOT: math.Inf(1)}
@@ -171,8 +170,8 @@ func ScoreSplit(c *Core, e DemandEstimate, p int) SplitScore {
 	if e.MeanPrefill > 0 {
 		wait = r * e.MeanPrefill2 / (2 * e.MeanPrefill * (1 - r))
 	}
-	model := (e.MeanPrefill+wait)/c.slo.TTFT + 100*math.Max(0, rho-saturation)
-	drain := (backlog/float64(p) + e.MeanPrefill) / c.slo.TTFT
+	model := (e.MeanPrefill+wait)/c.ttftS + 100*math.Max(0, rho-saturation)
+	drain := (backlog/float64(p) + e.MeanPrefill) / c.ttftS
 	s.TTFTDemand, s.TTFTBacklog = model, drain
 	s.TTFT = math.Max(model, drain)
 
@@ -181,32 +180,38 @@ func ScoreSplit(c *Core, e DemandEstimate, p int) SplitScore {
 	// I = icpt / (1 - work·slope/d).
 	rhoD := work * slope / float64(d)
 	rd := math.Min(rhoD, saturation)
-	model = icpt/(1-rd)/c.slo.TPOT + 100*math.Max(0, rhoD-saturation)
-	observed := (icpt + slope*float64(resident)/float64(d)) / c.slo.TPOT
+	model = icpt/(1-rd)/c.tpotS + 100*math.Max(0, rhoD-saturation)
+	observed := (icpt + slope*float64(resident)/float64(d)) / c.tpotS
 	s.TPOTDemand, s.TPOTResident = model, observed
 	s.TPOT = math.Max(model, observed)
 	return s
 }
 
 // Tick implements Controller.
-func (a *Adaptive) Tick(c *Core) {
+func (a *Adaptive) Tick(c *View) bool {
 	if c.now < a.next {
-		return
+		return false
 	}
 	a.next = c.now + a.Cfg.Step
-	defer c.Roll()
+	a.pass(c)
+	return true
+}
+
+// pass is one scoring pass: it decides, records why, and may move one
+// engine.
+func (a *Adaptive) pass(c *View) {
 	n := len(c.inst)
 	p := c.Count(event.RolePrefill)
 	e := a.demand.estimate(c.now, 0)
 	if a.Cfg.LongWindow > a.Cfg.Window {
 		e = a.demand.blend(c.now, a.Cfg.Window)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `{"controller":"adaptive","split":"%dP%dD","rate":%.4f,"prefill_load":%.4f,"decode_steps":%.1f,"short_window":%t,"candidates":[`,
-		p, n-p, e.Rate, e.PrefillLoad, e.DecodeSteps, e.ShortPrefill)
+	rec := AdaptiveDecision{Controller: "adaptive", Split: splitName(p, n-p), Rate: Ratio(e.Rate),
+		PrefillLoad: Ratio(e.PrefillLoad), DecodeSteps: Ratio(e.DecodeSteps), ShortWindow: e.ShortPrefill,
+		Candidates: []SplitCandidate{}}
 	decide := func(choice, why string) {
-		b.WriteString(`],"choice":"` + choice + `","why":"` + why + `"}`)
-		c.Decide(b.String())
+		rec.Choice, rec.Why = choice, why
+		c.Decide(rec)
 	}
 	if e.Arrivals < a.Cfg.MinArrivals {
 		a.proposal, a.confirms = 0, 0
@@ -215,12 +220,9 @@ func (a *Adaptive) Tick(c *Core) {
 	}
 	cur := ScoreSplit(c, e, p)
 	best := cur
-	for i, q := range []int{p - 1, p, p + 1} {
+	for _, q := range []int{p - 1, p, p + 1} {
 		s := ScoreSplit(c, e, q)
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `{"p":%d,"ttft":%s,"tpot":%s,"score":%s}`, q, num(s.TTFT), num(s.TPOT), num(s.Score()))
+		rec.Candidates = append(rec.Candidates, SplitCandidate{P: q, TTFT: Ratio(s.TTFT), TPOT: Ratio(s.TPOT), Score: Ratio(s.Score())})
 		if q < a.Cfg.MinPrefill || n-q < a.Cfg.MinDecode || q < 1 || q >= n {
 			continue
 		}
@@ -292,7 +294,7 @@ func (a *Adaptive) Tick(c *Core) {
 		decide("stay", "no instance can move")
 		return
 	}
-	c.Move(mover, to, event.CauseController, why)
+	c.Move(mover, to, c.now, event.CauseController, why)
 	a.proposal, a.confirms = 0, 0
 	a.lastMove, a.lastDir, a.moved = c.now, dir, true
 	decide("move "+target, why)
@@ -302,7 +304,7 @@ func (a *Adaptive) Tick(c *Core) {
 // online, unpinned instances of the other role, one still holding work of the target
 // phase first (its previous move is incomplete), then the one with the
 // least resident work of its current phase (Arrow §5.5's flip order).
-func pickMover(c *Core, to event.Role) event.Instance {
+func pickMover(c *View, to event.Role) event.Instance {
 	from := event.RolePrefill
 	if to == event.RolePrefill {
 		from = event.RoleDecode
@@ -331,12 +333,4 @@ func pickMover(c *Core, to event.Role) event.Instance {
 		}
 	}
 	return best
-}
-
-// num formats a ratio for JSON (infinite values as a large number).
-func num(x float64) string {
-	if math.IsInf(x, 0) || math.IsNaN(x) {
-		return "1e9"
-	}
-	return fmt.Sprintf("%.4f", x)
 }

@@ -13,32 +13,32 @@ import (
 // PrefillLoad is instance i's prefill load (Arrow §5.5): the larger of its
 // resident prefill work and that work's average over the last monitor
 // interval, as a share of the TTFT SLO.
-func (c *Core) PrefillLoad(i event.Instance) float64 {
+func (c *View) PrefillLoad(i event.Instance) float64 {
 	in := &c.inst[i]
-	return math.Max(in.PrefillWork, in.MeanPrefillWork) / c.slo.TTFT
+	return math.Max(in.PrefillWork, in.MeanPrefillWork) / c.ttftS
 }
 
 // DecodeLoad is instance i's decode load (Arrow §5.5): its mean decode gap
 // over the last interval, 0 at the profile's empty-batch floor and 1 at the
 // TPOT SLO. An instance with no decode residents has load 0. When the floor
 // already misses the SLO the raw ratio gap/SLO is used.
-func (c *Core) DecodeLoad(i event.Instance) float64 {
+func (c *View) DecodeLoad(i event.Instance) float64 {
 	in := &c.inst[i]
 	if in.DecodeCount == 0 {
 		return 0
 	}
 	floor := in.Profile.Interval(0)
-	if floor >= c.slo.TPOT {
-		return in.MeanInterval / c.slo.TPOT
+	if floor >= c.tpotS {
+		return in.MeanInterval / c.tpotS
 	}
-	return math.Max(0, in.MeanInterval-floor) / (c.slo.TPOT - floor)
+	return math.Max(0, in.MeanInterval-floor) / (c.tpotS - floor)
 }
 
 // PoolLoad is the mean load of a pool (Arrow §5.5). The prefill pool is
 // every online instance labelled prefill or still holding prefill work; the
 // decode pool is every online decode-labelled instance. An empty pool has
 // load 0.
-func (c *Core) PoolLoad(r event.Role) float64 {
+func (c *View) PoolLoad(r event.Role) float64 {
 	var sum float64
 	n := 0
 	for i := range c.inst {
@@ -77,7 +77,7 @@ func (a Cost) Less(b Cost) bool {
 // PrefillCost prices r's prefill on i (Arrow §5.3): (resident decode
 // tokens, summed prefill seconds of the residents plus r). With prefix
 // awareness, r costs T(n) − T(cached) where its prefix is cached.
-func (c *Core) PrefillCost(i event.Instance, r Request) Cost {
+func (c *View) PrefillCost(i event.Instance, r Request) Cost {
 	in := &c.inst[i]
 	own := in.Profile.PrefillSpan(c.cachedOn(i, r), r.InputTokens)
 	return Cost{float64(in.DecodeTokens), in.PrefillWork + own}
@@ -85,7 +85,7 @@ func (c *Core) PrefillCost(i event.Instance, r Request) Cost {
 
 // DecodeCost prices r's decode leg on i (Arrow §5.3): (resident prefill
 // tokens, resident decode tokens plus r's context minus MT).
-func (c *Core) DecodeCost(i event.Instance, r Request) Cost {
+func (c *View) DecodeCost(i event.Instance, r Request) Cost {
 	in := &c.inst[i]
 	return Cost{float64(in.PrefillTokens), float64(in.DecodeTokens) + float64(r.InputTokens+1) - c.MaxTokens(i)}
 }
@@ -99,12 +99,12 @@ type placeOptions struct {
 	// the decode pool's load is below it.
 	shrink float64
 	// flipper performs the flip (Algorithm 3).
-	flipper func(c *Core, to event.Role, cause event.Cause, why string) event.Instance
+	flipper func(c *View, to event.Role, cause event.Cause, why string) event.Instance
 }
 
 // algorithm1 places one leg of r (Arrow §5.3, Algorithm 1). decode says
 // which leg. It returns the chosen instance.
-func (c *Core) algorithm1(r Request, decode bool, opt placeOptions) event.Instance {
+func (c *View) algorithm1(r Request, decode bool, opt placeOptions) event.Instance {
 	// Line 3: a decode leg stays where its KV is when that instance now
 	// holds the decode role.
 	if decode && r.PrefillInst >= 0 {
@@ -126,7 +126,7 @@ func (c *Core) algorithm1(r Request, decode bool, opt placeOptions) event.Instan
 		if decode {
 			return k[1] <= 0
 		}
-		return k[1] <= c.slo.TTFT
+		return k[1] <= c.ttftS
 	}
 	pool := c.pool(want)
 	best, bestOK := event.NoInstance, event.NoInstance
@@ -157,7 +157,7 @@ func (c *Core) algorithm1(r Request, decode bool, opt placeOptions) event.Instan
 // pool returns the online instances holding role r, or every online
 // serving instance when none does (Arrow §5.5: an empty pool falls back to
 // the fleet), or every serving instance when none is online.
-func (c *Core) pool(r event.Role) []event.Instance {
+func (c *View) pool(r event.Role) []event.Instance {
 	c.scratch = c.scratch[:0]
 	for i := range c.inst {
 		if in := &c.inst[i]; in.Role == r && in.Online(c.now) {
@@ -193,11 +193,11 @@ func (c *Core) pool(r event.Role) []event.Instance {
 type owned struct{}
 
 // PlacePrefill implements Controller: Algorithm 1, no inline flips.
-func (owned) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
+func (owned) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
 	return c.algorithm1(r, false, placeOptions{}), event.CauseNone
 }
 
 // PlaceDecode implements Controller: Algorithm 1, local when possible.
-func (owned) PlaceDecode(c *Core, r Request) event.Instance {
+func (owned) PlaceDecode(c *View, r Request) event.Instance {
 	return c.algorithm1(r, true, placeOptions{})
 }

@@ -62,7 +62,7 @@ type Dynamo struct {
 func (d *Dynamo) Name() string { return "dynamo" }
 
 // Init implements Controller.
-func (d *Dynamo) Init(c *Core) error {
+func (d *Dynamo) Init(c *View) error {
 	if len(c.inst) < 2 {
 		return fmt.Errorf("dynamo: %d instance: expected at least 2", len(c.inst))
 	}
@@ -72,28 +72,28 @@ func (d *Dynamo) Init(c *Core) error {
 }
 
 // Arrived counts the interval's load.
-func (d *Dynamo) Arrived(c *Core, r Request) {
+func (d *Dynamo) Arrived(c *View, r Request) {
 	d.reqs++
 	d.inTokens += int64(r.InputTokens)
 }
 
 // Finished counts output tokens (the planner's OSL).
-func (d *Dynamo) Finished(c *Core, r Request) { d.outTokens += int64(r.OutputTokens) }
+func (d *Dynamo) Finished(c *View, r Request) { d.outTokens += int64(r.OutputTokens) }
 
 // PlacePrefill implements Controller.
-func (d *Dynamo) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
+func (d *Dynamo) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
 	if !c.anyOnline(event.RolePrefill) {
 		return event.NoInstance, event.CauseOverload
 	}
 	i := c.algorithm1(r, false, placeOptions{})
-	if c.inst[i].PrefillWork > d.Cfg.BusyTTFT*c.slo.TTFT {
+	if c.inst[i].PrefillWork > d.Cfg.BusyTTFT*c.ttftS {
 		return event.NoInstance, event.CauseOverload
 	}
 	return i, event.CauseNone
 }
 
 // PlaceDecode implements Controller.
-func (d *Dynamo) PlaceDecode(c *Core, r Request) event.Instance {
+func (d *Dynamo) PlaceDecode(c *View, r Request) event.Instance {
 	return c.algorithm1(r, true, placeOptions{})
 }
 
@@ -101,19 +101,24 @@ func (d *Dynamo) PlaceDecode(c *Core, r Request) event.Instance {
 func (d *Dynamo) NextTick() event.Time { return d.next }
 
 // Tick implements Controller.
-func (d *Dynamo) Tick(c *Core) {
+func (d *Dynamo) Tick(c *View) bool {
 	if c.now < d.next {
-		return
+		return false
 	}
 	d.next = c.now + d.Cfg.LoadStep
-	defer c.Roll()
+	d.pass(c)
+	return true
+}
+
+// pass is one planner pass: a throughput plan when due, else load mode.
+func (d *Dynamo) pass(c *View) {
 	n := len(c.inst)
 	P := c.Count(event.RolePrefill)
 	if c.now >= d.nextPlan {
 		d.nextPlan = c.now + d.Cfg.Interval
 		want, why := d.throughputTarget(c)
 		d.reqs, d.inTokens, d.outTokens = 0, 0, 0
-		c.Decide(fmt.Sprintf(`{"controller":"dynamo","mode":"throughput","split":"%dP%dD","want":%d,"why":%q}`, P, n-P, want, why))
+		c.Decide(DynamoDecision{Controller: "dynamo", Mode: "throughput", Split: splitName(P, n-P), Want: want, Why: why})
 		if want > 0 && want != P {
 			c.startWorkers(want, d.Cfg.StartupDelay, why)
 			return
@@ -129,9 +134,9 @@ func (d *Dynamo) Tick(c *Core) {
 	}
 	// Each engine's estimate as a share of its SLO: queued prefill work
 	// over the TTFT SLO, the decode interval at its context over the TPOT SLO.
-	pLo, pHi, pOK := c.ratioRange(event.RolePrefill, func(in *Instance) float64 { return in.PrefillWork / c.slo.TTFT })
+	pLo, pHi, pOK := c.ratioRange(event.RolePrefill, func(in *Instance) float64 { return in.PrefillWork / c.ttftS })
 	dLo, dHi, dOK := c.ratioRange(event.RoleDecode, func(in *Instance) float64 {
-		return in.Profile.Interval(in.DecodeTokens) / c.slo.TPOT
+		return in.Profile.Interval(in.DecodeTokens) / c.tpotS
 	})
 	switch s := d.Cfg.DownSensitivity; {
 	case pOK && dOK && pLo >= 1 && dHi < s && n-P > 1:
@@ -145,7 +150,7 @@ func (d *Dynamo) Tick(c *Core) {
 // prefill engines = requests × ISL / interval / (ISL / T(ISL)); decode
 // engines = requests × OSL / interval / (MT / (ISL + OSL/2) / TPOT), scaled
 // to the budget.
-func (d *Dynamo) throughputTarget(c *Core) (int, string) {
+func (d *Dynamo) throughputTarget(c *View) (int, string) {
 	if d.reqs == 0 {
 		return 0, "no load observed"
 	}
@@ -156,7 +161,7 @@ func (d *Dynamo) throughputTarget(c *Core) (int, string) {
 	prof := c.inst[0].Profile
 	prefillTput := isl / math.Max(prof.Prefill(int(isl)), 1e-9)
 	ctx := isl + osl/2
-	decodeTput := c.MaxTokens(0) / ctx / c.slo.TPOT
+	decodeTput := c.MaxTokens(0) / ctx / c.tpotS
 	needP := math.Ceil(float64(d.reqs) * isl / span / prefillTput)
 	needD := math.Ceil(float64(d.reqs) * osl / span / math.Max(decodeTput, 1e-9))
 	needP, needD = math.Max(needP, 1), math.Max(needD, 1)
@@ -167,7 +172,7 @@ func (d *Dynamo) throughputTarget(c *Core) (int, string) {
 
 // startWorkers moves engines one at a time toward want prefill engines,
 // the least busy first; each moved engine serves again only after delay.
-func (c *Core) startWorkers(want int, delay event.Time, why string) {
+func (c *View) startWorkers(want int, delay event.Time, why string) {
 	for {
 		P := c.Count(event.RolePrefill)
 		if P == want {
@@ -181,14 +186,13 @@ func (c *Core) startWorkers(want int, delay event.Time, why string) {
 		if m == event.NoInstance || c.Count(c.inst[m].Role) <= 1 {
 			return
 		}
-		c.Move(m, to, event.CauseController, why)
-		c.inst[m].OfflineUntil = c.now + delay
+		c.Move(m, to, c.now+delay, event.CauseController, why)
 	}
 }
 
 // ratioRange returns the smallest and largest ratio over the online
 // instances of role r, and whether there is any.
-func (c *Core) ratioRange(r event.Role, ratio func(*Instance) float64) (lo, hi float64, ok bool) {
+func (c *View) ratioRange(r event.Role, ratio func(*Instance) float64) (lo, hi float64, ok bool) {
 	for i := range c.inst {
 		in := &c.inst[i]
 		if in.Role != r || !in.Online(c.now) {
@@ -207,7 +211,7 @@ func (c *Core) ratioRange(r event.Role, ratio func(*Instance) float64) (lo, hi f
 }
 
 // anyOnline reports whether some instance of role r serves now.
-func (c *Core) anyOnline(r event.Role) bool {
+func (c *View) anyOnline(r event.Role) bool {
 	for i := range c.inst {
 		if c.inst[i].Role == r && c.inst[i].Online(c.now) {
 			return true
@@ -264,7 +268,7 @@ func (r *Ray) Name() string { return "ray" }
 
 // Init implements Controller: one replica per deployment to start (Ray's
 // min_replicas), the other GPUs idle.
-func (r *Ray) Init(c *Core) error {
+func (r *Ray) Init(c *View) error {
 	if len(c.inst) < 2 {
 		return fmt.Errorf("ray: %d instance: expected at least 2", len(c.inst))
 	}
@@ -285,7 +289,7 @@ func (r *Ray) Init(c *Core) error {
 
 // least returns the online replica of role with the fewest ongoing
 // requests below MaxOngoing, or NoInstance.
-func (r *Ray) least(c *Core, role event.Role) event.Instance {
+func (r *Ray) least(c *View, role event.Role) event.Instance {
 	best, bestN := event.NoInstance, 0
 	for i := range c.inst {
 		in := &c.inst[i]
@@ -307,7 +311,7 @@ func (r *Ray) least(c *Core, role event.Role) event.Instance {
 }
 
 // PlacePrefill implements Controller.
-func (r *Ray) PlacePrefill(c *Core, q Request) (event.Instance, event.Cause) {
+func (r *Ray) PlacePrefill(c *View, q Request) (event.Instance, event.Cause) {
 	if i := r.least(c, event.RolePrefill); i != event.NoInstance {
 		return i, event.CauseNone
 	}
@@ -317,7 +321,7 @@ func (r *Ray) PlacePrefill(c *Core, q Request) (event.Instance, event.Cause) {
 // PlaceDecode implements Controller: the least busy decode replica; when
 // all are full the leg still goes to the least busy one (its prefill is
 // done and the router does not drop it).
-func (r *Ray) PlaceDecode(c *Core, q Request) event.Instance {
+func (r *Ray) PlaceDecode(c *View, q Request) event.Instance {
 	if i := r.least(c, event.RoleDecode); i != event.NoInstance {
 		return i
 	}
@@ -329,12 +333,11 @@ func (r *Ray) NextTick() event.Time { return r.next }
 
 // Tick implements Controller: sample ongoing requests, then autoscale each
 // deployment.
-func (r *Ray) Tick(c *Core) {
+func (r *Ray) Tick(c *View) bool {
 	if c.now < r.next {
-		return
+		return false
 	}
 	r.next = c.now + r.Cfg.Metrics
-	defer c.Roll()
 	for k, role := range rayRoles {
 		ongoing := 0
 		for i := range c.inst {
@@ -361,8 +364,8 @@ func (r *Ray) Tick(c *Core) {
 			}
 			if c.now-r.upSince[k] >= r.Cfg.UpscaleDelay {
 				if i := c.firstRole(event.RoleNone); i != event.NoInstance {
-					c.Move(i, role, event.CauseController, fmt.Sprintf("ray: %s ongoing %.1f per replica over target %.0f", role, avg/float64(cur), r.Cfg.TargetOngoing))
-					c.inst[i].OfflineUntil = c.now + r.Cfg.StartupDelay
+					c.Move(i, role, c.now+r.Cfg.StartupDelay, event.CauseController,
+						fmt.Sprintf("ray: %s ongoing %.1f per replica over target %.0f", role, avg/float64(cur), r.Cfg.TargetOngoing))
 				}
 				r.upSince[k] = c.now
 			}
@@ -373,19 +376,20 @@ func (r *Ray) Tick(c *Core) {
 			}
 			if c.now-r.dnSince[k] >= r.Cfg.DownscaleDelay {
 				if i := pickIdlest(c, role); i != event.NoInstance {
-					c.Move(i, event.RoleNone, event.CauseController, fmt.Sprintf("ray: %s ongoing %.1f, %d replicas wanted", role, avg, desired))
+					c.Move(i, event.RoleNone, c.now, event.CauseController, fmt.Sprintf("ray: %s ongoing %.1f, %d replicas wanted", role, avg, desired))
 				}
 				r.dnSince[k] = c.now
 			}
 		default:
 			r.upSince[k], r.dnSince[k] = -1, -1
 		}
-		c.Decide(fmt.Sprintf(`{"controller":"ray","deployment":%q,"replicas":%d,"ongoing_avg":%.2f,"desired":%d}`, role, cur, avg, desired))
+		c.Decide(RayDecision{Controller: "ray", Deployment: role.String(), Replicas: cur, OngoingAvg: Ratio(avg), Desired: desired})
 	}
+	return true
 }
 
 // firstRole returns the first instance holding role r.
-func (c *Core) firstRole(r event.Role) event.Instance {
+func (c *View) firstRole(r event.Role) event.Instance {
 	for i := range c.inst {
 		if c.inst[i].Role == r {
 			return event.Instance(i)
@@ -396,7 +400,7 @@ func (c *Core) firstRole(r event.Role) event.Instance {
 
 // pickIdlest returns the online replica of role r with the least resident
 // work, or NoInstance when it is the last one.
-func pickIdlest(c *Core, r event.Role) event.Instance {
+func pickIdlest(c *View, r event.Role) event.Instance {
 	if c.Count(r) <= 1 {
 		return event.NoInstance
 	}

@@ -13,7 +13,7 @@ func baselineCore(t *testing.T, ctrl Controller) *Core {
 	for i := range ps {
 		ps[i] = fixture
 	}
-	c, err := New(Config{Profiles: ps, SLO: SLO{TTFT: 1, TPOT: 0.05}}, ctrl)
+	c, err := New(Config{Profiles: ps, SLO: event.SLO{TTFT: event.Second, TPOT: 50 * event.Millisecond}}, ctrl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,31 +26,31 @@ func baselineCore(t *testing.T, ctrl Controller) *Core {
 func TestRayStartupAndDelays(t *testing.T) {
 	r := &Ray{Cfg: DefaultRay}
 	c := baselineCore(t, r)
-	if c.Count(event.RolePrefill) != 1 || c.Count(event.RoleDecode) != 1 || c.Count(event.RoleNone) != 2 {
-		t.Fatalf("opening roles: %dP %dD %d idle", c.Count(event.RolePrefill), c.Count(event.RoleDecode), c.Count(event.RoleNone))
+	if c.v.Count(event.RolePrefill) != 1 || c.v.Count(event.RoleDecode) != 1 || c.v.Count(event.RoleNone) != 2 {
+		t.Fatalf("opening roles: %dP %dD %d idle", c.v.Count(event.RolePrefill), c.v.Count(event.RoleDecode), c.v.Count(event.RoleNone))
 	}
 	// Ten prompts resident on the prefill replica: 10 ongoing, desire 5.
 	for id := 1; id <= 10; id++ {
 		c.Arrive(0, Request{ID: event.RequestID(id), InputTokens: 100})
 	}
-	c.Decisions()
+	c.Ready()
 	for t0 := event.Time(10); t0 <= 30; t0 += 10 {
 		c.Tick(t0 * event.Second)
-		if c.Count(event.RolePrefill) != 1 {
+		if c.v.Count(event.RolePrefill) != 1 {
 			t.Fatalf("upscaled at %ds, before the 30 s upscale delay", t0)
 		}
 	}
 	c.Tick(40 * event.Second)
-	if c.Count(event.RolePrefill) != 2 {
-		t.Fatalf("no upscale after the delay: %d prefill replicas", c.Count(event.RolePrefill))
+	if c.v.Count(event.RolePrefill) != 2 {
+		t.Fatalf("no upscale after the delay: %d prefill replicas", c.v.Count(event.RolePrefill))
 	}
 	var started event.Instance = event.NoInstance
-	for i, in := range c.Instances() {
+	for i, in := range c.v.Instances() {
 		if in.Role == event.RolePrefill && !in.Online(c.Now()) {
 			started = event.Instance(i)
 		}
 	}
-	if started == event.NoInstance || c.Instances()[started].OfflineUntil != 40*event.Second+DefaultStartupDelay {
+	if started == event.NoInstance || c.v.Instances()[started].OfflineUntil != 40*event.Second+DefaultStartupDelay {
 		t.Fatalf("the new replica must start %v later", DefaultStartupDelay)
 	}
 }
@@ -64,7 +64,7 @@ func TestRayOverloadFails(t *testing.T) {
 	var fails int
 	for id := 1; id <= 3; id++ {
 		c.Arrive(0, Request{ID: event.RequestID(id), InputTokens: 100})
-		for _, d := range c.Decisions() {
+		for _, d := range c.Ready().Decisions {
 			if d.Kind == Fail && d.Cause == event.CauseUnavailable {
 				fails++
 			}
@@ -82,7 +82,7 @@ func TestDynamoRefuses(t *testing.T) {
 	refused := 0
 	for id := 1; id <= 12; id++ { // T(900) ≈ 0.9 s each, two prefill workers
 		c.Arrive(0, Request{ID: event.RequestID(id), InputTokens: 900})
-		for _, d := range c.Decisions() {
+		for _, d := range c.Ready().Decisions {
 			if d.Kind == Refuse {
 				if d.Cause != event.CauseOverload {
 					t.Fatalf("refusal cause %v, want overload (529)", d.Cause)
@@ -102,11 +102,11 @@ func TestDynamoMoveStartsWorker(t *testing.T) {
 	d := &Dynamo{Cfg: DefaultDynamo}
 	c := baselineCore(t, d)
 	c.advance(10 * event.Second)
-	c.startWorkers(3, d.Cfg.StartupDelay, "test")
-	if c.Count(event.RolePrefill) != 3 {
-		t.Fatalf("%d prefill workers, want 3", c.Count(event.RolePrefill))
+	c.v.startWorkers(3, d.Cfg.StartupDelay, "test")
+	if c.v.Count(event.RolePrefill) != 3 {
+		t.Fatalf("%d prefill workers, want 3", c.v.Count(event.RolePrefill))
 	}
-	for _, in := range c.Instances() {
+	for _, in := range c.v.Instances() {
 		if in.Moved && in.OfflineUntil != 10*event.Second+DefaultStartupDelay {
 			t.Fatalf("moved worker online at %v", in.OfflineUntil)
 		}

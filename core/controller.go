@@ -9,22 +9,25 @@ import (
 )
 
 // Controller decides where each request runs and which role each instance
-// holds. Implementations read the core's view and act through Core.Move and
-// Core.Decide; they keep their own state and read no clock.
+// holds. Implementations read the core's View and act only through its Move
+// and Decide (and SetRole, in Init); they keep their own state and read no
+// clock.
 type Controller interface {
 	// Name is the arm's name as the CLI spells it.
 	Name() string
 	// Init sets the opening roles (Core.SetRole) and validates the fleet size.
-	Init(c *Core) error
+	Init(c *View) error
 	// PlacePrefill returns the instance for r's prefill, or NoInstance and
 	// the cause: the request is refused, or fails when the cause is
 	// event.CauseUnavailable.
-	PlacePrefill(c *Core, r Request) (event.Instance, event.Cause)
+	PlacePrefill(c *View, r Request) (event.Instance, event.Cause)
 	// PlaceDecode returns the instance for r's decode leg; r.PrefillInst is
 	// where its KV is.
-	PlaceDecode(c *Core, r Request) event.Instance
-	// Tick runs the controller's periodic work at c.Now().
-	Tick(c *Core)
+	PlaceDecode(c *View, r Request) event.Instance
+	// Tick runs the controller's periodic work at c.Now() and reports
+	// whether it ran a monitoring pass (the core then closes the monitor's
+	// interval, Arrow §5.5).
+	Tick(c *View) bool
 	// NextTick is when the controller next wants Tick, or event.Never.
 	NextTick() event.Time
 }
@@ -85,7 +88,7 @@ type Static struct {
 func (s *Static) Name() string { return "static" }
 
 // Init implements Controller.
-func (s *Static) Init(c *Core) error {
+func (s *Static) Init(c *View) error {
 	n := len(c.Instances())
 	if s.Prefill < 1 || s.Prefill >= n {
 		return fmt.Errorf("static split: %d prefill of %d instances: expected 1..%d", s.Prefill, n, n-1)
@@ -101,17 +104,17 @@ func (s *Static) Init(c *Core) error {
 }
 
 // PlacePrefill implements Controller.
-func (s *Static) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
+func (s *Static) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
 	return argmin(c, event.RolePrefill, func(in *Instance) int64 { return in.PrefillTokens }), event.CauseNone
 }
 
 // PlaceDecode implements Controller.
-func (s *Static) PlaceDecode(c *Core, r Request) event.Instance {
+func (s *Static) PlaceDecode(c *View, r Request) event.Instance {
 	return argmin(c, event.RoleDecode, func(in *Instance) int64 { return in.DecodeTokens })
 }
 
 // Tick implements Controller.
-func (s *Static) Tick(*Core) {}
+func (s *Static) Tick(*View) bool { return false }
 
 // NextTick implements Controller.
 func (s *Static) NextTick() event.Time { return event.Never }
@@ -125,7 +128,7 @@ type Aggregated struct{}
 func (Aggregated) Name() string { return "aggregated" }
 
 // Init implements Controller.
-func (Aggregated) Init(c *Core) error {
+func (Aggregated) Init(c *View) error {
 	for i := range c.Instances() {
 		c.SetRole(event.Instance(i), event.RoleMixed)
 	}
@@ -133,27 +136,28 @@ func (Aggregated) Init(c *Core) error {
 }
 
 // PlacePrefill implements Controller.
-func (Aggregated) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
+func (Aggregated) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
 	return argmin(c, event.RoleMixed, func(in *Instance) int64 { return in.PrefillTokens + in.DecodeTokens }), event.CauseNone
 }
 
 // PlaceDecode implements Controller.
-func (Aggregated) PlaceDecode(c *Core, r Request) event.Instance { return r.PrefillInst }
+func (Aggregated) PlaceDecode(c *View, r Request) event.Instance { return r.PrefillInst }
 
 // Tick implements Controller.
-func (Aggregated) Tick(*Core) {}
+func (Aggregated) Tick(*View) bool { return false }
 
 // NextTick implements Controller.
 func (Aggregated) NextTick() event.Time { return event.Never }
 
-// argmin returns the instance of role with the smallest key (lowest index on
-// ties); with no instance of that role it searches the whole fleet.
-func argmin(c *Core, role event.Role, key func(*Instance) int64) event.Instance {
+// argmin returns the online instance of role with the smallest key (lowest
+// index on ties); with none online in that role it searches every online
+// instance, then the whole fleet.
+func argmin(c *View, role event.Role, key func(*Instance) int64) event.Instance {
 	best, bestKey := event.NoInstance, int64(0)
-	for pass := 0; pass < 2 && best == event.NoInstance; pass++ {
+	for pass := 0; pass < 3 && best == event.NoInstance; pass++ {
 		for i := range c.inst {
 			in := &c.inst[i]
-			if pass == 0 && in.Role != role {
+			if (pass == 0 && in.Role != role) || (pass < 2 && !in.Online(c.now)) {
 				continue
 			}
 			if k := key(in); best == event.NoInstance || k < bestKey {

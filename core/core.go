@@ -1,29 +1,21 @@
 package core
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/timing"
 )
 
-// SLO is the pair of latency objectives every placement is judged by.
-type SLO struct {
-	// TTFT is the time-to-first-token objective, seconds.
-	TTFT float64 `yaml:"ttft" json:"ttft"`
-	// TPOT is the time-per-output-token objective, seconds.
-	TPOT float64 `yaml:"tpot" json:"tpot"`
-}
-
-// Validate reports every objective that is not a positive finite number.
-func (s SLO) Validate() error {
+// ValidateSLO reports every objective of s that is not a positive duration.
+func ValidateSLO(s event.SLO) error {
 	var errs []error
-	if !(s.TTFT > 0) || math.IsInf(s.TTFT, 0) {
+	if s.TTFT <= 0 || s.TTFT == event.Never {
 		errs = append(errs, fmt.Errorf("ttft: %v: expected a positive duration", s.TTFT))
 	}
-	if !(s.TPOT > 0) || math.IsInf(s.TPOT, 0) {
+	if s.TPOT <= 0 || s.TPOT == event.Never {
 		errs = append(errs, fmt.Errorf("tpot: %v: expected a positive duration", s.TPOT))
 	}
 	return errors.Join(errs...)
@@ -34,7 +26,7 @@ type Config struct {
 	// Profiles holds one timing profile per instance, in registration order.
 	Profiles []timing.Profile
 	// SLO is the objective placements are priced against.
-	SLO SLO
+	SLO event.SLO
 	// Pinned marks instances no controller may move (nil: none). Their
 	// opening role is still the controller's choice.
 	Pinned []bool
@@ -53,6 +45,8 @@ type Request struct {
 	InputTokens int
 	// PrefillInst is where its prefill ran (facts after placement).
 	PrefillInst event.Instance
+	// DecodeInst is where its decode leg was placed (Cancel at StageDecode).
+	DecodeInst event.Instance
 	// ContextTokens is the request's resident context (prompt plus output
 	// so far) when it leaves an instance.
 	ContextTokens int64
@@ -69,6 +63,21 @@ type Request struct {
 	// (Finished), event.Never when undefined.
 	TTFT, TPOT event.Time
 }
+
+// Stage says how far a request had got when it was cancelled or expired:
+// which resident work the core must release.
+type Stage uint8
+
+// Stages of a request's life, for Cancel.
+const (
+	// StageQueued: not placed yet; nothing is resident.
+	StageQueued Stage = iota
+	// StagePrefill: its prefill was placed on PrefillInst and has not
+	// finished.
+	StagePrefill
+	// StageDecode: its decode leg was placed on DecodeInst.
+	StageDecode
+)
 
 // Observation is what a driver saw an engine do since its previous
 // Observation: the decode iterations it ran and how long they took, and the
@@ -108,7 +117,7 @@ type Instance struct {
 	DecodeWaiting int
 
 	// Monitor windows (Arrow §5.5): the interval-average of resident
-	// prefill work and the mean decode gap, published at each Roll.
+	// prefill work and the mean decode gap, published at each roll.
 	priceIntegral float64    // ∫ PrefillWork dt since windowStart, s·s
 	priceAnchor   event.Time // last time PrefillWork changed
 	windowStart   event.Time
@@ -121,10 +130,16 @@ type Instance struct {
 	MeanInterval float64
 
 	// OfflineUntil: the instance takes no new placements before this time
-	// (cold-swap emulation); zero when online.
+	// (a role move that takes time, such as a cold swap or a worker
+	// start); zero when online.
 	OfflineUntil event.Time
-	// LastMove is when its role last changed (event.Never if never... 0
-	// counts as never moved at start).
+	// Down: the driver reported the engine down (EngineDown); it takes no
+	// placements until EngineUp.
+	Down bool
+	// Generation is the engine process's generation, from EngineUp (0
+	// until the driver reports one).
+	Generation uint64
+	// LastMove is when its role last changed.
 	LastMove event.Time
 	// Moved reports whether it ever changed role.
 	Moved bool
@@ -133,45 +148,11 @@ type Instance struct {
 }
 
 // Online reports whether the instance takes new placements at now.
-func (in *Instance) Online(now event.Time) bool { return now >= in.OfflineUntil }
-
-// MaxTokens is MT for the instance at the core's TPOT SLO (Arrow §5.3).
-func (c *Core) MaxTokens(i event.Instance) float64 {
-	return c.inst[i].Profile.MaxTokens(c.slo.TPOT)
-}
+func (in *Instance) Online(now event.Time) bool { return now >= in.OfflineUntil && !in.Down }
 
 func (in *Instance) touchPrice(now event.Time) {
 	in.priceIntegral += in.PrefillWork * (now - in.priceAnchor).Seconds()
 	in.priceAnchor = now
-}
-
-// Roll closes the monitor's update interval (Arrow §5.5): it publishes each
-// instance's mean resident prefill work and mean decode gap over the
-// interval, and opens the next one. Controllers call it once per pass.
-func (c *Core) Roll() {
-	now := c.now
-	for i := range c.inst {
-		in := &c.inst[i]
-		in.touchPrice(now)
-		if span := (now - in.windowStart).Seconds(); span > 0 {
-			in.MeanPrefillWork = in.priceIntegral / span
-		}
-		in.priceIntegral, in.windowStart = 0, now
-		if in.gapIters > 0 {
-			in.MeanInterval = in.gapSecs / float64(in.gapIters)
-		}
-		in.gapSecs, in.gapIters = 0, 0
-	}
-}
-
-// Observe records what an engine did since its last observation.
-func (c *Core) Observe(now event.Time, inst event.Instance, o Observation) {
-	c.advance(now)
-	in := &c.inst[inst]
-	in.gapSecs += o.DecodeSeconds
-	in.gapIters += o.DecodeIters
-	in.DecodeTokens = o.DecodeTokens
-	in.DecodeWaiting = o.DecodeWaiting
 }
 
 // DecisionKind says what a Decision asks the driver to do.
@@ -187,8 +168,8 @@ const (
 	Refuse
 	// Fail: the request fails with Cause (an error response).
 	Fail
-	// Move: Inst's role changed From -> To; new placements follow it,
-	// resident work finishes where it is.
+	// Move: Inst's role changed From -> To; new placements follow it from
+	// ReadyAt, resident work finishes where it is.
 	Move
 )
 
@@ -199,24 +180,58 @@ type Decision struct {
 	Inst     event.Instance
 	From, To event.Role
 	Cause    event.Cause
+	// ReadyAt is when a moved engine serves its new role (Move): the
+	// move's time for a relabel, later for a cold swap or a worker start.
+	ReadyAt event.Time
 }
 
-// Core is the scheduling state machine. Feed it facts with Arrive,
-// PrefillDone, Finished and Tick; after each, read Decisions and Records.
-// Times passed in must never go back.
-type Core struct {
+// Ready is what the core produced since the driver last asked: decisions
+// to carry out, records to journal, and when it next wants a Tick. The
+// slices are valid until the next fact.
+type Ready struct {
+	Decisions []Decision
+	Records   []event.Record
+	// NextTick is when the controller next wants Tick, or event.Never.
+	NextTick event.Time
+}
+
+// ErrClockBack is returned (wrapped) by a fact stamped before the previous
+// one: the core's clock never goes back.
+var ErrClockBack = errors.New("time went back")
+
+// View is what a controller sees of the core: the fleet, the clock and the
+// SLO, read-only, plus the two ways a controller acts: Move and Decide,
+// which the core turns into decisions and records. Controllers are handed
+// a *View and never the *Core, so they cannot feed facts or change state
+// any other way.
+type View struct {
 	inst    []Instance
-	slo     SLO
-	ctrl    Controller
+	slo     event.SLO
+	ttftS   float64 // slo.TTFT in seconds
+	tpotS   float64 // slo.TPOT in seconds
 	now     event.Time
 	out     []Decision
+	records []event.Record
 	scratch []event.Instance
 	// affinity remembers, per prefix group, the instance that last took a
 	// prompt of it and the prefix length, when PrefixAware; bounded FIFO.
 	affinity map[int64]affinity
 	affRing  []int64
 	affNext  int
-	records  []event.Record
+	// opening is true while Controller.Init runs: SetRole is allowed.
+	opening bool
+}
+
+// Core is the scheduling state machine a driver owns. Feed it facts
+// (Arrive, PrefillDone, Finished, Cancel, EngineDown, EngineUp, Observe,
+// Tick), each stamped with a time that never goes back; after each, read
+// Ready. A fact that cannot be applied returns an error and changes
+// nothing.
+type Core struct {
+	v        View
+	ctrl     Controller
+	arrivals arrivalObserver // ctrl, when it watches arrivals
+	finishes finishObserver  // ctrl, when it watches endings
 }
 
 // New builds a core for cfg driven by ctrl. ctrl sets the opening roles.
@@ -224,192 +239,370 @@ func New(cfg Config, ctrl Controller) (*Core, error) {
 	if len(cfg.Profiles) == 0 {
 		return nil, errors.New("core: no instances: expected at least one profile")
 	}
-	if err := cfg.SLO.Validate(); err != nil {
+	if err := ValidateSLO(cfg.SLO); err != nil {
 		return nil, fmt.Errorf("core: slo: %w", err)
 	}
 	if cfg.Pinned != nil && len(cfg.Pinned) != len(cfg.Profiles) {
 		return nil, fmt.Errorf("core: %d pin flags for %d instances: expected one per instance", len(cfg.Pinned), len(cfg.Profiles))
 	}
-	c := &Core{slo: cfg.SLO, ctrl: ctrl}
+	c := &Core{ctrl: ctrl}
+	c.arrivals, _ = ctrl.(arrivalObserver)
+	c.finishes, _ = ctrl.(finishObserver)
+	v := &c.v
+	v.slo, v.ttftS, v.tpotS = cfg.SLO, cfg.SLO.TTFT.Seconds(), cfg.SLO.TPOT.Seconds()
 	if cfg.PrefixAware {
-		c.affinity = make(map[int64]affinity)
-		c.affRing = make([]int64, 0, affinityCap)
+		v.affinity = make(map[int64]affinity)
+		v.affRing = make([]int64, 0, affinityCap)
 	}
-	c.inst = make([]Instance, len(cfg.Profiles))
+	v.inst = make([]Instance, len(cfg.Profiles))
 	for i, p := range cfg.Profiles {
-		c.inst[i] = Instance{Role: event.RoleDecode, Profile: p, Pinned: cfg.Pinned != nil && cfg.Pinned[i]}
+		v.inst[i] = Instance{Role: event.RoleDecode, Profile: p, Pinned: cfg.Pinned != nil && cfg.Pinned[i]}
 	}
-	if err := ctrl.Init(c); err != nil {
+	v.opening = true
+	err := ctrl.Init(v)
+	v.opening = false
+	if err != nil {
 		return nil, fmt.Errorf("core: %s: %w", ctrl.Name(), err)
 	}
 	// The opening roles are role-move records from RoleNone, so a journal
 	// alone tells the split at every instant.
-	for i := range c.inst {
-		c.records = append(c.records, event.Record{Kind: event.KindRoleMove, Inst: event.Instance(i),
-			Peer: event.NoInstance, From: event.RoleNone, To: c.inst[i].Role, Text: "opening role"})
+	for i := range v.inst {
+		v.records = append(v.records, event.Record{Kind: event.KindRoleMove, Inst: event.Instance(i),
+			Peer: event.NoInstance, From: event.RoleNone, To: v.inst[i].Role, Text: "opening role"})
 	}
 	return c, nil
 }
 
+// View returns the controller's view of the fleet (read it only).
+func (c *Core) View() *View { return &c.v }
+
 // Now is the time of the latest fact.
-func (c *Core) Now() event.Time { return c.now }
-
-// SLO returns the objectives.
-func (c *Core) SLO() SLO { return c.slo }
-
-// Instances returns the fleet view; controllers read it, never write it.
-func (c *Core) Instances() []Instance { return c.inst }
-
-// Count returns how many instances hold role r.
-func (c *Core) Count(r event.Role) int {
-	n := 0
-	for i := range c.inst {
-		if c.inst[i].Role == r {
-			n++
-		}
-	}
-	return n
-}
+func (c *Core) Now() event.Time { return c.v.now }
 
 // Controller returns the controller driving the core.
 func (c *Core) Controller() Controller { return c.ctrl }
 
-func (c *Core) advance(now event.Time) {
-	if now < c.now {
-		panic(fmt.Sprintf("core: time went back from %v to %v", c.now, now))
+// advance moves the clock to now, or reports that now is in its past.
+func (c *Core) advance(now event.Time) error {
+	if now < c.v.now {
+		return fmt.Errorf("core: %w: from %v to %v", ErrClockBack, c.v.now, now)
 	}
-	c.now = now
+	c.v.now = now
+	return nil
 }
 
-// Decisions returns the decisions made since the last call and forgets them.
-// The slice is valid until the next fact.
-func (c *Core) Decisions() []Decision {
-	d := c.out
-	c.out = c.out[:0]
-	return d
+// inst checks a fact's instance index.
+func (c *Core) instance(fact string, i event.Instance) (*Instance, error) {
+	if i < 0 || int(i) >= len(c.v.inst) {
+		return nil, fmt.Errorf("core: %s: instance %d: expected 0..%d", fact, i, len(c.v.inst)-1)
+	}
+	return &c.v.inst[i], nil
 }
 
-// Records returns the records (decisions, role moves) produced since the last
-// call and forgets them. The slice is valid until the next fact.
-func (c *Core) Records() []event.Record {
-	r := c.records
-	c.records = c.records[:0]
-	return r
+// Ready returns what the core produced since the last call and forgets it.
+func (c *Core) Ready() Ready {
+	rd := Ready{Decisions: c.v.out, Records: c.v.records, NextTick: c.ctrl.NextTick()}
+	c.v.out, c.v.records = c.v.out[:0], c.v.records[:0]
+	return rd
 }
 
 // Arrive places a new request's prefill, or refuses it.
-func (c *Core) Arrive(now event.Time, r Request) {
-	c.advance(now)
-	if o, ok := c.ctrl.(arrivalObserver); ok {
-		o.Arrived(c, r)
+func (c *Core) Arrive(now event.Time, r Request) error {
+	if err := c.advance(now); err != nil {
+		return err
 	}
-	inst, cause := c.ctrl.PlacePrefill(c, r)
+	v := &c.v
+	if c.arrivals != nil {
+		c.arrivals.Arrived(v, r)
+	}
+	inst, cause := c.ctrl.PlacePrefill(v, r)
 	if inst == event.NoInstance {
 		kind := Refuse
 		if cause == event.CauseUnavailable {
 			kind = Fail
 		}
-		c.out = append(c.out, Decision{Kind: kind, Req: r.ID, Inst: event.NoInstance, Cause: cause})
-		return
+		v.out = append(v.out, Decision{Kind: kind, Req: r.ID, Inst: event.NoInstance, Cause: cause})
+		return nil
 	}
-	c.remember(r, inst)
-	in := &c.inst[inst]
+	v.remember(r, inst)
+	in := &v.inst[inst]
 	in.touchPrice(now)
 	// Resident work is priced at the full T(n), cache or not (as the
 	// reference prices residents): conservative for prompts that hit.
 	in.PrefillCount++
 	in.PrefillTokens += int64(r.InputTokens)
 	in.PrefillWork += in.Profile.Prefill(r.InputTokens)
-	c.out = append(c.out, Decision{Kind: PlacePrefill, Req: r.ID, Inst: inst})
+	v.out = append(v.out, Decision{Kind: PlacePrefill, Req: r.ID, Inst: inst})
+	return nil
 }
 
-// PrefillDone records that r's prefill finished on r.PrefillInst (its first
-// token exists) and places its decode leg.
-func (c *Core) PrefillDone(now event.Time, r Request) {
-	c.advance(now)
-	in := &c.inst[r.PrefillInst]
+// releasePrefill forgets r's resident prefill on in.
+func (in *Instance) releasePrefill(now event.Time, r Request) {
 	in.touchPrice(now)
 	in.PrefillCount--
 	in.PrefillTokens -= int64(r.InputTokens)
 	in.PrefillWork -= in.Profile.Prefill(r.InputTokens)
-	if in.PrefillCount == 0 { // forget float drift
-		in.PrefillWork, in.PrefillTokens = 0, 0
+	if in.PrefillCount <= 0 { // forget float drift
+		in.PrefillCount, in.PrefillWork, in.PrefillTokens = 0, 0, 0
 	}
-	if o, ok := c.ctrl.(finishObserver); ok && r.NoDecode {
-		o.Finished(c, r)
+}
+
+// releaseDecode forgets r's resident decode leg on in.
+func (in *Instance) releaseDecode(r Request) {
+	in.DecodeCount--
+	in.DecodeTokens = max(0, in.DecodeTokens-r.ContextTokens)
+	if in.DecodeCount <= 0 {
+		in.DecodeCount, in.DecodeTokens = 0, 0
 	}
+}
+
+// PrefillDone records that r's prefill finished on r.PrefillInst (its first
+// token exists) and places its decode leg.
+func (c *Core) PrefillDone(now event.Time, r Request) error {
+	in, err := c.instance("prefill done", r.PrefillInst)
+	if err != nil {
+		return err
+	}
+	if err := c.advance(now); err != nil {
+		return err
+	}
+	v := &c.v
+	in.releasePrefill(now, r)
 	if r.NoDecode {
-		return
+		if c.finishes != nil {
+			c.finishes.Finished(v, r)
+		}
+		return nil
 	}
-	d := c.ctrl.PlaceDecode(c, r)
-	dst := &c.inst[d]
+	d := c.ctrl.PlaceDecode(v, r)
+	dst := &v.inst[d]
 	dst.DecodeCount++
 	dst.DecodeTokens += int64(r.InputTokens) + 1
 	cause := event.CauseNone
 	if d != r.PrefillInst {
 		cause = event.CauseCrossed
 	}
-	c.out = append(c.out, Decision{Kind: PlaceDecode, Req: r.ID, Inst: d, Cause: cause})
+	v.out = append(v.out, Decision{Kind: PlaceDecode, Req: r.ID, Inst: d, Cause: cause})
+	return nil
 }
 
 // Finished records that r's decode leg on inst ended (finished, failed or
 // expired). r.InputTokens must be what Arrive was told.
-func (c *Core) Finished(now event.Time, inst event.Instance, r Request) {
-	c.advance(now)
-	in := &c.inst[inst]
-	in.DecodeCount--
-	in.DecodeTokens = max(0, in.DecodeTokens-r.ContextTokens)
-	if in.DecodeCount == 0 {
-		in.DecodeTokens = 0
+func (c *Core) Finished(now event.Time, inst event.Instance, r Request) error {
+	in, err := c.instance("finished", inst)
+	if err != nil {
+		return err
 	}
-	if o, ok := c.ctrl.(finishObserver); ok {
-		o.Finished(c, r)
+	if err := c.advance(now); err != nil {
+		return err
 	}
+	in.releaseDecode(r)
+	if c.finishes != nil {
+		c.finishes.Finished(&c.v, r)
+	}
+	return nil
+}
+
+// Cancel records that r ended early (the client went away, a deadline
+// passed, an engine failed it) at stage: the core releases what r held
+// there (its resident prefill on r.PrefillInst, or its decode leg on
+// r.DecodeInst with r.ContextTokens). Controllers are not told: they
+// watch completions, and a cancelled request completed nothing.
+func (c *Core) Cancel(now event.Time, r Request, stage Stage) error {
+	var in *Instance
+	var err error
+	switch stage {
+	case StageQueued:
+	case StagePrefill:
+		in, err = c.instance("cancel at prefill", r.PrefillInst)
+	case StageDecode:
+		in, err = c.instance("cancel at decode", r.DecodeInst)
+	default:
+		err = fmt.Errorf("core: cancel: stage %d: expected queued, prefill or decode", stage)
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.advance(now); err != nil {
+		return err
+	}
+	switch stage {
+	case StagePrefill:
+		in.releasePrefill(now, r)
+	case StageDecode:
+		in.releaseDecode(r)
+	}
+	return nil
+}
+
+// EngineDown records that inst stopped answering: it takes no placements
+// until EngineUp. Work resident there is the driver's to end, each request
+// with its own Cancel. The core journals the change.
+func (c *Core) EngineDown(now event.Time, inst event.Instance, cause event.Cause) error {
+	in, err := c.instance("engine down", inst)
+	if err != nil {
+		return err
+	}
+	if err := c.advance(now); err != nil {
+		return err
+	}
+	if in.Down {
+		return nil
+	}
+	in.Down = true
+	c.v.records = append(c.v.records, event.Record{At: now, Kind: event.KindHealth, Inst: inst,
+		Peer: event.NoInstance, Tokens: int64(in.Generation), Cause: cause, Text: "down"})
+	return nil
+}
+
+// EngineUp records that inst answers again, as process generation gen: it
+// takes placements again in the role it holds. The core journals the
+// change.
+func (c *Core) EngineUp(now event.Time, inst event.Instance, gen uint64) error {
+	in, err := c.instance("engine up", inst)
+	if err != nil {
+		return err
+	}
+	if err := c.advance(now); err != nil {
+		return err
+	}
+	if !in.Down && in.Generation == gen {
+		return nil
+	}
+	in.Down, in.Generation = false, gen
+	c.v.records = append(c.v.records, event.Record{At: now, Kind: event.KindHealth, Inst: inst,
+		Peer: event.NoInstance, Tokens: int64(gen), Cause: event.CauseEngineUp, Text: "up"})
+	return nil
+}
+
+// Observe records what an engine did since its last observation.
+func (c *Core) Observe(now event.Time, inst event.Instance, o Observation) error {
+	in, err := c.instance("observe", inst)
+	if err != nil {
+		return err
+	}
+	if err := c.advance(now); err != nil {
+		return err
+	}
+	in.gapSecs += o.DecodeSeconds
+	in.gapIters += o.DecodeIters
+	in.DecodeTokens = o.DecodeTokens
+	in.DecodeWaiting = o.DecodeWaiting
+	return nil
 }
 
 // arrivalObserver is implemented by controllers that watch every arrival.
-type arrivalObserver interface{ Arrived(c *Core, r Request) }
+type arrivalObserver interface{ Arrived(v *View, r Request) }
 
 // finishObserver is implemented by controllers that watch every ending.
-type finishObserver interface{ Finished(c *Core, r Request) }
+type finishObserver interface{ Finished(v *View, r Request) }
 
-// Tick lets the controller act on time passing.
-func (c *Core) Tick(now event.Time) {
-	c.advance(now)
-	c.ctrl.Tick(c)
+// Tick lets the controller act on time passing. When the controller ran a
+// monitoring pass, the core closes the monitor's interval (Arrow §5.5).
+func (c *Core) Tick(now event.Time) error {
+	if err := c.advance(now); err != nil {
+		return err
+	}
+	if c.ctrl.Tick(&c.v) {
+		c.v.roll()
+	}
+	return nil
 }
 
-// NextTick is when the controller next wants Tick, or event.Never.
-func (c *Core) NextTick() event.Time { return c.ctrl.NextTick() }
+// Now is the time of the latest fact.
+func (v *View) Now() event.Time { return v.now }
 
-// Move relabels inst to role to on behalf of the controller, recording the
-// move with its cause and reason. Resident work stays where it is (Arrow
-// §5.2: a role is only a label for new placements). A pinned instance is
-// never moved.
-func (c *Core) Move(inst event.Instance, to event.Role, cause event.Cause, reason string) {
-	in := &c.inst[inst]
+// SLO returns the objectives.
+func (v *View) SLO() event.SLO { return v.slo }
+
+// N is the number of instances.
+func (v *View) N() int { return len(v.inst) }
+
+// Instance returns a copy of instance i's state.
+func (v *View) Instance(i event.Instance) Instance { return v.inst[i] }
+
+// Instances returns a copy of the fleet's state.
+func (v *View) Instances() []Instance { return append([]Instance(nil), v.inst...) }
+
+// Count returns how many instances hold role r.
+func (v *View) Count(r event.Role) int {
+	n := 0
+	for i := range v.inst {
+		if v.inst[i].Role == r {
+			n++
+		}
+	}
+	return n
+}
+
+// MaxTokens is MT for instance i at the TPOT SLO (Arrow §5.3).
+func (v *View) MaxTokens(i event.Instance) float64 {
+	return v.inst[i].Profile.MaxTokens(v.tpotS)
+}
+
+// roll closes the monitor's update interval (Arrow §5.5): it publishes each
+// instance's mean resident prefill work and mean decode gap over the
+// interval, and opens the next one.
+func (v *View) roll() {
+	now := v.now
+	for i := range v.inst {
+		in := &v.inst[i]
+		in.touchPrice(now)
+		if span := (now - in.windowStart).Seconds(); span > 0 {
+			in.MeanPrefillWork = in.priceIntegral / span
+		}
+		in.priceIntegral, in.windowStart = 0, now
+		if in.gapIters > 0 {
+			in.MeanInterval = in.gapSecs / float64(in.gapIters)
+		}
+		in.gapSecs, in.gapIters = 0, 0
+	}
+}
+
+// Move is a controller's decision to relabel inst to role to, serving it
+// from readyAt (the current time for a hot swap; later when the move takes
+// the engine offline). The core applies it at once and records it with its
+// cause and reason. Resident work stays where it is (Arrow §5.2: a role is
+// only a label for new placements). The engine takes no placements before
+// readyAt (at least now). A pinned instance is never moved, nor one already
+// in role to; Move reports whether it moved.
+func (v *View) Move(inst event.Instance, to event.Role, readyAt event.Time, cause event.Cause, reason string) bool {
+	in := &v.inst[inst]
 	from := in.Role
 	if from == to || in.Pinned {
-		return
+		return false
 	}
 	in.Role = to
-	in.LastMove, in.Moved = c.now, true
-	c.out = append(c.out, Decision{Kind: Move, Inst: inst, From: from, To: to, Cause: cause})
-	c.records = append(c.records, event.Record{
-		At: c.now, Kind: event.KindRoleMove, Inst: inst, Peer: event.NoInstance,
+	in.LastMove, in.Moved = v.now, true
+	readyAt = max(readyAt, v.now)
+	in.OfflineUntil = readyAt
+	v.out = append(v.out, Decision{Kind: Move, Inst: inst, From: from, To: to, Cause: cause, ReadyAt: readyAt})
+	v.records = append(v.records, event.Record{
+		At: v.now, Kind: event.KindRoleMove, Inst: inst, Peer: event.NoInstance,
 		From: from, To: to, Cause: cause, Tokens: in.DecodeTokens,
 		Ref: event.Seconds(in.PrefillWork), Text: reason,
 	})
+	return true
 }
 
 // SetRole sets inst's opening role without recording a move; only
 // Controller.Init may call it.
-func (c *Core) SetRole(inst event.Instance, r event.Role) { c.inst[inst].Role = r }
+func (v *View) SetRole(inst event.Instance, r event.Role) {
+	if !v.opening {
+		panic("core: SetRole outside Controller.Init")
+	}
+	v.inst[inst].Role = r
+}
 
-// Decide records a controller decision; text is its explanation (JSON).
-func (c *Core) Decide(text string) {
-	c.records = append(c.records, event.Record{At: c.now, Kind: event.KindDecision,
-		Inst: event.NoInstance, Peer: event.NoInstance, Text: text})
+// Decide records a controller decision: payload (a typed struct) is
+// journaled as JSON.
+func (v *View) Decide(payload any) {
+	text, err := json.Marshal(payload)
+	if err != nil {
+		text, _ = json.Marshal(map[string]string{"error": err.Error()})
+	}
+	v.records = append(v.records, event.Record{At: v.now, Kind: event.KindDecision,
+		Inst: event.NoInstance, Peer: event.NoInstance, Text: string(text)})
 }
 
 // affinity is where a prefix group was last prefilled.
@@ -422,28 +615,28 @@ type affinity struct {
 const affinityCap = 1 << 16
 
 // remember records that r's prefix group is now cached on inst.
-func (c *Core) remember(r Request, inst event.Instance) {
-	if c.affinity == nil || r.PrefixGroup == 0 || r.PrefixTokens <= 0 {
+func (v *View) remember(r Request, inst event.Instance) {
+	if v.affinity == nil || r.PrefixGroup == 0 || r.PrefixTokens <= 0 {
 		return
 	}
-	if _, ok := c.affinity[r.PrefixGroup]; !ok {
-		if len(c.affRing) < affinityCap {
-			c.affRing = append(c.affRing, r.PrefixGroup)
+	if _, ok := v.affinity[r.PrefixGroup]; !ok {
+		if len(v.affRing) < affinityCap {
+			v.affRing = append(v.affRing, r.PrefixGroup)
 		} else {
-			delete(c.affinity, c.affRing[c.affNext])
-			c.affRing[c.affNext] = r.PrefixGroup
-			c.affNext = (c.affNext + 1) % affinityCap
+			delete(v.affinity, v.affRing[v.affNext])
+			v.affRing[v.affNext] = r.PrefixGroup
+			v.affNext = (v.affNext + 1) % affinityCap
 		}
 	}
-	c.affinity[r.PrefixGroup] = affinity{inst: inst, tokens: r.PrefixTokens}
+	v.affinity[r.PrefixGroup] = affinity{inst: inst, tokens: r.PrefixTokens}
 }
 
 // cachedOn returns how many of r's prompt tokens inst likely has cached.
-func (c *Core) cachedOn(i event.Instance, r Request) int {
-	if c.affinity == nil || r.PrefixGroup == 0 {
+func (v *View) cachedOn(i event.Instance, r Request) int {
+	if v.affinity == nil || r.PrefixGroup == 0 {
 		return 0
 	}
-	if a, ok := c.affinity[r.PrefixGroup]; ok && a.inst == i {
+	if a, ok := v.affinity[r.PrefixGroup]; ok && a.inst == i {
 		return min(a.tokens, r.PrefixTokens, r.InputTokens-1)
 	}
 	return 0

@@ -73,8 +73,8 @@ func TestScripts(t *testing.T) {
 			case "cost":
 				r := Request{ID: reqID(t, d), InputTokens: intArg(t, d, "in", 0), PrefillInst: event.NoInstance}
 				var b strings.Builder
-				for i := range c.Instances() {
-					p, q := c.PrefillCost(event.Instance(i), r), c.DecodeCost(event.Instance(i), r)
+				for i := range c.v.Instances() {
+					p, q := c.v.PrefillCost(event.Instance(i), r), c.v.DecodeCost(event.Instance(i), r)
 					fmt.Fprintf(&b, "i%d prefill (%g, %.4f) decode (%g, %g)\n", i, p[0], p[1], q[0], q[1])
 				}
 				out = b.String()
@@ -96,7 +96,7 @@ func initCore(t *testing.T, d *datadriven.TestData) *Core {
 	for i := range ps {
 		ps[i] = prof
 	}
-	slo := SLO{TTFT: floatArg(t, d, "ttft", 1.0), TPOT: floatArg(t, d, "tpot", 0.05)}
+	slo := event.SLO{TTFT: event.Seconds(floatArg(t, d, "ttft", 1.0)), TPOT: event.Seconds(floatArg(t, d, "tpot", 0.05))}
 	var ctrl Controller
 	switch name := strArg(d, "controller", "static"); name {
 	case "arrow":
@@ -140,7 +140,8 @@ func initCore(t *testing.T, d *datadriven.TestData) *Core {
 // drain prints the decisions and records since the last fact.
 func drain(c *Core) string {
 	var b strings.Builder
-	for _, d := range c.Decisions() {
+	rd := c.Ready()
+	for _, d := range rd.Decisions {
 		switch d.Kind {
 		case PlacePrefill:
 			fmt.Fprintf(&b, "prefill r%d -> i%d\n", d.Req, d.Inst)
@@ -152,7 +153,7 @@ func drain(c *Core) string {
 			fmt.Fprintf(&b, "move i%d %s -> %s (%s)\n", d.Inst, d.From, d.To, d.Cause)
 		}
 	}
-	for _, r := range c.Records() {
+	for _, r := range rd.Records {
 		switch r.Kind {
 		case event.KindRoleMove:
 			if r.Opening() {
@@ -191,11 +192,11 @@ func compactDecision(text string) string {
 
 func state(c *Core) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "prefill pool load %.4f, decode pool load %.4f\n", c.PoolLoad(event.RolePrefill), c.PoolLoad(event.RoleDecode))
-	for i, in := range c.Instances() {
+	fmt.Fprintf(&b, "prefill pool load %.4f, decode pool load %.4f\n", c.v.PoolLoad(event.RolePrefill), c.v.PoolLoad(event.RoleDecode))
+	for i, in := range c.v.Instances() {
 		fmt.Fprintf(&b, "i%d %-7s prefill %d (%d tok, %.4fs) decode %d (%d tok) load p=%.4f d=%.4f",
 			i, in.Role, in.PrefillCount, in.PrefillTokens, in.PrefillWork, in.DecodeCount, in.DecodeTokens,
-			c.PrefillLoad(event.Instance(i)), c.DecodeLoad(event.Instance(i)))
+			c.v.PrefillLoad(event.Instance(i)), c.v.DecodeLoad(event.Instance(i)))
 		if !in.Online(c.Now()) {
 			fmt.Fprintf(&b, " offline until %v", in.OfflineUntil)
 		}

@@ -63,7 +63,7 @@ type Demand struct {
 	finishes window[finishSample]
 }
 
-func (d *Demand) arrived(c *Core, r Request) {
+func (d *Demand) arrived(c *View, r Request) {
 	var t float64
 	for i := range c.inst {
 		t += c.inst[i].Profile.Prefill(r.InputTokens)
@@ -71,13 +71,13 @@ func (d *Demand) arrived(c *Core, r Request) {
 	d.arrivals.add(c.now, arrivalSample{prefill: t / float64(len(c.inst)), input: r.InputTokens})
 }
 
-func (d *Demand) finished(c *Core, r Request, slo SLO) {
+func (d *Demand) finished(c *View, r Request) {
 	out := r.OutputTokens
 	d.finishes.add(c.now, finishSample{
 		output:     out,
 		tokenSteps: float64(out) * (float64(r.InputTokens) + float64(out)/2),
-		ttftOK:     r.TTFT != event.Never && r.TTFT.Seconds() <= slo.TTFT,
-		tpotOK:     r.TPOT == event.Never || r.TPOT.Seconds() <= slo.TPOT,
+		ttftOK:     r.TTFT != event.Never && r.TTFT <= c.slo.TTFT,
+		tpotOK:     r.TPOT == event.Never || r.TPOT <= c.slo.TPOT,
 	})
 }
 

@@ -86,7 +86,7 @@ func NewColdSwap() *Planner {
 func (p *Planner) Name() string { return p.arm }
 
 // Init implements Controller.
-func (p *Planner) Init(c *Core) error {
+func (p *Planner) Init(c *View) error {
 	if len(c.inst) < 2 {
 		return fmt.Errorf("%s: %d instance: expected at least 2", p.arm, len(c.inst))
 	}
@@ -97,10 +97,10 @@ func (p *Planner) Init(c *Core) error {
 }
 
 // Arrived implements the arrival observer (saw_arrival).
-func (p *Planner) Arrived(c *Core, r Request) { p.dem.arrived(c, r) }
+func (p *Planner) Arrived(c *View, r Request) { p.dem.arrived(c, r) }
 
 // Finished implements the finish observer (closed-loop outcomes).
-func (p *Planner) Finished(c *Core, r Request) { p.dem.finished(c, r, c.slo) }
+func (p *Planner) Finished(c *View, r Request) { p.dem.finished(c, r) }
 
 // NextTick implements Controller.
 func (p *Planner) NextTick() event.Time { return p.next }
@@ -108,7 +108,7 @@ func (p *Planner) NextTick() event.Time { return p.next }
 // demand returns (prefill, decode) demand in engines: offered prefill
 // seconds per second over the window, and the mean sampled resident decode
 // context over MT.
-func (p *Planner) demand(c *Core) (float64, float64, int) {
+func (p *Planner) demand(c *View) (float64, float64, int) {
 	e := p.dem.estimate(c.now, 0)
 	p.res.prune(c.now - p.Cfg.Window)
 	var d float64
@@ -120,12 +120,11 @@ func (p *Planner) demand(c *Core) (float64, float64, int) {
 }
 
 // Tick implements Controller: sample, fast loop, plan when due, roll.
-func (p *Planner) Tick(c *Core) {
+func (p *Planner) Tick(c *View) bool {
 	if c.now < p.next {
-		return
+		return false
 	}
 	p.next = c.now + p.Cfg.Pass
-	defer c.Roll()
 	// sample(): resident decode context in engines-worth of MT.
 	var mt float64
 	var resident int64
@@ -144,9 +143,10 @@ func (p *Planner) Tick(c *Core) {
 			p.moveTo(c, want, why)
 		}
 	}
+	return true
 }
 
-func (p *Planner) fastStep(c *Core) {
+func (p *Planner) fastStep(c *View) {
 	if c.now-p.fast < p.Cfg.FastStep {
 		return
 	}
@@ -171,13 +171,13 @@ func (p *Planner) fastStep(c *Core) {
 }
 
 // target is the plan: the prefill pool size wanted now, or 0 for none.
-func (p *Planner) target(c *Core) (int, string) {
+func (p *Planner) target(c *View) (int, string) {
 	pre, dec, arrivals := p.demand(c)
 	n := len(c.inst)
 	P := c.Count(event.RolePrefill)
 	record := func(want int, why string) (int, string) {
-		c.Decide(fmt.Sprintf(`{"controller":%q,"split":"%dP%dD","prefill_demand":%.4f,"decode_demand":%.4f,"want":%d,"why":%q}`,
-			p.arm, P, n-P, pre, dec, want, why))
+		c.Decide(PlannerDecision{Controller: p.arm, Split: splitName(P, n-P), PrefillDemand: Ratio(pre),
+			DecodeDemand: Ratio(dec), Want: want, Why: why})
 		return want, why
 	}
 	if arrivals < p.Cfg.MinArrivals || pre+dec < p.Cfg.DemandFloor {
@@ -236,7 +236,7 @@ func (p *Planner) target(c *Core) (int, string) {
 
 // moveTo moves engines until the prefill pool has want members, emptiest
 // first, and returns how many moved.
-func (p *Planner) moveTo(c *Core, want int, why string) int {
+func (p *Planner) moveTo(c *View, want int, why string) int {
 	want = max(want, p.Cfg.MinPrefill)
 	moved := 0
 	for {
@@ -267,10 +267,7 @@ func (p *Planner) moveTo(c *Core, want int, why string) int {
 		if live <= 1 || mover == event.NoInstance {
 			break
 		}
-		c.Move(mover, to, event.CauseController, why)
-		if p.Cfg.OfflineFor > 0 {
-			c.inst[mover].OfflineUntil = c.now + p.Cfg.OfflineFor
-		}
+		c.Move(mover, to, c.now+p.Cfg.OfflineFor, event.CauseController, why)
 		moved++
 	}
 	return moved
@@ -298,7 +295,7 @@ type ScheduleStep struct {
 func (s *Scheduled) Name() string { return s.Arm }
 
 // Init implements Controller.
-func (s *Scheduled) Init(c *Core) error {
+func (s *Scheduled) Init(c *View) error {
 	n := len(c.inst)
 	for i, st := range s.Steps {
 		if st.Prefill < 1 || st.Prefill >= n {
@@ -331,13 +328,13 @@ func (s *Scheduled) NextTick() event.Time {
 }
 
 // Tick implements Controller.
-func (s *Scheduled) Tick(c *Core) {
+func (s *Scheduled) Tick(c *View) bool {
 	for s.next < len(s.Steps) && s.Steps[s.next].At <= c.now {
 		want := s.Steps[s.next].Prefill
 		s.next++
 		n := len(c.inst)
-		c.Decide(fmt.Sprintf(`{"controller":%q,"split":"%dP%dD","want":"%dP%dD","why":"schedule"}`,
-			s.Arm, c.Count(event.RolePrefill), n-c.Count(event.RolePrefill), want, n-want))
+		c.Decide(ScheduleDecision{Controller: s.Arm, Split: splitName(c.Count(event.RolePrefill), n-c.Count(event.RolePrefill)),
+			Want: splitName(want, n-want), Why: "schedule"})
 		for c.Count(event.RolePrefill) != want {
 			to := event.RolePrefill
 			if c.Count(event.RolePrefill) > want {
@@ -347,7 +344,8 @@ func (s *Scheduled) Tick(c *Core) {
 			if m == event.NoInstance {
 				break
 			}
-			c.Move(m, to, event.CauseController, fmt.Sprintf("schedule: %dP from %v", want, c.now))
+			c.Move(m, to, c.now, event.CauseController, fmt.Sprintf("schedule: %dP from %v", want, c.now))
 		}
 	}
+	return false
 }

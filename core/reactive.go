@@ -43,7 +43,7 @@ type Arrow struct {
 func (a *Arrow) Name() string { return "arrow" }
 
 // Init implements Controller.
-func (a *Arrow) Init(c *Core) error {
+func (a *Arrow) Init(c *View) error {
 	n := len(c.inst)
 	if n < 2 {
 		return fmt.Errorf("arrow: %d instance: expected at least 2", n)
@@ -55,7 +55,7 @@ func (a *Arrow) Init(c *Core) error {
 }
 
 // evenSplit opens at n/2 prefill, the rest decode.
-func evenSplit(c *Core) {
+func evenSplit(c *View) {
 	n := len(c.inst)
 	for i := range c.inst {
 		r := event.RoleDecode
@@ -71,12 +71,12 @@ func (a *Arrow) opts() placeOptions {
 }
 
 // PlacePrefill implements Controller (Algorithm 1).
-func (a *Arrow) PlacePrefill(c *Core, r Request) (event.Instance, event.Cause) {
+func (a *Arrow) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
 	return c.algorithm1(r, false, a.opts()), event.CauseNone
 }
 
 // PlaceDecode implements Controller (Algorithm 1).
-func (a *Arrow) PlaceDecode(c *Core, r Request) event.Instance {
+func (a *Arrow) PlaceDecode(c *View, r Request) event.Instance {
 	return c.algorithm1(r, true, a.opts())
 }
 
@@ -84,9 +84,9 @@ func (a *Arrow) PlaceDecode(c *Core, r Request) event.Instance {
 func (a *Arrow) NextTick() event.Time { return a.next }
 
 // Tick implements Controller: Algorithm 2's monitoring pass.
-func (a *Arrow) Tick(c *Core) {
+func (a *Arrow) Tick(c *View) bool {
 	if c.now < a.next {
-		return
+		return false
 	}
 	a.next = c.now + a.Cfg.Interval
 	lp, ld := c.PoolLoad(event.RolePrefill), c.PoolLoad(event.RoleDecode)
@@ -108,15 +108,15 @@ func (a *Arrow) Tick(c *Core) {
 			choice = "flip refused"
 		}
 	}
-	c.Decide(fmt.Sprintf(`{"controller":"arrow","prefill_load":%.4f,"decode_load":%.4f,"sustained":%d,"split":"%dP%dD","choice":%q}`,
-		lp, ld, a.sustained, c.Count(event.RolePrefill), c.Count(event.RoleDecode), choice))
-	c.Roll()
+	c.Decide(ArrowDecision{Controller: "arrow", PrefillLoad: Ratio(lp), DecodeLoad: Ratio(ld), Sustained: a.sustained,
+		Split: splitName(c.Count(event.RolePrefill), c.Count(event.RoleDecode)), Choice: choice})
+	return true
 }
 
 // flip is Algorithm 3: move one instance to role to, or return NoInstance
 // when a guard refuses: the P→D cooldown, never emptying a pool (|S| > 1),
 // the prefill floor.
-func (a *Arrow) flip(c *Core, to event.Role, cause event.Cause, why string) event.Instance {
+func (a *Arrow) flip(c *View, to event.Role, cause event.Cause, why string) event.Instance {
 	from := event.RolePrefill
 	if to == event.RolePrefill {
 		from = event.RoleDecode
@@ -140,6 +140,6 @@ func (a *Arrow) flip(c *Core, to event.Role, cause event.Cause, why string) even
 	if to == event.RoleDecode {
 		a.lastP2D = c.now
 	}
-	c.Move(best, to, cause, why)
+	c.Move(best, to, c.now, cause, why)
 	return best
 }

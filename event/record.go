@@ -114,6 +114,12 @@ const (
 	CauseController // a role controller moved it
 	CauseInline     // Algorithm 1 flipped it inline to place a request
 	CauseOperator   // an operator moved it
+	// Engine health (KindHealth) and live failures.
+	CauseEngineDown // the engine stopped answering (connection refused, crash, failed probe)
+	CauseEngineUp   // the engine answers again (Tokens = its process generation)
+	CauseNoHandoff  // a prefill leg returned no KV handoff the decode leg can use
+	CauseTimeout    // an upstream leg or the request's own deadline passed
+	CauseBadGateway // an engine answered with an error or broke its stream
 	causeCount
 )
 
@@ -124,6 +130,7 @@ var causeNames = [...]string{
 	"engine_error", "unavailable",
 	"crossed",
 	"controller", "inline", "operator",
+	"engine_down", "engine_up", "no_handoff", "timeout", "bad_gateway",
 }
 
 func (c Cause) String() string {

@@ -170,7 +170,7 @@ func (s *Spec) Validate() error {
 	tpot, err2 := duration("slo.tpot", s.SLO.TPOT, true)
 	errs = append(errs, err1, err2)
 	if err1 == nil && err2 == nil {
-		if err := (core.SLO{TTFT: ttft, TPOT: tpot}).Validate(); err != nil {
+		if err := core.ValidateSLO(event.SLO{TTFT: event.Seconds(ttft), TPOT: event.Seconds(tpot)}); err != nil {
 			errs = append(errs, prefix("slo", err))
 		}
 	}
@@ -249,14 +249,14 @@ func prefix(field string, err error) error {
 	return errors.New(strings.Join(lines, "\n"))
 }
 
-func (s SLO) core() core.SLO {
-	ttft, _ := duration("ttft", s.TTFT, false)
-	tpot, _ := duration("tpot", s.TPOT, false)
-	return core.SLO{TTFT: ttft, TPOT: tpot}
+func (s SLO) core() event.SLO {
+	ttft, _ := event.ParseDuration(s.TTFT)
+	tpot, _ := event.ParseDuration(s.TPOT)
+	return event.SLO{TTFT: ttft, TPOT: tpot}
 }
 
-// CoreSLO returns the objectives in seconds.
-func (s *Spec) CoreSLO() core.SLO { return s.SLO.core() }
+// CoreSLO returns the objectives the core prices placements against.
+func (s *Spec) CoreSLO() event.SLO { return s.SLO.core() }
 
 // Profiles returns one profile per instance.
 func (s *Spec) Profiles() []timing.Profile {

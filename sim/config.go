@@ -57,7 +57,7 @@ type Config struct {
 	// Pinned marks instances no controller may move (nil: none).
 	Pinned []bool
 	// SLO is what the core prices placements against.
-	SLO core.SLO
+	SLO event.SLO
 	// KV prices KV transfers between instances.
 	KV timing.KV
 	// Batch configures every engine's batching.
@@ -88,7 +88,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("instances[%d].profile: %w", i, err))
 		}
 	}
-	if err := c.SLO.Validate(); err != nil {
+	if err := core.ValidateSLO(c.SLO); err != nil {
 		errs = append(errs, fmt.Errorf("slo: %w", err))
 	}
 	if err := c.KV.Validate(); err != nil {

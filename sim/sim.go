@@ -116,6 +116,7 @@ type Sim struct {
 	stats    Stats
 	record   event.Record
 	drainEnd event.Time
+	err      error // the first fact the core refused; ends the run
 }
 
 // New prepares a run of reqs (sorted by At) on cfg, with ctrl deciding
@@ -177,15 +178,14 @@ func (s *Sim) Core() *core.Core { return s.core }
 func (s *Sim) Run() (Stats, error) {
 	s.stats.Offered = len(s.reqs)
 	s.open = len(s.reqs)
-	s.emitCore()
-	s.scheduleTick()
+	s.applyCore()
 	last := event.Time(0)
 	if n := len(s.reqs); n > 0 {
 		last = s.reqs[n-1].At
 	}
 	s.drainEnd = last + s.cfg.DrainLimit
 	next := 0
-	for s.open > 0 {
+	for s.open > 0 && s.err == nil {
 		var at event.Time = event.Never
 		if len(s.heap) > 0 {
 			at = s.heap[0].at
@@ -221,17 +221,30 @@ func (s *Sim) Run() (Stats, error) {
 			if e.gen == s.tickGen {
 				s.tickAt = event.Never
 				s.observe()
-				s.core.Tick(s.now)
-				s.applyCore()
-				s.scheduleTick()
+				s.fact(s.core.Tick(s.now))
 			}
 		}
+	}
+	if s.err != nil {
+		return s.stats, fmt.Errorf("sim: at %v: %w", s.now, s.err)
 	}
 	if s.open > 0 {
 		s.expireAll()
 	}
 	s.stats.End = s.now
 	return s.stats, nil
+}
+
+// fact carries out what the core decided after a fact it was fed, or
+// keeps the first error, which ends the run.
+func (s *Sim) fact(err error) {
+	if err != nil {
+		if s.err == nil {
+			s.err = err
+		}
+		return
+	}
+	s.applyCore()
 }
 
 func (s *Sim) setNow(t event.Time) {
@@ -261,17 +274,7 @@ func (s *Sim) emitReq(kind event.Kind, req int32, inst, peer int32, tokens int64
 	s.emit(r)
 }
 
-func (s *Sim) emitCore() {
-	for _, r := range s.core.Records() {
-		if r.Kind == event.KindRoleMove && !r.Opening() {
-			s.stats.Moves++
-		}
-		s.emit(&r)
-	}
-}
-
-func (s *Sim) scheduleTick() {
-	t := s.core.NextTick()
+func (s *Sim) scheduleTick(t event.Time) {
 	if t == event.Never || t >= s.tickAt {
 		return
 	}
@@ -283,9 +286,11 @@ func (s *Sim) scheduleTick() {
 	s.push(ev{at: t, kind: evTick, gen: s.tickGen})
 }
 
-// applyCore carries out the core's decisions.
+// applyCore carries out the core's decisions, journals its records and
+// schedules the tick it asks for.
 func (s *Sim) applyCore() {
-	for _, d := range s.core.Decisions() {
+	rd := s.core.Ready()
+	for _, d := range rd.Decisions {
 		switch d.Kind {
 		case core.PlacePrefill:
 			s.placePrefill(int32(d.Req-1), int32(d.Inst))
@@ -306,7 +311,13 @@ func (s *Sim) applyCore() {
 			// the engine keeps running what it holds.
 		}
 	}
-	s.emitCore()
+	for _, r := range rd.Records {
+		if r.Kind == event.KindRoleMove && !r.Opening() {
+			s.stats.Moves++
+		}
+		s.emit(&r)
+	}
+	s.scheduleTick(rd.NextTick)
 }
 
 func (s *Sim) arrive(i int32) {
@@ -315,10 +326,8 @@ func (s *Sim) arrive(i int32) {
 		Inst: event.NoInstance, Peer: event.NoInstance, Tokens: int64(r.InputTokens),
 		Want: int64(s.st[i].want), Ref: r.At, Class: r.Class}
 	s.emit(&s.record)
-	s.core.Arrive(s.now, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens,
-		PrefixGroup: r.PrefixGroup, PrefixTokens: r.PrefixTokens})
-	s.applyCore()
-	s.scheduleTick()
+	s.fact(s.core.Arrive(s.now, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens,
+		PrefixGroup: r.PrefixGroup, PrefixTokens: r.PrefixTokens}))
 }
 
 func (s *Sim) end(i int32) {
@@ -577,10 +586,12 @@ func (s *Sim) observe() {
 			secs += (e.spanEnd(j) - e.spanStart).Seconds()
 			ctx += j * e.spanM
 		}
-		s.core.Observe(s.now, event.Instance(k), core.Observation{
+		if err := s.core.Observe(s.now, event.Instance(k), core.Observation{
 			DecodeIters: iters - e.reportedIters, DecodeSeconds: secs - e.reportedSecs,
 			DecodeTokens: ctx + e.pendingCtx, DecodeWaiting: e.pendingN,
-		})
+		}); err != nil && s.err == nil {
+			s.err = err
+		}
 		e.reportedIters, e.reportedSecs = iters, secs
 	}
 }
@@ -617,14 +628,14 @@ func (s *Sim) prefillDone(e *engine, i int32) {
 		// The answer is complete with its first token: no decode leg.
 		req.NoDecode, req.OutputTokens = true, 1
 		req.TTFT, req.TPOT = s.now-s.reqs[i].At, event.Never
-		s.core.PrefillDone(s.now, req)
+		if err := s.core.PrefillDone(s.now, req); err != nil && s.err == nil {
+			s.err = err
+		}
 		s.finish(i, e.id)
 		return
 	}
 	st.firstAt = s.now
-	s.core.PrefillDone(s.now, req)
-	s.applyCore()
-	s.scheduleTick()
+	s.fact(s.core.PrefillDone(s.now, req))
 }
 
 func (s *Sim) finish(i int32, inst int32) {
@@ -635,12 +646,10 @@ func (s *Sim) finish(i int32, inst int32) {
 	}
 	s.emitReq(event.KindFinish, i, inst, -1, int64(st.produced), cause)
 	if st.decode >= 0 {
-		s.core.Finished(s.now, event.Instance(inst), core.Request{ID: event.RequestID(i + 1), InputTokens: st.input,
-			PrefillInst: event.Instance(st.prefill), ContextTokens: int64(st.input + st.produced),
+		s.fact(s.core.Finished(s.now, event.Instance(inst), core.Request{ID: event.RequestID(i + 1), InputTokens: st.input,
+			PrefillInst: event.Instance(st.prefill), DecodeInst: event.Instance(inst), ContextTokens: int64(st.input + st.produced),
 			OutputTokens: st.produced, TTFT: st.firstAt - s.reqs[i].At,
-			TPOT: (s.now - st.firstAt) / event.Time(st.produced-1)})
-		s.applyCore()
-		s.scheduleTick()
+			TPOT: (s.now - st.firstAt) / event.Time(st.produced-1)}))
 	}
 	s.end(i)
 	s.stats.Finished++

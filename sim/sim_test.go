@@ -14,7 +14,7 @@ func refConfig(n int) Config {
 	for i := range ps {
 		ps[i] = timing.Reference
 	}
-	return Config{Profiles: ps, SLO: core.SLO{TTFT: 10, TPOT: 0.125}, KV: timing.FlatKV, Batch: DefaultBatch}
+	return Config{Profiles: ps, SLO: event.SLO{TTFT: 10 * event.Second, TPOT: 125 * event.Millisecond}, KV: timing.FlatKV, Batch: DefaultBatch}
 }
 
 func mustController(t testing.TB, arm string, n int) core.Controller {

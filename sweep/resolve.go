@@ -60,10 +60,10 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	if o.Seed != nil {
 		cfg.Seed = *o.Seed
 	}
-	cfg.SLO.TTFT, cfg.SLO.TPOT = tr.SLO.TTFT.Seconds(), tr.SLO.TPOT.Seconds()
+	cfg.SLO.TTFT, cfg.SLO.TPOT = event.Time(tr.SLO.TTFT), event.Time(tr.SLO.TPOT)
 	for _, f := range []struct {
 		name, v string
-		dst     *float64
+		dst     *event.Time
 	}{{"ttft-slo", o.TTFT, &cfg.SLO.TTFT}, {"tpot-slo", o.TPOT, &cfg.SLO.TPOT}} {
 		if f.v != "" {
 			s, err := ParseDuration(f.v)
@@ -101,7 +101,7 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 // ParseDuration reads a positive Go duration with a unit ("2.1s", "45ms")
 // in seconds; a bare number is refused, as in every file narwhal-bench
 // reads.
-func ParseDuration(s string) (float64, error) {
+func ParseDuration(s string) (event.Time, error) {
 	d, err := event.ParseDuration(s)
 	if err != nil {
 		return 0, err
@@ -109,5 +109,5 @@ func ParseDuration(s string) (float64, error) {
 	if d <= 0 {
 		return 0, fmt.Errorf("%q: expected a positive duration such as 2.1s or 45ms", s)
 	}
-	return d.Seconds(), nil
+	return d, nil
 }

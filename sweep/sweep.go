@@ -31,7 +31,7 @@ type Config struct {
 	// Seed picks the trace's random draws (the same for every arm and rate).
 	Seed uint64
 	// SLO overrides the fleet's objectives when non-zero.
-	SLO core.SLO
+	SLO event.SLO
 	// PrefixCache turns each engine's prefix cache on (sized by the fleet,
 	// else sim.DefaultPrefixCache).
 	PrefixCache bool
@@ -186,9 +186,9 @@ func Execute(cfg Config) (*Result, error) {
 		workloads[i] = w
 	}
 	res := &Result{Trace: cfg.Trace.Name, Fleet: cfg.Fleet.Name, Instances: n, Seed: cfg.Seed,
-		SLO: SLOJSON{TTFT: slo.TTFT, TPOT: slo.TPOT}, BaseRate: base, Rates: rates, Arms: cfg.Arms,
+		SLO: SLOJSON{TTFT: slo.TTFT.Seconds(), TPOT: slo.TPOT.Seconds()}, BaseRate: base, Rates: rates, Arms: cfg.Arms,
 		Runs: make([]Run, len(cfg.Arms)*len(rates)), Sustained: map[string]*float64{}}
-	scoreSLO := event.SLO{TTFT: event.Seconds(slo.TTFT), TPOT: event.Seconds(slo.TPOT)}
+	scoreSLO := slo
 
 	workers := cfg.Workers
 	if workers <= 0 {
@@ -239,7 +239,7 @@ func Execute(cfg Config) (*Result, error) {
 				arm, ri := cfg.Arms[k/len(rates)], k%len(rates)
 				meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: arm,
 					Rate: rates[ri], Seed: cfg.Seed, Trace: cfg.Trace.Name, TraceHash: cfg.Trace.Hash(),
-					Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT, TPOTSLO: slo.TPOT}
+					Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
 				meta.ConfigHash = configHash(simCfg, meta)
 				errs[k] = guard(func() (err error) {
 					res.Runs[k], err = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
@@ -371,19 +371,26 @@ func CheckArm(arm string, n int) error {
 	return err
 }
 
+// sloSeconds is the objectives as the config hash has always encoded them
+// (seconds), so hashes stay comparable across versions.
+type sloSeconds struct {
+	TTFT float64 `json:"ttft"`
+	TPOT float64 `json:"tpot"`
+}
+
 // configHash fingerprints everything that determines a run: the simulated
 // fleet and the run's metadata (arm, rate, seed, trace hash, SLOs).
 func configHash(cfg sim.Config, meta event.RunMeta) string {
 	b, err := json.Marshal(struct {
 		Profiles   []timing.Profile
 		Pinned     []bool
-		SLO        core.SLO
+		SLO        sloSeconds
 		KV         timing.KV
 		Batch      sim.Batch
 		Cache      sim.PrefixCache
 		DrainLimit event.Time
 		Meta       event.RunMeta
-	}{cfg.Profiles, cfg.Pinned, cfg.SLO, cfg.KV, cfg.Batch, cfg.Cache, cfg.DrainLimit, meta})
+	}{cfg.Profiles, cfg.Pinned, sloSeconds{cfg.SLO.TTFT.Seconds(), cfg.SLO.TPOT.Seconds()}, cfg.KV, cfg.Batch, cfg.Cache, cfg.DrainLimit, meta})
 	if err != nil {
 		panic(fmt.Sprintf("sweep: config hash: %v", err)) // plain data always encodes
 	}
