@@ -1,0 +1,68 @@
+package stub
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+)
+
+// Faults are the failures a server injects. The zero value is healthy.
+type Faults struct {
+	// CrashAfter crashes the server when the (N+1)th inference request
+	// since the faults were set arrives: the listener closes, every connection drops, pinned KV is
+	// lost, and it stays down (0 = never).
+	CrashAfter int `json:"crash_after,omitempty"`
+	// Stall accepts every request but never answers (until the client
+	// gives up or the server closes); /stub/faults still answers.
+	Stall bool `json:"stall,omitempty"`
+	// Slow multiplies every duration (2 = half speed; 0 or 1 = off).
+	Slow float64 `json:"slow,omitempty"`
+	// Refuse answers inference requests with 503 and Retry-After: 1.
+	Refuse bool `json:"refuse,omitempty"`
+	// BreakAfter drops the connection of an answer after this many
+	// tokens were sent, when it has more (0 = never).
+	BreakAfter int `json:"break_after,omitempty"`
+	// NoHandoff returns prefill legs without kv_transfer_params (null), as
+	// an engine without the NIXL connector does.
+	NoHandoff bool `json:"no_handoff,omitempty"`
+}
+
+// SetFaults replaces the server's faults.
+func (s *Server) SetFaults(f Faults) {
+	s.mu.Lock()
+	s.faults, s.served = f, 0
+	s.mu.Unlock()
+}
+
+func (s *Server) getFaults() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faults
+}
+
+// serveFaults is GET (read) and POST (replace) /stub/faults.
+func (s *Server) serveFaults(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		var f Faults
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			api.WriteError(w, api.BadRequest("faults: "+err.Error()))
+			return
+		}
+		if f.CrashAfter < 0 || f.BreakAfter < 0 || f.Slow < 0 {
+			api.WriteError(w, api.BadRequest("faults: crash_after, break_after and slow must be >= 0"))
+			return
+		}
+		s.SetFaults(f)
+	}
+	writeJSON(w, http.StatusOK, s.getFaults())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

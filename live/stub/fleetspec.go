@@ -1,0 +1,61 @@
+package stub
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+
+	"github.com/narwhal-bench/narwhal-bench/engine"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+)
+
+// FromFleet returns one Instance per fleet instance: its engine id is
+// the instance's name (else e<i>), its address the host:port of its url,
+// or 127.0.0.1:basePort+i when basePort > 0 or the instance has no url;
+// profile and batch come from the fleet file. It also returns the
+// fleet's KV model in opts.KV.
+func FromFleet(spec *fleet.Spec, basePort int, opts *Options) ([]Instance, error) {
+	profiles := spec.Profiles()
+	var b fleet.Batch
+	if spec.Batch != nil {
+		b = *spec.Batch
+	}
+	out := make([]Instance, len(profiles))
+	for i, p := range profiles {
+		in := Instance{ID: "e" + strconv.Itoa(i),
+			Engine: engine.Config{Profile: p, ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens,
+				MaxSeqs: b.MaxSeqs, KVCapacityTokens: b.KVCapacityTokens}}
+		var raw string
+		if i < len(spec.Instances.List) {
+			x := spec.Instances.List[i]
+			if x.Name != "" {
+				in.ID = x.Name
+			}
+			raw = x.URL
+		}
+		switch {
+		case basePort > 0 || raw == "":
+			port := basePort
+			if port <= 0 {
+				port = DefaultBasePort
+			}
+			in.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port+i))
+		default:
+			u, err := url.Parse(raw)
+			if err != nil || u.Host == "" || u.Port() == "" {
+				return nil, fmt.Errorf("instances.list[%d].url: %q: expected http://host:port", i, raw)
+			}
+			in.Addr = u.Host
+		}
+		out[i] = in
+	}
+	if opts != nil {
+		opts.KV = spec.KVModel()
+	}
+	return out, nil
+}
+
+// DefaultBasePort is the first port when neither --base-port nor urls
+// say (the reference stub's).
+const DefaultBasePort = 8101

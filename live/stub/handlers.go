@@ -1,0 +1,372 @@
+package stub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+)
+
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGenerate(w, r, false) })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGenerate(w, r, true) })
+	mux.HandleFunc("GET /v1/models", s.guard(s.serveModels))
+	mux.HandleFunc("GET /health", s.guard(s.serveHealth))
+	mux.HandleFunc("POST /tokenize", s.guard(s.serveTokenize))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST "+PullPath, s.servePull)
+	mux.HandleFunc("POST "+RenewPath, s.serveRenew)
+	if s.opts.AllowFaults {
+		mux.HandleFunc("/stub/faults", s.serveFaults)
+	}
+	return mux
+}
+
+// guard applies the stall fault to a route.
+func (s *Server) guard(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.getFaults().Stall {
+			s.stall(r)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) stall(r *http.Request) {
+	select {
+	case <-r.Context().Done():
+	case <-s.stallCh:
+	}
+}
+
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "engine_id": s.id,
+		"generation": s.epoch.UnixNano()})
+}
+
+func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
+		"id": s.opts.Model, "object": "model", "created": s.epoch.Unix(), "owned_by": "narwhal-stub",
+		"max_model_len": s.opts.MaxModelLen}}})
+}
+
+// readRequest reads and decodes a body, checking the model.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, chat bool) (*api.Request, *api.Error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &api.Error{Status: http.StatusRequestEntityTooLarge, Type: api.TypeInvalidRequest, Param: "body",
+				Message: fmt.Sprintf("body: over %d bytes: expected a smaller request", api.MaxBodyBytes)}
+		}
+		return nil, api.BadRequest("body: " + err.Error())
+	}
+	req, e := api.Decode(body, chat)
+	if e != nil {
+		return nil, e
+	}
+	if req.Model != "" && req.Model != s.opts.Model {
+		return nil, api.ModelNotFound(req.Model, []string{s.opts.Model})
+	}
+	return req, nil
+}
+
+func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
+	var probe map[string]json.RawMessage
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	if err != nil || json.Unmarshal(body, &probe) != nil {
+		api.WriteError(w, api.Invalid("body", "unreadable", "a JSON object"))
+		return
+	}
+	_, chat := probe["messages"]
+	req, e := api.Decode(body, chat)
+	if e == nil && req.Model != "" && req.Model != s.opts.Model {
+		e = api.ModelNotFound(req.Model, []string{s.opts.Model})
+	}
+	if e != nil {
+		api.WriteError(w, e)
+		return
+	}
+	n := req.PromptTokens()
+	writeJSON(w, http.StatusOK, map[string]any{"count": n, "max_model_len": s.opts.MaxModelLen, "tokens": tokenIDs(req, n)})
+}
+
+// serveGenerate is /v1/completions and /v1/chat/completions.
+func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
+	f := s.getFaults()
+	if f.CrashAfter > 0 {
+		s.mu.Lock()
+		s.served++
+		n := s.served
+		s.mu.Unlock()
+		if n > f.CrashAfter {
+			s.crash()
+			panic(http.ErrAbortHandler)
+		}
+	}
+	if f.Stall {
+		s.stall(r)
+		return
+	}
+	if f.Refuse {
+		api.WriteError(w, api.Unavailable("engine refusing requests (fault)", time.Second))
+		return
+	}
+	req, e := s.readRequest(w, r, chat)
+	if e != nil {
+		api.WriteError(w, e)
+		return
+	}
+	prompt, limit := req.PromptTokens(), req.OutputLimit()
+	if prompt+limit > s.opts.MaxModelLen {
+		api.WriteError(w, api.Invalid("max_tokens", strconv.Itoa(limit),
+			fmt.Sprintf("prompt (%d tokens) plus output at most max_model_len %d", prompt, s.opts.MaxModelLen)))
+		return
+	}
+	rid := r.Header.Get("X-Request-Id")
+	if rid == "" {
+		rid = fmt.Sprintf("%s-%d", s.id, s.nextID.Load()+1)
+	}
+	w.Header().Set("X-Request-Id", rid)
+	ans := makeAnswer(req, s.opts.Seed, s.opts.MeanOutput)
+	l := newLive(s.nextID.Add(1), prompt, len(ans.tokens))
+	s.metrics.prompt.Add(float64(prompt))
+
+	ctx, cancel := s.closing(r.Context())
+	defer cancel()
+	prefillLeg := req.KVTransfer.WantsRemoteDecode() && !req.Stream
+	kind := cmdPrefill
+	switch {
+	case req.KVTransfer.CanPull():
+		kv := req.KVTransfer
+		tokens, delay, err := s.puller.Pull(ctx, *kv.RemoteEngineID, *kv.RemoteRequestID, *kv.RemoteHost, *kv.RemotePort)
+		if err != nil {
+			if s.opts.KVLoadFailurePolicy == PolicyFail {
+				s.logf("stub %s: request %s: KV pull from %s failed: %v", s.id, rid, *kv.RemoteEngineID, err)
+				api.WriteError(w, api.ServerError(http.StatusInternalServerError,
+					fmt.Sprintf("kv load failed (kv_load_failure_policy=fail): engine %s, request %s: %v", *kv.RemoteEngineID, *kv.RemoteRequestID, err)))
+				return
+			}
+			s.logf("stub %s: request %s: KV pull failed (%v): recomputing the prompt", s.id, rid, err)
+			break
+		}
+		_ = tokens // the context is this engine's own count of the prompt
+		select {
+		case <-time.After(s.scale(modelTime(delay))):
+		case <-ctx.Done():
+			return
+		}
+		now := time.Now()
+		s.metrics.token(l, 1, now)
+		l.tokens, l.last = 1, now
+		if l.want == 1 {
+			l.done = true
+		} else {
+			kind = cmdDecode
+		}
+	case req.KVTransfer.WantsRemotePrefill():
+		s.logf("stub %s: request %s: invalid KVTransferParams: recomputing the prompt", s.id, rid)
+	}
+	if !l.done {
+		if !s.submit(cmd{kind: kind, r: l}) {
+			api.WriteError(w, api.Unavailable("engine shutting down", time.Second))
+			return
+		}
+		// However the handler ends (client gone, broken stream, server
+		// closing), the engine lets the request go.
+		defer func() {
+			if _, done := l.progress(); !done {
+				s.submit(cmd{kind: cmdCancel, r: l})
+			}
+		}()
+	}
+	o := output{s: s, w: w, req: req, ans: &ans, l: l, rid: rid, chat: chat, breakAfter: f.BreakAfter}
+	if prefillLeg {
+		o.prefillLeg = true
+	}
+	if !o.run(ctx) {
+		return
+	}
+	s.metrics.success.WithLabelValues(ans.finish).Inc()
+}
+
+// output writes one answer as its tokens come.
+type output struct {
+	s          *Server
+	w          http.ResponseWriter
+	req        *api.Request
+	ans        *answer
+	l          *live
+	rid        string
+	chat       bool
+	prefillLeg bool
+	breakAfter int
+}
+
+// run waits for the engine and writes the response; false when the
+// client went away or the server closed first.
+func (o *output) run(ctx context.Context) bool {
+	var sse *api.SSEWriter
+	if o.req.Stream {
+		api.SetSSEHeaders(o.w.Header())
+		o.w.WriteHeader(http.StatusOK)
+		sse = api.NewSSEWriter(o.w)
+	}
+	sent := 0
+	for {
+		n, done := o.l.progress()
+		if sse != nil {
+			for sent < n {
+				sent++
+				if o.breakAfter > 0 && sent > o.breakAfter {
+					panic(http.ErrAbortHandler)
+				}
+				if err := o.chunk(sse, sent, done && sent == o.l.want); err != nil {
+					return false
+				}
+			}
+		} else if o.breakAfter > 0 && n > o.breakAfter && o.l.want > o.breakAfter {
+			panic(http.ErrAbortHandler)
+		}
+		if done {
+			break
+		}
+		select {
+		case <-o.l.notify:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if sse != nil {
+		if o.req.IncludeUsage {
+			_ = sse.Send(o.response(nil, api.NewUsage(o.l.prompt, o.l.want)))
+		}
+		_ = sse.Done()
+		return true
+	}
+	o.whole()
+	return true
+}
+
+func (o *output) id() string {
+	if o.chat {
+		return "chatcmpl-" + o.rid
+	}
+	return "cmpl-" + o.rid
+}
+
+func (o *output) response(choices []api.Choice, usage *api.Usage) api.Response {
+	obj := api.ObjectCompletion
+	if o.chat {
+		obj = api.ObjectChat
+		if o.req.Stream {
+			obj = api.ObjectChatChunk
+		}
+	}
+	if choices == nil {
+		choices = []api.Choice{}
+	}
+	return api.Response{ID: o.id(), Object: obj, Created: time.Now().Unix(), Model: o.s.opts.Model, Choices: choices, Usage: usage}
+}
+
+// chunk streams token k (the first chat chunk is preceded by the role).
+func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
+	finish := ""
+	if last {
+		finish = o.ans.finish
+	}
+	text := o.ans.tokens[k-1]
+	if !o.chat {
+		return sse.Send(o.response([]api.Choice{api.TextChoice(text, finish)}, nil))
+	}
+	if k == 1 {
+		if err := sse.Send(o.response([]api.Choice{api.DeltaChoice("assistant", "", "")}, nil)); err != nil {
+			return err
+		}
+	}
+	return sse.Send(o.response([]api.Choice{api.DeltaChoice("", text, finish)}, nil))
+}
+
+// whole writes a non-streamed answer; a prefill leg's carries the handoff.
+func (o *output) whole() {
+	text := o.ans.text()
+	var ch api.Choice
+	if o.chat {
+		ch = api.MessageChoice(text, o.ans.finish)
+	} else {
+		ch = api.TextChoice(text, o.ans.finish)
+	}
+	resp := o.response([]api.Choice{ch}, api.NewUsage(o.l.prompt, o.l.want))
+	if o.prefillLeg && !o.s.getFaults().NoHandoff {
+		resp.KVTransferParams = o.s.pinHandoff(o.id(), o.l.prompt)
+	}
+	b, _ := json.Marshal(resp)
+	if resp.KVTransferParams == nil {
+		// vLLM sends kv_transfer_params: null on ordinary responses.
+		b = append(b[:len(b)-1], `,"kv_transfer_params":null}`...)
+	}
+	o.w.Header().Set("Content-Type", "application/json")
+	o.w.WriteHeader(http.StatusOK)
+	_, _ = o.w.Write(append(b, '\n'))
+}
+
+// pinHandoff pins the prompt's KV and returns the handoff (protocol §3).
+func (s *Server) pinHandoff(requestID string, tokens int) json.RawMessage {
+	// vLLM appends a suffix to the client's id; the decode leg must use
+	// the id the handoff names.
+	internal := fmt.Sprintf("%s-%08x", requestID, s.nextID.Add(1))
+	blocks := s.handoffs.pin(internal, tokens, time.Now())
+	host, port := s.sideChannel()
+	p := api.KVTransferParams{
+		DoRemotePrefill: api.Ptr(true), DoRemoteDecode: api.Ptr(false),
+		RemoteBlockIDs: blocks, RemoteEngineID: api.Ptr(s.id), RemoteRequestID: api.Ptr(internal),
+		RemoteHost: api.Ptr(host), RemotePort: api.Ptr(port),
+		TPSize: api.Ptr(1), DCPSize: api.Ptr(1), PPSize: api.Ptr(1),
+		RemoteNumTokens: api.Ptr(tokens), TransferMode: api.Ptr("pull"),
+	}
+	b, _ := json.Marshal(&p)
+	return b
+}
+
+func (s *Server) servePull(w http.ResponseWriter, r *http.Request) {
+	s.serveKV(w, r, func(id string) (any, error) {
+		tokens, delay, err := s.handoffs.take(id, time.Now())
+		return pullResponse{Tokens: tokens, DelayS: delay}, err
+	})
+}
+
+func (s *Server) serveRenew(w http.ResponseWriter, r *http.Request) {
+	s.serveKV(w, r, func(id string) (any, error) {
+		return map[string]string{"status": "renewed"}, s.handoffs.renew(id, time.Now())
+	})
+}
+
+func (s *Server) serveKV(w http.ResponseWriter, r *http.Request, op func(id string) (any, error)) {
+	var p pullRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&p); err != nil || p.RequestID == "" {
+		api.WriteError(w, api.Invalid("request_id", "missing", "a JSON body with engine_id and request_id"))
+		return
+	}
+	var out any
+	err := ErrWrongEngine
+	if p.EngineID == s.id {
+		out, err = op(p.RequestID)
+	}
+	if err != nil {
+		e := api.ServerError(pullStatus(err), err.Error())
+		e.Type = api.TypeInvalidRequest
+		api.WriteError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}

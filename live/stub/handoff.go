@@ -1,0 +1,246 @@
+package stub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/timing"
+)
+
+// Why a pull failed.
+var (
+	ErrUnknownHandoff = errors.New("no such handoff")
+	ErrTakenHandoff   = errors.New("handoff already taken")
+	ErrExpiredHandoff = errors.New("handoff lease expired")
+	ErrWrongEngine    = errors.New("handoff names another engine")
+)
+
+// BlockTokens is the tokens per KV block in a handoff's remote_block_ids.
+const BlockTokens = 16
+
+// handoffs is a prefill engine's table of pinned KV: one entry per
+// finished prefill leg, held under a lease until a decode engine takes it
+// or the lease expires. Taken and expired entries stay as tombstones for
+// a while, so a second take says "taken" rather than "unknown".
+type handoffs struct {
+	mu      sync.Mutex
+	lease   time.Duration
+	entries map[string]*handoff
+	pinned  int64 // tokens held by live entries
+	link    timing.Link
+	kv      timing.KV
+	epoch   time.Time
+	nextBlk int
+}
+
+type handoff struct {
+	tokens  int
+	expires time.Time
+	state   uint8 // held, taken, expired
+}
+
+const (
+	held uint8 = iota
+	taken
+	expired
+)
+
+func newHandoffs(lease time.Duration, kv timing.KV, epoch time.Time) *handoffs {
+	return &handoffs{lease: lease, kv: kv, epoch: epoch, entries: map[string]*handoff{}}
+}
+
+// pin holds tokens of KV for request id and returns its block ids.
+func (h *handoffs) pin(id string, tokens int, now time.Time) [][]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep(now)
+	if old, ok := h.entries[id]; ok && old.state == held {
+		h.pinned -= int64(old.tokens)
+	}
+	h.entries[id] = &handoff{tokens: tokens, expires: now.Add(h.lease)}
+	h.pinned += int64(tokens)
+	n := (tokens + BlockTokens - 1) / BlockTokens
+	blocks := make([]int, n)
+	for i := range blocks {
+		h.nextBlk++
+		blocks[i] = h.nextBlk
+	}
+	return [][]int{blocks}
+}
+
+// take claims a handoff for a pull: it frees the blocks and returns the
+// KV's size and how long its transfer takes on this engine's egress link
+// (model seconds, before any time scale).
+func (h *handoffs) take(id string, now time.Time) (tokens int, delay float64, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep(now)
+	e, ok := h.entries[id]
+	switch {
+	case !ok:
+		return 0, 0, ErrUnknownHandoff
+	case e.state == taken:
+		return 0, 0, ErrTakenHandoff
+	case e.state == expired:
+		return 0, 0, ErrExpiredHandoff
+	}
+	e.state, e.expires = taken, now.Add(h.lease)
+	h.pinned -= int64(e.tokens)
+	at := event.Time(now.Sub(h.epoch))
+	ready := h.link.Transfer(h.kv, at, int64(e.tokens))
+	return e.tokens, (ready - at).Seconds(), nil
+}
+
+// renew extends a held handoff's lease from now.
+func (h *handoffs) renew(id string, now time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep(now)
+	e, ok := h.entries[id]
+	switch {
+	case !ok:
+		return ErrUnknownHandoff
+	case e.state == taken:
+		return ErrTakenHandoff
+	case e.state == expired:
+		return ErrExpiredHandoff
+	}
+	e.expires = now.Add(h.lease)
+	return nil
+}
+
+// sweep expires held entries past their lease and forgets tombstones a
+// lease after they were made.
+func (h *handoffs) sweep(now time.Time) {
+	for id, e := range h.entries {
+		if !now.After(e.expires) {
+			continue
+		}
+		if e.state == held {
+			e.state, e.expires = expired, now.Add(h.lease)
+			h.pinned -= int64(e.tokens)
+			continue
+		}
+		delete(h.entries, id)
+	}
+}
+
+// pinnedTokens is the KV tokens held for handoffs now.
+func (h *handoffs) pinnedTokens(now time.Time) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep(now)
+	return h.pinned
+}
+
+// clear drops every handoff (the engine crashed).
+func (h *handoffs) clear() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.entries = map[string]*handoff{}
+	h.pinned = 0
+}
+
+// pullRequest is the body of the internal pull and renew routes.
+type pullRequest struct {
+	EngineID  string `json:"engine_id"`
+	RequestID string `json:"request_id"`
+}
+
+type pullResponse struct {
+	Tokens int     `json:"tokens"`
+	DelayS float64 `json:"delay_s"`
+}
+
+// Puller fetches a handoff's KV from the engine that holds it.
+type Puller interface {
+	Pull(ctx context.Context, engineID, requestID, host string, port int) (tokens int, delay float64, err error)
+}
+
+// fleetPuller pulls from a server of the same process when the engine id
+// is one of them, and over HTTP from the side channel otherwise.
+type fleetPuller struct {
+	mu     sync.RWMutex
+	local  map[string]*Server
+	client *http.Client
+}
+
+func (p *fleetPuller) add(s *Server) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.local == nil {
+		p.local = map[string]*Server{}
+	}
+	p.local[s.id] = s
+}
+
+func (p *fleetPuller) Pull(ctx context.Context, engineID, requestID, host string, port int) (int, float64, error) {
+	p.mu.RLock()
+	s := p.local[engineID]
+	p.mu.RUnlock()
+	if s != nil {
+		if s.crashed.Load() {
+			return 0, 0, fmt.Errorf("engine %s: down", engineID)
+		}
+		return s.handoffs.take(requestID, time.Now())
+	}
+	body, _ := json.Marshal(pullRequest{EngineID: engineID, RequestID: requestID})
+	url := "http://" + net.JoinHostPort(host, strconv.Itoa(port)) + PullPath
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("pull from %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	var out pullResponse
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return 0, 0, fmt.Errorf("pull from %s: %w", url, err)
+		}
+		return out.Tokens, out.DelayS, nil
+	case resp.StatusCode == http.StatusNotFound:
+		return 0, 0, ErrUnknownHandoff
+	case resp.StatusCode == http.StatusConflict:
+		return 0, 0, ErrTakenHandoff
+	case resp.StatusCode == http.StatusGone:
+		return 0, 0, ErrExpiredHandoff
+	case resp.StatusCode == http.StatusMisdirectedRequest:
+		return 0, 0, ErrWrongEngine
+	}
+	return 0, 0, fmt.Errorf("pull from %s: status %d", url, resp.StatusCode)
+}
+
+// Internal routes of the KV side channel (served on the engine's HTTP
+// listener, whose host and port the handoff names).
+const (
+	PullPath  = "/stub/kv/pull"
+	RenewPath = "/stub/kv/renew"
+)
+
+func pullStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrUnknownHandoff):
+		return http.StatusNotFound
+	case errors.Is(err, ErrTakenHandoff):
+		return http.StatusConflict
+	case errors.Is(err, ErrExpiredHandoff):
+		return http.StatusGone
+	case errors.Is(err, ErrWrongEngine):
+		return http.StatusMisdirectedRequest
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,157 @@
+package stub
+
+import (
+	"sync"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/engine"
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+type cmdKind uint8
+
+const (
+	cmdPrefill cmdKind = iota + 1 // prefill here (then decode here when want > 1)
+	cmdDecode                     // the KV arrived: decode from token 2
+	cmdCancel
+)
+
+type cmd struct {
+	kind cmdKind
+	r    *live
+}
+
+// live is one request as its handler and the owner goroutine share it.
+type live struct {
+	id     uint64
+	prompt int
+	want   int
+	start  time.Time // arrival, for TTFT
+
+	mu     sync.Mutex
+	tokens int  // answer tokens produced so far
+	done   bool // the engine is finished with it
+	last   time.Time
+	notify chan struct{} // one pending wake-up for the handler
+}
+
+func newLive(id uint64, prompt, want int) *live {
+	return &live{id: id, prompt: prompt, want: want, start: time.Now(), notify: make(chan struct{}, 1)}
+}
+
+// progress returns the tokens so far and whether the request is done.
+func (l *live) progress() (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tokens, l.done
+}
+
+func (l *live) wake() {
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
+// immediate is always ready: the owner's "timer" for zero-cost iterations.
+var immediate = func() chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+// loop is the owner goroutine: the only code that touches the engine. It
+// starts an iteration whenever the engine is idle and has work, after
+// taking every command already queued (work arriving together is batched
+// together, as in the simulator), and ends it when its scaled duration
+// has passed on the wall clock.
+func (s *Server) loop(e *engine.Engine) {
+	defer close(s.loopDone)
+	reqs := map[uint64]*live{}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var wait <-chan time.Time // nil when no iteration is in flight
+	apply := func(c cmd) {
+		switch c.kind {
+		case cmdPrefill:
+			if err := e.AddPrefill(c.r.id, c.r.prompt, 0, c.r.want); err != nil {
+				panic(err) // ids are unique per server
+			}
+			reqs[c.r.id] = c.r
+		case cmdDecode:
+			if err := e.AddDecode(c.r.id, c.r.prompt, 1, c.r.want); err != nil {
+				panic(err)
+			}
+			reqs[c.r.id] = c.r
+		case cmdCancel:
+			e.Cancel(c.r.id)
+			delete(reqs, c.r.id)
+		}
+	}
+	for {
+		select {
+		case c := <-s.cmds:
+			apply(c)
+		drain:
+			for {
+				select {
+				case c := <-s.cmds:
+					apply(c)
+				default:
+					break drain
+				}
+			}
+		case <-wait:
+			wait = nil
+			now := time.Now()
+			for _, ev := range e.Finish() {
+				r := reqs[ev.ID]
+				if r == nil {
+					continue
+				}
+				switch ev.Kind {
+				case engine.Token:
+					s.metrics.token(r, ev.K, now)
+					r.mu.Lock()
+					r.tokens, r.last = ev.K, now
+					r.mu.Unlock()
+					r.wake()
+				case engine.Done:
+					delete(reqs, ev.ID)
+					r.mu.Lock()
+					r.done = true
+					r.mu.Unlock()
+					r.wake()
+				}
+			}
+		case <-s.quit:
+			timer.Stop()
+			return
+		}
+		if wait == nil {
+			if d, busy := e.Start(); busy {
+				if w := s.scale(time.Duration(d)); w > 0 {
+					timer.Reset(w)
+					wait = timer.C
+				} else {
+					wait = immediate
+				}
+			}
+		}
+		g := e.Gauges()
+		s.gauges.Store(&g)
+	}
+}
+
+// submit hands a command to the owner; false when the server is closing.
+func (s *Server) submit(c cmd) bool {
+	select {
+	case s.cmds <- c:
+		return true
+	case <-s.quit:
+		return false
+	}
+}
+
+// modelTime converts seconds of model time to a Duration.
+func modelTime(secs float64) time.Duration { return time.Duration(event.Seconds(secs)) }

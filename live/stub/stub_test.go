@@ -1,0 +1,324 @@
+package stub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/engine"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+	"github.com/narwhal-bench/narwhal-bench/timing"
+)
+
+func scale(f float64) *float64 { return &f }
+
+// startFleet starts n stub engines on loopback ports chosen by the OS.
+func startFleet(t *testing.T, n int, opts Options) *Fleet {
+	t.Helper()
+	return startNamed(t, "e", n, opts)
+}
+
+// startNamed starts n engines with ids prefix0, prefix1, ...
+func startNamed(t *testing.T, prefix string, n int, opts Options) *Fleet {
+	t.Helper()
+	if opts.TimeScale == nil {
+		opts.TimeScale = scale(0.01)
+	}
+	opts.AllowFaults = true
+	var insts []Instance
+	for i := range n {
+		insts = append(insts, Instance{ID: prefix + string(rune('0'+i)), Addr: "127.0.0.1:0",
+			Engine: engine.Config{Profile: timing.Reference, KVCapacityTokens: 100000}})
+	}
+	f, err := NewFleet(opts, insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+type result struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func post(t *testing.T, url, body string, hdr ...string) result {
+	t.Helper()
+	r, err := postRaw(t, url, body, hdr...)
+	if err != nil {
+		t.Fatalf("POST %s: reading: %v", url, err)
+	}
+	return r
+}
+
+// postRaw returns what arrived and the error that cut the body short.
+func postRaw(t *testing.T, url, body string, hdr ...string) (result, error) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return result{resp.StatusCode, resp.Header, b}, err
+}
+
+func decodeResp(t *testing.T, b []byte) api.Response {
+	t.Helper()
+	var r api.Response
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return r
+}
+
+// events reads a stream's events until [DONE].
+func events(t *testing.T, b []byte) []api.Response {
+	t.Helper()
+	r := api.NewSSEReader(bytes.NewReader(b))
+	var out []api.Response
+	for {
+		p, done, err := r.ReadEvent()
+		if err != nil {
+			t.Fatalf("stream ended without [DONE] after %d events: %v", len(out), err)
+		}
+		if done {
+			return out
+		}
+		out = append(out, decodeResp(t, p))
+	}
+}
+
+func TestCompletions(t *testing.T) {
+	s := startFleet(t, 1, Options{Seed: 3}).Servers()[0]
+	u := s.URL()
+	r := post(t, u+"/v1/completions", `{"model":"stub","prompt":"hello there, engine","max_tokens":7}`, "X-Request-Id", "abc")
+	if r.status != 200 || r.header.Get("X-Request-Id") != "abc" {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	c := decodeResp(t, r.body)
+	if c.ID != "cmpl-abc" || c.Object != "text_completion" || c.Model != "stub" || len(c.Choices) != 1 ||
+		*c.Choices[0].FinishReason != "length" || len(strings.Fields(*c.Choices[0].Text)) != 7 {
+		t.Errorf("response %s", r.body)
+	}
+	if *c.Usage != (api.Usage{PromptTokens: 5, CompletionTokens: 7, TotalTokens: 12}) {
+		t.Errorf("usage %+v", c.Usage)
+	}
+	if !bytes.Contains(r.body, []byte(`"kv_transfer_params":null`)) {
+		t.Errorf("no kv_transfer_params: null: %s", r.body)
+	}
+	// Same prompt, same seed: same text; streamed, the chunks add up to it.
+	r2 := post(t, u+"/v1/completions", `{"prompt":"hello there, engine","max_tokens":7,"stream":true,"stream_options":{"include_usage":true}}`)
+	evs := events(t, r2.body)
+	if len(evs) != 8 || len(evs[7].Choices) != 0 || evs[7].Usage.CompletionTokens != 7 {
+		t.Fatalf("%d events: %s", len(evs), r2.body)
+	}
+	var text strings.Builder
+	for i, e := range evs[:7] {
+		text.WriteString(*e.Choices[0].Text)
+		if fr := e.Choices[0].FinishReason; (i == 6) != (fr != nil) || e.Usage != nil {
+			t.Errorf("chunk %d: finish %v usage %v", i, fr, e.Usage)
+		}
+	}
+	if text.String() != *c.Choices[0].Text {
+		t.Errorf("streamed %q, whole %q", text.String(), *c.Choices[0].Text)
+	}
+	// Default limit 16; no usage chunk without include_usage.
+	evs = events(t, post(t, u+"/v1/completions", `{"prompt":[1,2,3],"stream":true}`).body)
+	if len(evs) != 16 {
+		t.Errorf("default limit: %d chunks", len(evs))
+	}
+}
+
+func TestChat(t *testing.T) {
+	u := startFleet(t, 1, Options{}).Servers()[0].URL()
+	body := `{"model":"stub","messages":[{"role":"user","content":"say something"}],"max_completion_tokens":4,"max_tokens":50}`
+	r := post(t, u+"/v1/chat/completions", body, "X-Request-Id", "q")
+	c := decodeResp(t, r.body)
+	if r.status != 200 || c.Object != "chat.completion" || c.ID != "chatcmpl-q" || c.Choices[0].Message.Role != "assistant" ||
+		len(strings.Fields(c.Choices[0].Message.Content)) != 4 || c.Usage.CompletionTokens != 4 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	body = strings.Replace(body, `"max_tokens":50`, `"stream":true,"stream_options":{"include_usage":true}`, 1)
+	evs := events(t, post(t, u+"/v1/chat/completions", body).body)
+	// role chunk, 4 content chunks, usage chunk
+	if len(evs) != 6 || evs[0].Choices[0].Delta.Role != "assistant" || evs[0].Object != "chat.completion.chunk" ||
+		*evs[4].Choices[0].FinishReason != "length" || evs[5].Usage.TotalTokens != c.Usage.TotalTokens {
+		t.Fatalf("%d events %+v", len(evs), evs)
+	}
+	var text strings.Builder
+	for _, e := range evs[1:5] {
+		text.WriteString(*e.Choices[0].Delta.Content)
+	}
+	if text.String() != c.Choices[0].Message.Content {
+		t.Errorf("streamed %q, whole %q", text.String(), c.Choices[0].Message.Content)
+	}
+}
+
+func TestStopMinTokensEOS(t *testing.T) {
+	u := startFleet(t, 1, Options{MeanOutput: 3}).Servers()[0].URL()
+	gen := func(extra string) api.Response {
+		r := post(t, u+"/v1/completions", `{"prompt":"p","max_tokens":40`+extra+`}`)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", extra, r.status, r.body)
+		}
+		return decodeResp(t, r.body)
+	}
+	full := gen(`,"ignore_eos":true`)
+	words := strings.Fields(*full.Choices[0].Text)
+	if len(words) != 40 || *full.Choices[0].FinishReason != "length" {
+		t.Fatalf("ignore_eos: %d words, %s", len(words), *full.Choices[0].FinishReason)
+	}
+	// Natural end of sequence (at most 6 tokens with MeanOutput 3).
+	nat := gen(``)
+	if *nat.Choices[0].FinishReason != "stop" || nat.Usage.CompletionTokens > 6 {
+		t.Errorf("natural: %+v %s", nat.Usage, *nat.Choices[0].FinishReason)
+	}
+	// min_tokens holds it off.
+	if m := gen(`,"min_tokens":20`); m.Usage.CompletionTokens < 20 {
+		t.Errorf("min_tokens 20: %d tokens", m.Usage.CompletionTokens)
+	}
+	// A stop string: the text ends before it, on the token that made it.
+	stopAt := 8 // the ninth word
+	for i, w := range words[:stopAt] {
+		if w == words[stopAt] {
+			stopAt = i
+			break
+		}
+	}
+	st := gen(`,"ignore_eos":true,"stop":["` + words[stopAt] + `"]`)
+	want := "" // the words before, and the space before the stop word
+	for _, w := range words[:stopAt] {
+		want += " " + w
+	}
+	want += " "
+	if *st.Choices[0].FinishReason != "stop" || *st.Choices[0].Text != want || st.Usage.CompletionTokens != stopAt+1 {
+		t.Errorf("stop %q: %q (%d tokens), want %q (%d)", words[stopAt], *st.Choices[0].Text, st.Usage.CompletionTokens, want, stopAt+1)
+	}
+	// min_tokens past the stop: the stop string is not checked before it.
+	st = gen(`,"ignore_eos":true,"min_tokens":30,"stop":["` + words[stopAt] + `"]`)
+	if st.Usage.CompletionTokens < 30 {
+		t.Errorf("min_tokens with stop: %d tokens", st.Usage.CompletionTokens)
+	}
+}
+
+func TestErrorsAndRoutes(t *testing.T) {
+	u := startFleet(t, 1, Options{MaxModelLen: 100}).Servers()[0].URL()
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		param      string
+	}{
+		{"/v1/completions", `{"model":"gpt-4","prompt":"x"}`, 404, "model"},
+		{"/v1/completions", `{"prompt":"x","max_tokens":"many"}`, 400, "max_tokens"},
+		{"/v1/completions", `{"prompt":"x","n":3}`, 400, "n"},
+		{"/v1/completions", `{"prompt":"x","max_tokens":200}`, 400, "max_tokens"},
+		{"/v1/completions", `not json`, 400, "body"},
+		{"/v1/chat/completions", `{"prompt":"x"}`, 400, "messages"},
+		{"/tokenize", `{"model":"other","prompt":"x"}`, 404, "model"},
+	} {
+		r := post(t, u+tc.path, tc.body)
+		e := api.ParseError(r.status, r.body)
+		if r.status != tc.status || e == nil || e.Param != tc.param {
+			t.Errorf("%s %s: %d %s", tc.path, tc.body, r.status, r.body)
+		}
+	}
+	big := `{"prompt":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`
+	if r := post(t, u+"/v1/completions", big); r.status != 413 {
+		t.Errorf("huge body: %d", r.status)
+	}
+	r := post(t, u+"/tokenize", `{"model":"stub","prompt":"abcdefghijkl"}`)
+	var tok struct {
+		Count       int   `json:"count"`
+		MaxModelLen int   `json:"max_model_len"`
+		Tokens      []int `json:"tokens"`
+	}
+	if json.Unmarshal(r.body, &tok) != nil || tok.Count != 3 || len(tok.Tokens) != 3 || tok.MaxModelLen != 100 {
+		t.Errorf("tokenize: %s", r.body)
+	}
+	r = post(t, u+"/tokenize", `{"messages":[{"role":"user","content":"abcd"}]}`)
+	if json.Unmarshal(r.body, &tok) != nil || tok.Count != 1 {
+		t.Errorf("tokenize chat: %s", r.body)
+	}
+	for path, want := range map[string]string{"/health": `"status":"ok"`, "/v1/models": `"id":"stub"`} {
+		resp, err := http.Get(u + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(b, []byte(want)) {
+			t.Errorf("%s: %d %s", path, resp.StatusCode, b)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	u := startFleet(t, 1, Options{}).Servers()[0].URL()
+	post(t, u+"/v1/completions", `{"prompt":"some prompt text","max_tokens":5}`)
+	resp, err := http.Get(u + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc",
+		"vllm:time_to_first_token_seconds_bucket", "vllm:time_per_output_token_seconds_count", "vllm:prompt_tokens_total",
+		"vllm:generation_tokens_total", "process_start_time_seconds", `model_name="stub"`} {
+		if !bytes.Contains(b, []byte(name)) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if !bytes.Contains(b, []byte(`vllm:generation_tokens_total{engine="e0",model_name="stub"} 5`)) ||
+		!bytes.Contains(b, []byte(`vllm:time_per_output_token_seconds_count{engine="e0",model_name="stub"} 4`)) {
+		t.Errorf("counts: %s", b)
+	}
+}
+
+// waitFor polls cond (the engines are asynchronous); it never asserts a
+// duration, it only gives up after a generous while.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("gave up waiting for %s", what)
+}
+
+func TestClientDisconnectCancels(t *testing.T) {
+	s := startFleet(t, 1, Options{TimeScale: scale(0.2)}).Servers()[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/completions",
+		strings.NewReader(`{"prompt":"long","max_tokens":5000,"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := api.NewSSEReader(resp.Body)
+	if _, _, err := rd.ReadEvent(); err != nil {
+		t.Fatal(err)
+	}
+	if g := s.Gauges(); g.Requests != 1 {
+		t.Errorf("while streaming: %+v", g)
+	}
+	cancel()
+	resp.Body.Close()
+	waitFor(t, "the engine to drop the request", func() bool { g := s.Gauges(); return g.Requests == 0 && g.ContextTokens == 0 })
+}

@@ -1,0 +1,136 @@
+package stub
+
+import (
+	"hash/fnv"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+)
+
+// vocab is the stub's whole vocabulary: every answer token is one word.
+var vocab = [...]string{
+	"the", "engine", "prefill", "decode", "token", "batch", "cache", "router",
+	"stream", "chunk", "budget", "latency", "queue", "block", "lease", "model",
+	"answer", "prompt", "fleet", "split", "moves", "serves", "waits", "runs",
+	"fast", "slow", "and", "of", "to", "a", "in", "on",
+}
+
+// answer is a request's whole answer, decided when it arrives.
+type answer struct {
+	tokens []string // each token's text (the last one cut at a stop string)
+	finish string   // api.FinishLength or api.FinishStop
+}
+
+func (a *answer) text() string { return strings.Join(a.tokens, "") }
+
+// promptHash keys an answer to its prompt, so the same prompt always gets
+// the same answer (on either leg of a handoff too).
+func promptHash(r *api.Request) uint64 {
+	h := fnv.New64a()
+	if r.PromptIDs != nil {
+		var b [4]byte
+		for _, id := range r.PromptIDs {
+			b[0], b[1], b[2], b[3] = byte(id), byte(id>>8), byte(id>>16), byte(id>>24)
+			h.Write(b[:])
+		}
+	} else {
+		h.Write([]byte(r.Text()))
+	}
+	return h.Sum64()
+}
+
+// makeAnswer draws the answer from a PCG seeded with the stub's seed and
+// the prompt: words from vocab, one per token, up to the output limit. A
+// stop string ends it at the token that completes it (text cut before the
+// stop string, finish "stop"); with meanOutput > 0 an end-of-sequence
+// comes after a drawn natural length (1 to 2·meanOutput tokens) unless
+// ignore_eos. Neither can end it before min_tokens (as vLLM).
+func makeAnswer(r *api.Request, seed uint64, meanOutput int) answer {
+	h := promptHash(r)
+	rng := rand.New(rand.NewPCG(seed, h))
+	limit := r.OutputLimit()
+	natural := 0
+	if meanOutput > 0 && !r.IgnoreEOS {
+		natural = 1 + rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, h)).IntN(2*meanOutput)
+	}
+	a := answer{finish: api.FinishLength}
+	var text strings.Builder
+	longest := 0
+	for _, s := range r.Stop {
+		longest = max(longest, len(s))
+	}
+	for k := 1; k <= limit; k++ {
+		w := " " + vocab[rng.IntN(len(vocab))]
+		start := text.Len()
+		text.WriteString(w)
+		a.tokens = append(a.tokens, w)
+		if k < r.MinTokens {
+			continue
+		}
+		if cut, ok := findStop(text.String(), start, longest, r.Stop); ok {
+			// Keep the text before the stop string; earlier tokens are whole.
+			full := text.String()[:cut]
+			a.tokens[k-1] = full[min(start, len(full)):]
+			if cut < start { // the stop string began in an earlier token
+				a.tokens = trimTo(a.tokens, cut)
+			}
+			a.finish = api.FinishStop
+			return a
+		}
+		if k == natural && k < limit {
+			a.finish = api.FinishStop
+			return a
+		}
+	}
+	return a
+}
+
+// findStop looks for a stop string that ends inside the newest token
+// (which starts at byte start) and returns where it begins.
+func findStop(text string, start, longest int, stops []string) (int, bool) {
+	if len(stops) == 0 {
+		return 0, false
+	}
+	from := max(0, start-longest+1)
+	best := -1
+	for _, s := range stops {
+		if i := strings.Index(text[from:], s); i >= 0 && (best < 0 || from+i < best) {
+			best = from + i
+		}
+	}
+	return best, best >= 0
+}
+
+// trimTo cuts the tokens' joined text at byte n: tokens after it become
+// empty strings (their token was still generated, as in vLLM where the
+// stop string completes on the last token).
+func trimTo(tokens []string, n int) []string {
+	pos := 0
+	for i, t := range tokens {
+		switch {
+		case pos >= n:
+			tokens[i] = ""
+		case pos+len(t) > n:
+			tokens[i] = t[:n-pos]
+		}
+		pos += len(t)
+	}
+	return tokens
+}
+
+// tokenIDs is /tokenize's token list: the prompt's ids when it was ids,
+// else n synthetic ids, one per slice of the text.
+func tokenIDs(r *api.Request, n int) []int {
+	if r.PromptIDs != nil {
+		return r.PromptIDs
+	}
+	text := r.Text()
+	ids := make([]int, n)
+	for i := range ids {
+		h := fnv.New32a()
+		h.Write([]byte(text[i*len(text)/n : (i+1)*len(text)/n]))
+		ids[i] = int(h.Sum32() % 50000)
+	}
+	return ids
+}
