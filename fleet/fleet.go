@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -299,4 +300,28 @@ func (s *Spec) KVModel() timing.KV {
 	}
 	lat, _ := duration("latency", s.KV.Latency, false)
 	return timing.KV{Latency: lat, BytesPerToken: s.KV.BytesPerToken, Bandwidth: s.KV.Bandwidth}
+}
+
+// Names returns each instance's name: its list name, else e<i>.
+func (s *Spec) Names() []string {
+	out := make([]string, s.Size())
+	for i := range out {
+		out[i] = "e" + strconv.Itoa(i)
+		if i < len(s.Instances.List) && s.Instances.List[i].Name != "" {
+			out[i] = s.Instances.List[i].Name
+		}
+	}
+	return out
+}
+
+// URLs returns each instance's base URL for live runs ("" where the fleet
+// file gives none).
+func (s *Spec) URLs() []string {
+	out := make([]string, s.Size())
+	for i := range out {
+		if i < len(s.Instances.List) {
+			out[i] = s.Instances.List[i].URL
+		}
+	}
+	return out
 }

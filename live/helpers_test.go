@@ -1,0 +1,225 @@
+package live
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+)
+
+// memJournal keeps every record in memory (safe for the test goroutine to
+// read after the router stopped).
+type memJournal struct {
+	mu   sync.Mutex
+	recs []event.Record
+}
+
+func (m *memJournal) Record(r *event.Record) {
+	m.mu.Lock()
+	m.recs = append(m.recs, *r)
+	m.mu.Unlock()
+}
+
+func (m *memJournal) records() []event.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]event.Record(nil), m.recs...)
+}
+
+// testFleet is a fleet file for n stub engines: a profile fast enough for
+// tests (prefill of a 100-token prompt ≈ 1 ms, a decode step ≈ 2 ms).
+func testFleet(t testing.TB, n int) *fleet.Spec {
+	t.Helper()
+	spec, err := fleet.Parse([]byte(`name: livetest
+instances:
+  count: `+itoa(n)+`
+  profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}
+slo: {ttft: 2s, tpot: 100ms}
+kv: {latency: 1ms}
+`), "livetest.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func itoa(n int) string {
+	b := []byte{}
+	if n == 0 {
+		return "0"
+	}
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+// rig is a stub fleet and a router in front of it, on loopback.
+type rig struct {
+	t      testing.TB
+	stubs  *stub.Fleet
+	router *Router
+	url    string
+	jr     *memJournal
+	srv    *http.Server
+	cancel context.CancelFunc
+	ran    chan error
+}
+
+type rigOpts struct {
+	n         int
+	arm       string
+	ctrl      core.Controller
+	stub      stub.Options
+	configure func(*Config)
+}
+
+func startRig(t testing.TB, o rigOpts) *rig {
+	t.Helper()
+	if o.n == 0 {
+		o.n = 2
+	}
+	spec := testFleet(t, o.n)
+	insts, err := stub.FromFleet(spec, 0, &o.stub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range insts {
+		insts[i].Addr = "127.0.0.1:0"
+	}
+	if o.stub.Model == "" {
+		o.stub.Model = "stub"
+	}
+	o.stub.AllowFaults = true
+	sf, err := stub.NewFleet(o.stub, insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	urls := make([]string, o.n)
+	for i, s := range sf.Servers() {
+		urls[i] = s.URL()
+	}
+	ctrl := o.ctrl
+	if ctrl == nil {
+		arm := o.arm
+		if arm == "" {
+			arm = "static:1P1D"
+		}
+		if ctrl, err = core.NewController(arm, o.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jr := &memJournal{}
+	cfg := Config{Fleet: spec, URLs: urls, Controller: ctrl, Model: "stub", Recorder: jr,
+		FirstTokenTimeout: 5 * time.Second, ProbeInterval: 50 * time.Millisecond}
+	if o.configure != nil {
+		o.configure(&cfg)
+	}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &rig{t: t, stubs: sf, router: rt, jr: jr, cancel: cancel, ran: make(chan error, 1)}
+	go func() { r.ran <- rt.Run(ctx) }()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = &http.Server{Handler: rt.Handler()}
+	go r.srv.Serve(ln)
+	r.url = "http://" + ln.Addr().String()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop shuts the router (ending whatever is in flight) and the stubs, and
+// returns the journal.
+func (r *rig) stop() {
+	if r.cancel == nil {
+		return
+	}
+	sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+	defer c()
+	_ = r.srv.Shutdown(sctx)
+	r.cancel()
+	r.cancel = nil
+	if err := <-r.ran; err != nil {
+		r.t.Errorf("router: %v", err)
+	}
+	r.stubs.Close()
+}
+
+// checkJournal folds the journal and checks the invariants every run must
+// hold: records in time order, sequence numbers dense, every request that
+// arrived ended exactly once, and no prefill placed on an engine that did
+// not hold the prefill (or mixed) role then, no decode on a prefill one.
+// It returns the rows.
+func checkJournal(t testing.TB, recs []event.Record) []event.Row {
+	t.Helper()
+	var f event.Fold
+	role := map[event.Instance]event.Role{}
+	var last event.Time
+	for i := range recs {
+		r := &recs[i]
+		if r.Seq != uint64(i+1) {
+			t.Fatalf("record %d has seq %d: expected dense sequence numbers", i, r.Seq)
+		}
+		if r.At < last {
+			t.Fatalf("record %d (%s) at %v before the previous one at %v: the clock went back", i, r.Kind, r.At, last)
+		}
+		last = r.At
+		switch r.Kind {
+		case event.KindRoleMove:
+			role[r.Inst] = r.To
+		case event.KindAdmit:
+			if ro := role[r.Inst]; ro != event.RolePrefill && ro != event.RoleMixed {
+				t.Errorf("request %d's prefill placed on %d in role %s", r.Req, r.Inst, ro)
+			}
+		case event.KindDecodeStart:
+			if ro := role[r.Inst]; ro == event.RolePrefill && r.Inst != r.Peer {
+				t.Errorf("request %d's decode placed on %d in role %s", r.Req, r.Inst, ro)
+			}
+		}
+		f.Record(r)
+	}
+	rows := f.Rows()
+	if err := f.Err(); err != nil {
+		t.Fatalf("journal: %v", err)
+	}
+	for _, row := range rows {
+		if row.Terminal == event.KindNone {
+			t.Errorf("request %d never ended", row.Req)
+		}
+	}
+	return rows
+}
+
+// outcomes counts rows by terminal kind and cause ("finish/stop").
+func outcomes(rows []event.Row) map[string]int {
+	m := map[string]int{}
+	for _, r := range rows {
+		m[r.Terminal.String()+"/"+r.Cause.String()]++
+	}
+	return m
+}
+
+func sortedKeys(m map[string]int) []string {
+	var k []string
+	for x := range m {
+		k = append(k, x)
+	}
+	sort.Strings(k)
+	return k
+}

@@ -1,0 +1,413 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// msgKind says what a handler tells the owner.
+type msgKind uint8
+
+const (
+	msgArrive     msgKind = iota + 1 // a request arrived: place its prefill
+	msgPrefilled                     // its prefill finished: place its decode
+	msgFirstToken                    // its decode leg produced its first event (KV arrived)
+	msgEnd                           // it ended (finish, fail, expire, cancel)
+	msgState                         // a GET /state snapshot
+	msgEngine                        // an engine failed or answered again
+)
+
+// msg is one fact from a handler. The owner answers on the flight's reply
+// channel where the handler waits for a decision.
+type msg struct {
+	kind msgKind
+	f    *flight
+	// msgEnd: how it ended.
+	terminal event.Kind
+	cause    event.Cause
+	// msgEngine: which engine, up or down, and its new generation.
+	inst event.Instance
+	up   bool
+	gen  uint64
+	// msgState: where to send the snapshot.
+	state chan State
+}
+
+// flight is one request in the router: shared by its handler and the
+// owner. Fields the owner writes are read by the handler only after a
+// reply; produced is atomic.
+type flight struct {
+	id        event.RequestID
+	input     int
+	want      int
+	class     string
+	scheduled time.Duration // from X-Narwhal-Scheduled-Ns, else arrival; -1 when absent
+	single    bool          // one ordinary request does both phases (set by the owner)
+	noDecode  bool          // the answer is its first token
+	noHandoff bool          // the prefill leg returned no usable handoff
+	reply     chan placement
+	// Set by the owner.
+	prefill, decode event.Instance
+	stage           core.Stage
+	firstAt         event.Time
+	// produced counts output tokens (the leg goroutine adds, the owner
+	// reads at ticks).
+	produced atomic.Int64
+}
+
+// placement is the owner's answer to a handler.
+type placement struct {
+	inst  event.Instance
+	cause event.Cause // refusal or failure cause when inst is NoInstance
+	fail  bool        // a failure (503), not a refusal (429)
+}
+
+// owner holds the core and everything that changes with it. Only its
+// goroutine touches these fields.
+type owner struct {
+	r       *Router
+	core    *core.Core
+	seq     uint64
+	nextID  event.RequestID
+	active  map[event.RequestID]*flight
+	rec     event.Record
+	tick    *time.Timer
+	tickAt  event.Time
+	lastObs []obsMark
+	moves   int
+	counts  Counts
+	err     error
+}
+
+// obsMark is what the owner last read of an engine's gap counters.
+type obsMark struct{ nanos, gaps int64 }
+
+// Counts are the router's running totals (GET /state).
+type Counts struct {
+	Arrived   int `json:"arrived"`
+	Finished  int `json:"finished"`
+	Refused   int `json:"refused"`
+	Failed    int `json:"failed"`
+	Expired   int `json:"expired"`
+	Cancelled int `json:"cancelled"`
+	// NoHandoff counts prefill legs that returned no usable KV handoff.
+	NoHandoff int `json:"no_handoff"`
+	InFlight  int `json:"in_flight"`
+}
+
+func newOwner(r *Router, c *core.Core) *owner {
+	n := len(r.engines)
+	return &owner{r: r, core: c, active: make(map[event.RequestID]*flight), tickAt: event.Never,
+		lastObs: make([]obsMark, n)}
+}
+
+// run is the owner goroutine.
+func (o *owner) run(ctx context.Context) {
+	defer close(o.r.stopped)
+	o.tick = time.NewTimer(time.Hour)
+	o.tick.Stop()
+	// The opening roles.
+	o.apply(o.core.Ready(), nil)
+	for {
+		select {
+		case m := <-o.r.inbox:
+			o.handle(m)
+		case <-o.tick.C:
+			o.tickAt = event.Never
+			o.onTick()
+		case <-ctx.Done():
+			o.shutdown()
+			return
+		case <-o.r.done:
+			o.shutdown()
+			return
+		}
+	}
+}
+
+// shutdown ends every request still in flight, so the journal holds each
+// admitted request's end exactly once, and answers handlers still waiting.
+func (o *owner) shutdown() {
+	ids := make([]event.RequestID, 0, len(o.active))
+	for id := range o.active {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	now := o.r.now()
+	for _, id := range ids {
+		f := o.active[id]
+		o.end(now, f, event.KindFail, event.CauseEngineError)
+	}
+	// Handlers blocked on a reply give up on their context; drain what is
+	// queued so none waits forever.
+	for {
+		select {
+		case m := <-o.r.inbox:
+			if m.f != nil && (m.kind == msgArrive || m.kind == msgPrefilled) {
+				m.f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
+			}
+			if m.state != nil {
+				close(m.state)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// emit journals one record, stamping its sequence number.
+func (o *owner) emit(r *event.Record) {
+	o.seq++
+	r.Seq = o.seq
+	o.r.cfg.Recorder.Record(r)
+}
+
+func (o *owner) emitReq(at event.Time, kind event.Kind, f *flight, inst, peer event.Instance, tokens int64, cause event.Cause) {
+	o.rec = event.Record{At: at, Kind: kind, Req: f.id, Inst: inst, Peer: peer, Tokens: tokens, Cause: cause}
+	o.emit(&o.rec)
+}
+
+// fact keeps the first error the core returns (it never should: the owner
+// stamps every fact with a monotonic clock).
+func (o *owner) fact(err error) bool {
+	if err != nil && o.err == nil {
+		o.err = fmt.Errorf("live: %w", err)
+	}
+	return err == nil
+}
+
+func (o *owner) handle(m msg) {
+	now := o.r.now()
+	switch m.kind {
+	case msgArrive:
+		o.arrive(now, m.f)
+	case msgPrefilled:
+		o.prefilled(now, m.f)
+	case msgFirstToken:
+		f := m.f
+		if _, ok := o.active[f.id]; ok && f.decode != f.prefill && f.stage == core.StageDecode {
+			o.emitReq(now, event.KindKVDone, f, f.prefill, f.decode, int64(f.input)+1, event.CauseNone)
+		}
+	case msgEnd:
+		if _, ok := o.active[m.f.id]; ok {
+			o.end(now, m.f, m.terminal, m.cause)
+		}
+	case msgState:
+		m.state <- o.snapshot(now)
+	case msgEngine:
+		if m.up {
+			o.fact(o.core.EngineUp(now, m.inst, m.gen))
+		} else {
+			o.fact(o.core.EngineDown(now, m.inst, event.CauseEngineDown))
+		}
+		o.apply(o.core.Ready(), nil)
+	}
+}
+
+func (o *owner) arrive(now event.Time, f *flight) {
+	o.nextID++
+	f.id = o.nextID
+	o.counts.Arrived++
+	sched := now
+	if f.scheduled >= 0 {
+		sched = event.Time(f.scheduled)
+	}
+	o.rec = event.Record{At: now, Kind: event.KindArrival, Req: f.id, Inst: event.NoInstance, Peer: event.NoInstance,
+		Tokens: int64(f.input), Want: int64(f.want), Ref: sched, Class: f.class}
+	o.emit(&o.rec)
+	if o.counts.InFlight >= o.r.cfg.MaxInFlight {
+		o.emitReq(now, event.KindRefuse, f, event.NoInstance, event.NoInstance, 0, event.CauseOverload)
+		o.counts.Refused++
+		f.reply <- placement{inst: event.NoInstance, cause: event.CauseOverload}
+		return
+	}
+	if !o.fact(o.core.Arrive(now, core.Request{ID: f.id, InputTokens: f.input})) {
+		o.emitReq(now, event.KindFail, f, event.NoInstance, event.NoInstance, 0, event.CauseEngineError)
+		o.counts.Failed++
+		f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
+		return
+	}
+	o.apply(o.core.Ready(), f)
+}
+
+func (o *owner) prefilled(now event.Time, f *flight) {
+	if _, ok := o.active[f.id]; !ok {
+		f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
+		return
+	}
+	if f.noHandoff {
+		o.counts.NoHandoff++
+	}
+	f.firstAt = now
+	f.produced.Store(1)
+	o.emitReq(now, event.KindPrefillDone, f, f.prefill, event.NoInstance, 0, event.CauseNone)
+	req := core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill, NoDecode: f.noDecode}
+	if f.noDecode {
+		req.OutputTokens, req.TTFT, req.TPOT = 1, now-o.scheduledOf(f), event.Never
+	}
+	if !o.fact(o.core.PrefillDone(now, req)) {
+		f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
+		return
+	}
+	if f.noDecode {
+		f.stage = core.StageQueued // nothing resident any more
+		f.reply <- placement{inst: f.prefill}
+		o.apply(o.core.Ready(), nil)
+		return
+	}
+	o.apply(o.core.Ready(), f)
+}
+
+func (o *owner) scheduledOf(f *flight) event.Time {
+	if f.scheduled >= 0 {
+		return event.Time(f.scheduled)
+	}
+	return 0
+}
+
+// apply carries out the core's decisions: it answers f's handler with
+// f's placement, journals everything, and re-arms the tick.
+func (o *owner) apply(rd core.Ready, f *flight) {
+	now := o.r.now()
+	for _, d := range rd.Decisions {
+		switch d.Kind {
+		case core.PlacePrefill:
+			if f == nil || d.Req != f.id {
+				continue
+			}
+			f.prefill, f.decode, f.stage = d.Inst, event.NoInstance, core.StagePrefill
+			// One ordinary request when the engine runs both phases in
+			// one batch (aggregated), or when there is no decode.
+			f.single = f.noDecode || o.core.View().Instance(d.Inst).Role == event.RoleMixed
+			o.active[f.id] = f
+			o.counts.InFlight++
+			o.emitReq(now, event.KindAdmit, f, d.Inst, event.NoInstance, 0, event.CauseNone)
+			o.emitReq(now, event.KindPrefillStart, f, d.Inst, event.NoInstance, 0, event.CauseNone)
+			f.reply <- placement{inst: d.Inst}
+		case core.PlaceDecode:
+			if f == nil || d.Req != f.id {
+				continue
+			}
+			f.decode, f.stage = d.Inst, core.StageDecode
+			o.emitReq(now, event.KindDecodeStart, f, d.Inst, f.prefill, int64(f.input)+1, d.Cause)
+			switch {
+			case f.noHandoff:
+				// The decode engine computes the prompt again: no KV moves.
+				o.emitReq(now, event.KindKVStart, f, f.prefill, d.Inst, 0, event.CauseNoHandoff)
+			case d.Cause == event.CauseCrossed:
+				o.emitReq(now, event.KindKVStart, f, f.prefill, d.Inst, int64(f.input)+1, event.CauseNone)
+			}
+			f.reply <- placement{inst: d.Inst}
+		case core.Refuse, core.Fail:
+			if f == nil || d.Req != f.id {
+				continue
+			}
+			kind := event.KindRefuse
+			if d.Kind == core.Fail {
+				kind = event.KindFail
+				o.counts.Failed++
+			} else {
+				o.counts.Refused++
+			}
+			o.emitReq(now, kind, f, event.NoInstance, event.NoInstance, 0, d.Cause)
+			f.reply <- placement{inst: event.NoInstance, cause: d.Cause, fail: d.Kind == core.Fail}
+		case core.Move:
+			// A role is a router label (protocol §1): new legs follow it
+			// from d.ReadyAt, resident requests finish where they are.
+		}
+	}
+	for i := range rd.Records {
+		r := rd.Records[i]
+		if r.Kind == event.KindRoleMove && !r.Opening() {
+			o.moves++
+		}
+		o.emit(&r)
+	}
+	o.arm(rd.NextTick)
+}
+
+// arm sets the tick timer for the core's next wake-up.
+func (o *owner) arm(t event.Time) {
+	if t == event.Never || t >= o.tickAt {
+		return
+	}
+	o.tickAt = t
+	d := time.Duration(t - o.r.now())
+	o.tick.Stop()
+	select { // drain a stale fire
+	case <-o.tick.C:
+	default:
+	}
+	o.tick.Reset(max(d, 0))
+}
+
+// onTick observes every engine, then lets the controller act.
+func (o *owner) onTick() {
+	now := o.r.now()
+	ctx := make([]int64, len(o.r.engines))
+	waiting := make([]int, len(o.r.engines))
+	for _, f := range o.active {
+		if f.stage == core.StageDecode {
+			ctx[f.decode] += int64(f.input) + f.produced.Load()
+			if f.produced.Load() <= 1 {
+				waiting[f.decode]++
+			}
+		}
+	}
+	for i, e := range o.r.engines {
+		nanos, gaps := e.gapNanos.Load(), e.gaps.Load()
+		last := o.lastObs[i]
+		o.lastObs[i] = obsMark{nanos, gaps}
+		o.fact(o.core.Observe(now, event.Instance(i), core.Observation{
+			DecodeIters: gaps - last.gaps, DecodeSeconds: time.Duration(nanos - last.nanos).Seconds(),
+			DecodeTokens: ctx[i], DecodeWaiting: waiting[i]}))
+	}
+	o.fact(o.core.Tick(now))
+	o.apply(o.core.Ready(), nil)
+}
+
+// end journals f's terminal record and releases what it held in the core.
+func (o *owner) end(now event.Time, f *flight, kind event.Kind, cause event.Cause) {
+	delete(o.active, f.id)
+	o.counts.InFlight--
+	if cause == event.CauseNoHandoff {
+		o.counts.NoHandoff++
+	}
+	produced := f.produced.Load()
+	inst := f.decode
+	if inst == event.NoInstance {
+		inst = f.prefill
+	}
+	switch {
+	case kind == event.KindFinish && cause == event.CauseCancel:
+		o.counts.Cancelled++
+	case kind == event.KindFinish:
+		o.counts.Finished++
+	case kind == event.KindExpire:
+		o.counts.Expired++
+	default:
+		o.counts.Failed++
+	}
+	if kind == event.KindFinish && cause != event.CauseCancel && f.stage == core.StageDecode {
+		o.emitReq(now, kind, f, inst, event.NoInstance, produced, cause)
+		tpot := event.Never
+		if produced > 1 {
+			tpot = (now - f.firstAt) / event.Time(produced-1)
+		}
+		o.fact(o.core.Finished(now, f.decode, core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill,
+			DecodeInst: f.decode, ContextTokens: int64(f.input) + produced, OutputTokens: int(produced),
+			TTFT: f.firstAt - o.scheduledOf(f), TPOT: tpot}))
+	} else {
+		o.emitReq(now, kind, f, inst, event.NoInstance, produced, cause)
+		o.fact(o.core.Cancel(now, core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill,
+			DecodeInst: f.decode, ContextTokens: int64(f.input) + produced}, f.stage))
+	}
+	f.stage = core.StageQueued
+	o.apply(o.core.Ready(), nil)
+}

@@ -1,0 +1,603 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+)
+
+// maxLegBody bounds a non-streamed leg's response body.
+const maxLegBody = 64 << 20
+
+// Headers a load generator may set.
+const (
+	// HeaderScheduled is the request's scheduled send time in nanoseconds
+	// of the router clock (the journal's Ref); TTFT is measured from it.
+	HeaderScheduled = "X-Narwhal-Scheduled-Ns"
+	// HeaderClass names the request's trace class in the journal.
+	HeaderClass = "X-Narwhal-Class"
+	// HeaderRequestID is the id both legs carry (the client's, or a new one).
+	HeaderRequestID = "X-Request-Id"
+)
+
+// Handler is the router's HTTP API.
+func (r *Router) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, q *http.Request) { r.serve(w, q, false) })
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, q *http.Request) { r.serve(w, q, true) })
+	mux.HandleFunc("GET /v1/models", r.models)
+	mux.HandleFunc("GET /health", r.health)
+	mux.HandleFunc("GET /state", r.stateHandler)
+	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
+		api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error",
+			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health or /state", q.Method, q.URL.Path)})
+	})
+	return mux
+}
+
+func (r *Router) health(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-r.stopped:
+		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+		return
+	default:
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ok"}`))
+}
+
+func (r *Router) models(w http.ResponseWriter, _ *http.Request) {
+	model := r.cfg.Model
+	if model == "" {
+		model = "narwhal"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{
+		{"id": model, "object": "model", "created": r.start.Unix(), "owned_by": "narwhal-bench"}}})
+}
+
+func (r *Router) stateHandler(w http.ResponseWriter, _ *http.Request) {
+	ch := make(chan State, 1)
+	if !r.send(msg{kind: msgState, state: ch}) {
+		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+		return
+	}
+	select {
+	case s, ok := <-ch:
+		if !ok {
+			api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s)
+	case <-r.stopped:
+		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+	}
+}
+
+// State asks the owner for a snapshot (tests and the CLI).
+func (r *Router) State() (State, bool) {
+	ch := make(chan State, 1)
+	if !r.send(msg{kind: msgState, state: ch}) {
+		return State{}, false
+	}
+	select {
+	case s, ok := <-ch:
+		return s, ok
+	case <-r.stopped:
+		return State{}, false
+	}
+}
+
+// send hands m to the owner, or reports that it stopped.
+func (r *Router) send(m msg) bool {
+	select {
+	case r.inbox <- m:
+		return true
+	case <-r.stopped:
+		return false
+	}
+}
+
+// ask sends m and waits for the owner's placement.
+func (r *Router) ask(m msg) (placement, bool) {
+	if !r.send(m) {
+		return placement{}, false
+	}
+	select {
+	case p := <-m.f.reply:
+		return p, true
+	case <-r.stopped:
+		return placement{}, false
+	}
+}
+
+// endFlight tells the owner how f ended.
+func (r *Router) endFlight(f *flight, kind event.Kind, cause event.Cause) {
+	r.send(msg{kind: msgEnd, f: f, terminal: kind, cause: cause})
+}
+
+// serve is one client request: decode it, ask the core where it runs, run
+// its legs, and journal how it ended.
+func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, q.Body, r.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			api.WriteError(w, &api.Error{Status: http.StatusRequestEntityTooLarge, Type: api.TypeInvalidRequest,
+				Message: fmt.Sprintf("request body over %d bytes", r.cfg.MaxBodyBytes)})
+			return
+		}
+		api.WriteError(w, api.BadRequest("could not read the request body: "+err.Error()))
+		return
+	}
+	req, e := api.Decode(body, chat)
+	if e != nil {
+		api.WriteError(w, e)
+		return
+	}
+	if r.cfg.Model != "" && req.Model != r.cfg.Model {
+		api.WriteError(w, api.ModelNotFound(req.Model, []string{r.cfg.Model}))
+		return
+	}
+	want := req.OutputLimit()
+	if want > r.cfg.MaxOutputTokens {
+		param := "max_tokens"
+		if req.MaxCompletionTokens != nil {
+			param = "max_completion_tokens"
+		}
+		api.WriteError(w, api.Invalid(param, strconv.Itoa(want), fmt.Sprintf("at most %d", r.cfg.MaxOutputTokens)))
+		return
+	}
+	xid := q.Header.Get(HeaderRequestID)
+	if xid == "" {
+		xid = fmt.Sprintf("nwb-%x-%d", r.start.UnixNano(), r.ids.Add(1))
+	}
+	w.Header().Set(HeaderRequestID, xid)
+	f := &flight{input: req.PromptTokens(), want: want, class: q.Header.Get(HeaderClass), scheduled: -1,
+		reply: make(chan placement, 1), noDecode: want == 1}
+	if s := q.Header.Get(HeaderScheduled); s != "" {
+		if ns, err := strconv.ParseInt(s, 10, 64); err == nil && ns >= 0 {
+			f.scheduled = time.Duration(ns)
+		} else {
+			api.WriteError(w, api.Invalid(HeaderScheduled, s, "nanoseconds >= 0 of the router clock"))
+			return
+		}
+	}
+	p, ok := r.ask(msg{kind: msgArrive, f: f})
+	if !ok {
+		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+		return
+	}
+	if p.inst == event.NoInstance {
+		writeRefusal(w, p)
+		return
+	}
+	ctx, cancel := context.WithTimeout(q.Context(), r.cfg.RequestTimeout)
+	defer cancel()
+	lg := &leg{r: r, w: w, q: q, ctx: ctx, req: req, f: f, xid: xid, path: q.URL.Path}
+	if f.single {
+		lg.run(r.engines[p.inst], req.Raw, nil, true)
+		return
+	}
+	lg.twoLegs(r.engines[p.inst])
+}
+
+// writeRefusal answers a request the core refused (429) or could not
+// place (503), with Retry-After.
+func writeRefusal(w http.ResponseWriter, p placement) {
+	msg := "no engine can take the request now (" + p.cause.String() + ")"
+	if !p.fail && p.cause == event.CauseOverload {
+		api.WriteError(w, api.RateLimited(msg, time.Second))
+		return
+	}
+	api.WriteError(w, api.Unavailable(msg, time.Second))
+}
+
+// leg runs one request's engine legs.
+type leg struct {
+	r    *Router
+	w    http.ResponseWriter
+	q    *http.Request
+	ctx  context.Context
+	req  *api.Request
+	f    *flight
+	xid  string
+	path string
+	// sent is true once the client has the response status.
+	sent bool
+}
+
+func (l *leg) post(ctx context.Context, e *engine, body []byte) (*http.Response, error) {
+	hq, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+l.path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hq.Header.Set("Content-Type", "application/json")
+	hq.Header.Set(HeaderRequestID, l.xid)
+	return l.r.client.Do(hq)
+}
+
+// fail ends the request with cause, answering the client when it is still
+// there and has no response yet: 504 for timeouts, 502 otherwise (or the
+// engine's own 4xx, passed through).
+func (l *leg) fail(kind event.Kind, cause event.Cause, engineErr *api.Error) {
+	if l.q.Context().Err() != nil {
+		// The client went away: that is a cancel, whatever the leg saw.
+		l.r.endFlight(l.f, event.KindFinish, event.CauseCancel)
+		return
+	}
+	l.r.endFlight(l.f, kind, cause)
+	if l.sent {
+		return
+	}
+	switch {
+	case engineErr != nil && engineErr.Status >= 400 && engineErr.Status < 500:
+		api.WriteError(l.w, engineErr)
+	case cause == event.CauseTimeout:
+		api.WriteError(l.w, api.ServerError(http.StatusGatewayTimeout, "an engine did not answer in time"))
+	case cause == event.CauseNoHandoff:
+		api.WriteError(l.w, api.ServerError(http.StatusBadGateway, "the prefill engine returned no KV handoff the decode engine can use (is it running the NIXL connector?)"))
+	default:
+		msg := "an engine failed the request"
+		if engineErr != nil {
+			msg += ": " + engineErr.Message
+		}
+		api.WriteError(l.w, api.ServerError(http.StatusBadGateway, msg))
+	}
+}
+
+// legError classifies a failed round trip: a timeout, the client gone, or
+// the engine unreachable (which counts toward ejecting it).
+func (l *leg) legError(e *engine, ctx context.Context, err error) {
+	switch {
+	case l.q.Context().Err() != nil:
+		l.fail(event.KindFinish, event.CauseCancel, nil)
+	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
+		l.fail(event.KindFail, event.CauseTimeout, nil)
+	default:
+		l.r.engineFailed(e)
+		l.fail(event.KindFail, event.CauseEngineError, &api.Error{Message: e.name + " unreachable"})
+	}
+}
+
+// twoLegs runs the prefill leg on pe, asks the core for the decode
+// engine, and runs the decode leg there with the handoff (protocol §2-§4).
+func (l *leg) twoLegs(pe *engine) {
+	body, err := api.PrefillBody(l.req.Raw)
+	if err != nil {
+		l.fail(event.KindFail, event.CauseEngineError, api.BadRequest(err.Error()))
+		return
+	}
+	pctx, pcancel := context.WithTimeout(l.ctx, l.r.cfg.PrefillTimeout)
+	defer pcancel()
+	resp, err := l.post(pctx, pe, body)
+	if err != nil {
+		l.legError(pe, pctx, err)
+		return
+	}
+	rb, err := io.ReadAll(io.LimitReader(resp.Body, maxLegBody))
+	resp.Body.Close()
+	if err != nil {
+		l.legError(pe, pctx, err)
+		return
+	}
+	if resp.StatusCode != http.StatusOK {
+		l.engineStatus(pe, resp.StatusCode, rb)
+		return
+	}
+	pe.failures.Store(0)
+	handoff := api.Handoff(rb)
+	if handoff == nil {
+		if l.r.cfg.Handoff == HandoffFail {
+			l.f.noHandoff = true
+			l.fail(event.KindFail, event.CauseNoHandoff, nil)
+			return
+		}
+		l.f.noHandoff = true
+	}
+	d, ok := l.r.ask(msg{kind: msgPrefilled, f: l.f})
+	if !ok || d.inst == event.NoInstance {
+		if !ok {
+			l.fail(event.KindFail, event.CauseEngineError, nil)
+		} else {
+			l.sent = true // the owner ended it
+			api.WriteError(l.w, api.Unavailable("no engine can take the decode now", time.Second))
+		}
+		return
+	}
+	if l.f.noDecode {
+		// The answer is the prefill's one token.
+		l.passThrough(rb)
+		return
+	}
+	de := l.r.engines[d.inst]
+	if d.inst == pe.idx || handoff == nil {
+		l.run(de, l.req.Raw, nil, false)
+		return
+	}
+	l.run(de, l.req.Raw, handoff, false)
+}
+
+// engineStatus handles a leg's non-200 answer before anything reached the
+// client: a 5xx counts against the engine, a 4xx is the request's fault.
+func (l *leg) engineStatus(e *engine, status int, body []byte) {
+	ae := api.ParseError(status, body)
+	if ae == nil {
+		ae = &api.Error{Status: status, Message: fmt.Sprintf("%s answered %d", e.name, status)}
+	}
+	ae.Status = status
+	if status >= 500 {
+		l.r.engineFailed(e)
+		l.fail(event.KindFail, event.CauseBadGateway, ae)
+		return
+	}
+	l.fail(event.KindFail, event.CauseEngineError, ae)
+}
+
+// passThrough answers a non-streamed client with an engine's body, and
+// journals the finish.
+func (l *leg) passThrough(body []byte) {
+	tokens, finish := nonStreamTokens(body)
+	l.f.produced.Store(int64(max(tokens, 1)))
+	l.w.Header().Set("Content-Type", "application/json")
+	l.w.WriteHeader(http.StatusOK)
+	l.sent = true
+	_, _ = l.w.Write(body)
+	l.r.endFlight(l.f, event.KindFinish, l.finishCause(finish))
+}
+
+// finishCause maps a finish reason to the journal's cause. An answer that
+// stopped at max_tokens because the client asked for exactly that many
+// (min_tokens up to the limit, or ignore_eos, as benchmark clients do) is a
+// natural end, not a cut.
+func (l *leg) finishCause(reason string) event.Cause {
+	if reason == api.FinishLength && !l.req.IgnoreEOS && l.req.MinTokens < l.f.want {
+		return event.CauseLength
+	}
+	return event.CauseStop
+}
+
+// run sends the leg that produces the answer to e (the decode leg, or the
+// single ordinary request when single) and relays it to the client.
+func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMessage, single bool) {
+	var body []byte
+	var err error
+	if handoff != nil {
+		body, err = api.DecodeBody(raw, handoff)
+	} else {
+		body, err = api.PlainBody(raw)
+	}
+	if err != nil {
+		l.fail(event.KindFail, event.CauseEngineError, api.BadRequest(err.Error()))
+		return
+	}
+	lctx, lcancel := context.WithCancel(l.ctx)
+	defer lcancel()
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(l.r.cfg.FirstTokenTimeout, func() { timedOut.Store(true); lcancel() })
+	defer timer.Stop()
+	resp, err := l.post(lctx, e, body)
+	if err != nil {
+		if timedOut.Load() {
+			l.fail(event.KindFail, event.CauseTimeout, nil)
+			return
+		}
+		l.legError(e, lctx, err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		rb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		l.engineStatus(e, resp.StatusCode, rb)
+		return
+	}
+	e.failures.Store(0)
+	if !l.req.Stream {
+		timer.Reset(l.r.cfg.RequestTimeout)
+		rb, err := io.ReadAll(io.LimitReader(resp.Body, maxLegBody))
+		if err != nil {
+			if timedOut.Load() {
+				l.fail(event.KindFail, event.CauseTimeout, nil)
+				return
+			}
+			l.legError(e, lctx, err)
+			return
+		}
+		if single && !l.prefilled() {
+			return
+		}
+		l.passThrough(rb)
+		return
+	}
+	l.relay(e, resp.Body, single, timer, &timedOut)
+}
+
+// prefilled tells the owner a single request's first token exists (the
+// core places its decode on the same engine); false when the request was
+// ended instead.
+func (l *leg) prefilled() bool {
+	d, ok := l.r.ask(msg{kind: msgPrefilled, f: l.f})
+	if !ok || d.inst == event.NoInstance {
+		l.fail(event.KindFail, event.CauseEngineError, nil)
+		return false
+	}
+	return true
+}
+
+// chunkView is what the router reads of a streamed chunk.
+type chunkView struct {
+	Choices []struct {
+		Text  *string `json:"text"`
+		Delta *struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// relay copies a streamed answer to the client event by event, timing
+// every token, and journals how it ended. A stream that breaks after the
+// client got its status ends with an error event, never silently.
+func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Timer, timedOut *atomic.Bool) {
+	api.SetSSEHeaders(l.w.Header())
+	l.w.WriteHeader(http.StatusOK)
+	l.sent = true
+	if fl, ok := l.w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	sr := api.NewSSEReader(upstream)
+	sw := api.NewSSEWriter(l.w)
+	delivered, usage := 0, -1
+	finish := ""
+	var last time.Time
+	for {
+		payload, done, err := sr.ReadEvent()
+		if err != nil {
+			cause := event.CauseBadGateway
+			if timedOut.Load() {
+				cause = event.CauseTimeout
+			}
+			if l.q.Context().Err() == nil {
+				_ = sw.Send(map[string]any{"error": map[string]any{"message": "the engine's stream broke before its end",
+					"type": api.TypeServer, "code": http.StatusBadGateway}})
+			}
+			l.fail(event.KindFail, cause, nil)
+			return
+		}
+		if done {
+			break
+		}
+		timer.Reset(l.r.cfg.ReadTimeout)
+		var c chunkView
+		if json.Unmarshal(payload, &c) == nil {
+			if len(c.Error) > 0 && string(c.Error) != "null" {
+				_ = sw.SendRaw(payload)
+				l.fail(event.KindFail, event.CauseBadGateway, nil)
+				return
+			}
+			n := 0
+			for _, ch := range c.Choices {
+				if (ch.Text != nil && *ch.Text != "") || (ch.Delta != nil && ch.Delta.Content != nil && *ch.Delta.Content != "") {
+					n++
+				}
+				if ch.FinishReason != nil {
+					finish = *ch.FinishReason
+				}
+			}
+			if c.Usage != nil {
+				usage = c.Usage.CompletionTokens
+			}
+			if n > 0 {
+				now := time.Now()
+				if delivered == 0 {
+					if single {
+						if !l.prefilled() {
+							return
+						}
+					} else {
+						l.r.send(msg{kind: msgFirstToken, f: l.f})
+					}
+				} else {
+					e.gapNanos.Add(int64(now.Sub(last)))
+					e.gaps.Add(1)
+				}
+				last = now
+				delivered += n
+				l.f.produced.Store(int64(delivered))
+			}
+		}
+		if err := sw.SendRaw(payload); err != nil {
+			l.fail(event.KindFinish, event.CauseCancel, nil)
+			return
+		}
+	}
+	if err := sw.Done(); err != nil && l.q.Context().Err() != nil {
+		l.fail(event.KindFinish, event.CauseCancel, nil)
+		return
+	}
+	if delivered == 0 && single && !l.prefilled() {
+		return
+	}
+	if usage > 0 {
+		delivered = usage
+	}
+	l.f.produced.Store(int64(max(delivered, 1)))
+	l.r.endFlight(l.f, event.KindFinish, l.finishCause(finish))
+}
+
+// nonStreamTokens reads a whole response's completion tokens (usage, else
+// one per non-empty choice) and first finish reason.
+func nonStreamTokens(body []byte) (int, string) {
+	var v struct {
+		Choices []struct {
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return 0, ""
+	}
+	finish := ""
+	if len(v.Choices) > 0 && v.Choices[0].FinishReason != nil {
+		finish = *v.Choices[0].FinishReason
+	}
+	if v.Usage != nil {
+		return v.Usage.CompletionTokens, finish
+	}
+	return len(v.Choices), finish
+}
+
+// engineFailed counts a failure against e; at the threshold the owner
+// marks it down and a prober waits for it to answer again.
+func (r *Router) engineFailed(e *engine) {
+	if int(e.failures.Add(1)) < r.cfg.FailuresToEject || !e.probing.CompareAndSwap(false, true) {
+		return
+	}
+	r.send(msg{kind: msgEngine, inst: e.idx, up: false})
+	go r.probe(e)
+}
+
+// probe polls a down engine's /health until it answers 200, then reports
+// it up under a new generation.
+func (r *Router) probe(e *engine) {
+	defer e.probing.Store(false)
+	t := time.NewTicker(r.cfg.ProbeInterval)
+	defer t.Stop()
+	for gen := uint64(1); ; {
+		select {
+		case <-r.stopped:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ProbeInterval)
+		hq, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/health", nil)
+		resp, err := r.client.Do(hq)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		cancel()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			e.failures.Store(0)
+			r.send(msg{kind: msgEngine, inst: e.idx, up: true, gen: e.generation.Add(gen)})
+			return
+		}
+	}
+}

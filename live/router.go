@@ -1,0 +1,223 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+)
+
+// HandoffPolicy says what the router does when a prefill leg returns no KV
+// handoff the decode engine can use.
+type HandoffPolicy string
+
+// Handoff policies.
+const (
+	// HandoffFail fails the request with 502 (cause no_handoff), as vLLM's
+	// kv_load_failure_policy=fail would fail the decode.
+	HandoffFail HandoffPolicy = "fail"
+	// HandoffRecompute sends the decode leg without a handoff: the decode
+	// engine computes the prompt again. The miss is still journaled.
+	HandoffRecompute HandoffPolicy = "recompute"
+)
+
+// Config configures a Router. Zero durations and limits take the defaults
+// named on each field.
+type Config struct {
+	// Fleet is the fleet file: engines (instances.list[].url), profiles, SLO.
+	Fleet *fleet.Spec
+	// URLs overrides the engines' base URLs (one per instance), e.g. a stub
+	// fleet on --base-port; nil uses the fleet file's urls.
+	URLs []string
+	// Controller decides placements and roles (core.NewController).
+	Controller core.Controller
+	// Model is the model name clients must ask for ("" accepts any and
+	// forwards it as sent).
+	Model string
+	// Recorder receives every record (nil: discarded). The router stamps
+	// Seq and At; records arrive from one goroutine in time order.
+	Recorder event.Recorder
+	// Handoff is the missing-handoff policy (default HandoffFail).
+	Handoff HandoffPolicy
+	// PrefillTimeout bounds a prefill leg (default 120 s).
+	PrefillTimeout time.Duration
+	// FirstTokenTimeout bounds the wait for a decode leg's first event
+	// (default 30 s).
+	FirstTokenTimeout time.Duration
+	// ReadTimeout bounds the gap between two events of a decode leg
+	// (default 60 s).
+	ReadTimeout time.Duration
+	// RequestTimeout bounds a request end to end (default 600 s).
+	RequestTimeout time.Duration
+	// MaxBodyBytes bounds a request body (default 8 MiB).
+	MaxBodyBytes int64
+	// MaxOutputTokens bounds max_tokens / max_completion_tokens (default
+	// 131072).
+	MaxOutputTokens int
+	// MaxInFlight bounds the requests admitted and not ended; beyond it a
+	// request is refused with 429 and Retry-After (default 100,000).
+	MaxInFlight int
+	// FailuresToEject is how many consecutive connection failures or 5xx
+	// answers mark an engine down (default 3). A 4xx never counts.
+	FailuresToEject int
+	// ProbeInterval is how often a down engine's /health is probed
+	// (default 1 s).
+	ProbeInterval time.Duration
+	// Transport carries the engine legs (default: a pooled transport sized
+	// for thousands of concurrent streams).
+	Transport http.RoundTripper
+}
+
+func (c *Config) defaults() {
+	if c.Handoff == "" {
+		c.Handoff = HandoffFail
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.PrefillTimeout, 120*time.Second)
+	def(&c.FirstTokenTimeout, 30*time.Second)
+	def(&c.ReadTimeout, 60*time.Second)
+	def(&c.RequestTimeout, 600*time.Second)
+	def(&c.ProbeInterval, time.Second)
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 8 << 20
+	}
+	if c.MaxOutputTokens <= 0 {
+		c.MaxOutputTokens = 131072
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 100000
+	}
+	if c.FailuresToEject <= 0 {
+		c.FailuresToEject = 3
+	}
+	if c.Recorder == nil {
+		c.Recorder = event.Discard
+	}
+	if c.Transport == nil {
+		c.Transport = NewTransport()
+	}
+}
+
+// NewTransport is the engine legs' default transport: keep-alive
+// connections pooled per engine, enough idle ones for thousands of
+// concurrent streams, no compression (SSE must flow token by token).
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+}
+
+// engine is the router's handle on one engine.
+type engine struct {
+	idx  event.Instance
+	name string
+	base string // base URL, no trailing slash
+	// Written by leg goroutines, read by the owner at each tick.
+	gapNanos atomic.Int64 // summed gaps between decode tokens
+	gaps     atomic.Int64 // how many gaps
+	failures atomic.Int32 // consecutive failures
+	probing  atomic.Bool
+	// generation is the process generation the router believes it talks
+	// to: bumped each time the engine answers again after being down.
+	generation atomic.Uint64
+}
+
+// Router is the live driver: an OpenAI-compatible HTTP front end whose
+// placements and role moves come from the same core as the simulator's.
+// One owner goroutine holds the core; handlers talk to it over a channel.
+type Router struct {
+	cfg     Config
+	client  *http.Client
+	engines []*engine
+	inbox   chan msg
+	start   time.Time
+	done    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+	ids     atomic.Uint64 // X-Request-Id for clients that send none
+	o       *owner
+}
+
+// New builds a router; Run starts its owner.
+func New(cfg Config) (*Router, error) {
+	cfg.defaults()
+	if cfg.Fleet == nil {
+		return nil, errors.New("live: no fleet")
+	}
+	if cfg.Controller == nil {
+		return nil, errors.New("live: no controller")
+	}
+	switch cfg.Handoff {
+	case HandoffFail, HandoffRecompute:
+	default:
+		return nil, fmt.Errorf("live: handoff policy %q: expected fail or recompute", cfg.Handoff)
+	}
+	n := cfg.Fleet.Size()
+	urls := cfg.URLs
+	if urls == nil {
+		urls = cfg.Fleet.URLs()
+	}
+	if len(urls) != n {
+		return nil, fmt.Errorf("live: %d engine urls for %d instances: expected one per instance", len(urls), n)
+	}
+	names := cfg.Fleet.Names()
+	r := &Router{cfg: cfg, client: &http.Client{Transport: cfg.Transport}, inbox: make(chan msg, 4096),
+		done: make(chan struct{}), stopped: make(chan struct{}), start: time.Now()}
+	for i, u := range urls {
+		if u == "" {
+			return nil, fmt.Errorf("live: instance %d (%s): no url: expected instances.list[%d].url in the fleet file, or --base-port", i, names[i], i)
+		}
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return nil, fmt.Errorf("live: instance %d (%s): url %q: expected http://HOST:PORT", i, names[i], u)
+		}
+		r.engines = append(r.engines, &engine{idx: event.Instance(i), name: names[i], base: strings.TrimRight(u, "/")})
+	}
+	c, err := core.New(core.Config{Profiles: cfg.Fleet.Profiles(), SLO: cfg.Fleet.CoreSLO(), Pinned: cfg.Fleet.Pins()}, cfg.Controller)
+	if err != nil {
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	r.o = newOwner(r, c)
+	return r, nil
+}
+
+// Run runs the owner until ctx ends or Close; it returns once the owner
+// stopped. Requests still in flight then end as failed (cause
+// engine_error) so that every admitted request ends exactly once in the
+// journal.
+func (r *Router) Run(ctx context.Context) error {
+	r.o.run(ctx)
+	return r.o.err
+}
+
+// Close stops the owner (idempotent).
+func (r *Router) Close() { r.once.Do(func() { close(r.done) }) }
+
+// Stopped is closed when the owner has stopped.
+func (r *Router) Stopped() <-chan struct{} { return r.stopped }
+
+// Start is the router clock's zero (time 0 of its journal).
+func (r *Router) Start() time.Time { return r.start }
+
+// now is the router clock: monotonic time since New.
+func (r *Router) now() event.Time { return event.Time(time.Since(r.start)) }

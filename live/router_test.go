@@ -1,0 +1,415 @@
+package live
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+)
+
+func zero() *float64 { z := 0.0; return &z }
+
+func client(r *rig) openai.Client {
+	return openai.NewClient(option.WithBaseURL(r.url+"/v1"), option.WithAPIKey("test"), option.WithMaxRetries(0))
+}
+
+// The official OpenAI Go client talks to the router, completions and chat,
+// streamed and not, on a disaggregated split (two legs with a KV handoff)
+// and on an aggregated fleet (one ordinary request); the journal folds to
+// one finished row per request.
+func TestOpenAIClient(t *testing.T) {
+	for _, arm := range []string{"static:1P1D", "aggregated"} {
+		t.Run(arm, func(t *testing.T) {
+			r := startRig(t, rigOpts{arm: arm, stub: stub.Options{TimeScale: zero()}})
+			c := client(r)
+			ctx := context.Background()
+			want := 8
+			exact := option.WithJSONSet("min_tokens", want)
+
+			comp, err := c.Completions.New(ctx, openai.CompletionNewParams{Model: "stub",
+				Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String("the quick brown fox jumps over the lazy dog")},
+				MaxTokens: openai.Int(int64(want))}, exact)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if comp.Usage.CompletionTokens != int64(want) || len(comp.Choices) != 1 || comp.Choices[0].Text == "" {
+				t.Fatalf("completion: %+v", comp)
+			}
+
+			chat, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "stub",
+				Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello there")},
+				MaxTokens: openai.Int(int64(want))}, exact)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if chat.Choices[0].Message.Content == "" || chat.Usage.CompletionTokens != int64(want) {
+				t.Fatalf("chat: %+v", chat)
+			}
+
+			s := c.Completions.NewStreaming(ctx, openai.CompletionNewParams{Model: "stub",
+				Prompt:        openai.CompletionNewParamsPromptUnion{OfString: openai.String("stream me")},
+				MaxTokens:     openai.Int(int64(want)),
+				StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}}, exact)
+			var text strings.Builder
+			var usage int64
+			for s.Next() {
+				ch := s.Current()
+				for _, x := range ch.Choices {
+					text.WriteString(x.Text)
+				}
+				if ch.Usage.CompletionTokens > 0 {
+					usage = ch.Usage.CompletionTokens
+				}
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if text.Len() == 0 || usage != int64(want) {
+				t.Fatalf("streamed completion: text %q usage %d", text.String(), usage)
+			}
+
+			cs := c.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "stub",
+				Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stream a chat")},
+				MaxTokens: openai.Int(int64(want))}, exact)
+			var acc openai.ChatCompletionAccumulator
+			for cs.Next() {
+				acc.AddChunk(cs.Current())
+			}
+			if err := cs.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if len(acc.Choices) != 1 || acc.Choices[0].Message.Content == "" {
+				t.Fatalf("streamed chat: %+v", acc.ChatCompletion)
+			}
+
+			r.stop()
+			rows := checkJournal(t, r.jr.records())
+			if len(rows) != 4 {
+				t.Fatalf("%d rows: expected 4", len(rows))
+			}
+			for _, row := range rows {
+				if row.Terminal != event.KindFinish || row.Cause != event.CauseStop || row.OutputTokens != int64(want) {
+					t.Errorf("row %+v: expected a natural finish with %d tokens", row, want)
+				}
+				if arm == "static:1P1D" && (!row.Crossed || row.PrefillInst != 0 || row.DecodeInst != 1) {
+					t.Errorf("row %d: prefill %d decode %d crossed %v: expected 0 -> 1 over a KV handoff", row.Req, row.PrefillInst, row.DecodeInst, row.Crossed)
+				}
+				if arm == "aggregated" && row.Crossed {
+					t.Errorf("row %d crossed engines on an aggregated fleet", row.Req)
+				}
+			}
+		})
+	}
+}
+
+// The same X-Request-Id on both legs: the client's when it sends one, and
+// it comes back in the response header.
+func TestRequestID(t *testing.T) {
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}})
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"hi","max_tokens":3}`, map[string]string{"X-Request-Id": "abc-123"})
+	if resp.StatusCode != 200 || resp.Header.Get("X-Request-Id") != "abc-123" {
+		t.Fatalf("status %d, X-Request-Id %q", resp.StatusCode, resp.Header.Get("X-Request-Id"))
+	}
+	var body struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&body)
+	if !strings.Contains(body.ID, "abc-123") {
+		t.Fatalf("response id %q: expected the decode engine to derive it from X-Request-Id", body.ID)
+	}
+	resp = post(t, r, "/v1/completions", `{"model":"stub","prompt":"hi","max_tokens":3}`, nil)
+	if resp.Header.Get("X-Request-Id") == "" {
+		t.Fatal("no X-Request-Id generated")
+	}
+}
+
+func post(t testing.TB, r *rig, path, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	q, _ := http.NewRequest(http.MethodPost, r.url+path, strings.NewReader(body))
+	q.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		q.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// Bad requests get 4xx with an OpenAI error body, never a 500, and are not
+// journaled as requests.
+func TestBadRequests(t *testing.T) {
+	r := startRig(t, rigOpts{configure: func(c *Config) { c.MaxBodyBytes = 1 << 12; c.MaxOutputTokens = 1000 }})
+	for _, tc := range []struct {
+		name, path, body string
+		status           int
+		param            string
+	}{
+		{"malformed JSON", "/v1/completions", `{"model":"stub","prompt":`, 400, ""},
+		{"wrong type", "/v1/completions", `{"model":"stub","prompt":"x","max_tokens":"ten"}`, 400, "max_tokens"},
+		{"no prompt", "/v1/completions", `{"model":"stub"}`, 400, "prompt"},
+		{"no messages", "/v1/chat/completions", `{"model":"stub","prompt":"x"}`, 400, "messages"},
+		{"n>1", "/v1/completions", `{"model":"stub","prompt":"x","n":2}`, 400, "n"},
+		{"unknown model", "/v1/completions", `{"model":"gpt-9","prompt":"x"}`, 404, ""},
+		{"too many tokens", "/v1/completions", `{"model":"stub","prompt":"x","max_tokens":5000}`, 400, "max_tokens"},
+		{"body too large", "/v1/completions", `{"model":"stub","prompt":"` + strings.Repeat("a", 5000) + `"}`, 413, ""},
+		{"unknown route", "/v1/embeddings", `{}`, 404, ""},
+	} {
+		resp := post(t, r, tc.path, tc.body, nil)
+		var e struct {
+			Error struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Param   *string `json:"param"`
+			} `json:"error"`
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(b, &e); err != nil || e.Error.Message == "" {
+			t.Errorf("%s: body %q: expected an OpenAI error body", tc.name, b)
+		}
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: status %d, expected %d (%s)", tc.name, resp.StatusCode, tc.status, b)
+		}
+		if tc.param != "" && (e.Error.Param == nil || *e.Error.Param != tc.param) {
+			t.Errorf("%s: param %v, expected %q (%s)", tc.name, e.Error.Param, tc.param, b)
+		}
+	}
+	r.stop()
+	if rows := checkJournal(t, r.jr.records()); len(rows) != 0 {
+		t.Fatalf("bad requests journaled as %d requests", len(rows))
+	}
+}
+
+// Hot swap under load: a schedule moves engines between prefill and
+// decode every 150 ms while 200 requests stream through 4 engines. Every
+// request ends exactly once, finished; no leg lands on an engine in the
+// wrong role at that instant (checkJournal); the moves are journaled.
+func TestHotSwapUnderLoad(t *testing.T) {
+	var steps []core.ScheduleStep
+	for i, p := range []int{1, 3, 2, 1, 3, 2, 1, 3} {
+		steps = append(steps, core.ScheduleStep{At: event.Time(i+1) * 150 * event.Millisecond, Prefill: p})
+	}
+	ctrl := &core.Scheduled{Arm: "swap-test", Steps: steps}
+	scale := 0.2
+	r := startRig(t, rigOpts{n: 4, ctrl: ctrl, stub: stub.Options{TimeScale: &scale}})
+	c := client(r)
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	sem := make(chan struct{}, 32)
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{Model: "stub",
+				Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(strings.Repeat("word ", 50+i%200))},
+				MaxTokens: openai.Int(int64(4 + i%12))}, option.WithJSONSet("min_tokens", 4+i%12))
+			n := 0
+			for s.Next() {
+				n++
+			}
+			if err := s.Err(); err != nil {
+				errs <- fmt.Errorf("request %d: %w", i, err)
+			}
+		}(i)
+		time.Sleep(4 * time.Millisecond)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st, _ := r.router.State()
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if len(rows) != 200 {
+		t.Fatalf("%d rows: expected 200", len(rows))
+	}
+	if o := outcomes(rows); o["finish/stop"] != 200 {
+		t.Fatalf("outcomes %v: expected 200 natural finishes", o)
+	}
+	moves := 0
+	for _, rec := range r.jr.records() {
+		if rec.Kind == event.KindRoleMove && !rec.Opening() {
+			moves++
+		}
+	}
+	if moves < 6 || st.Moves != moves {
+		t.Fatalf("%d moves journaled, %d in /state: expected the schedule's moves (at least 6)", moves, st.Moves)
+	}
+}
+
+// Admission: beyond MaxInFlight a request is refused at once with 429,
+// Retry-After and an OpenAI error body; the refusal is journaled with its
+// cause.
+func TestRefusal(t *testing.T) {
+	scale := 1.0
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: &scale}, configure: func(c *Config) { c.MaxInFlight = 1 }})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// About 40 decode steps of 2 ms: long enough to hold the slot.
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"slow","max_tokens":60,"min_tokens":60,"stream":true}`, nil)
+		io.Copy(io.Discard, resp.Body)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _ := r.router.State()
+		if st.Counts.InFlight == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"refused","max_tokens":3}`, nil)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, Retry-After %q: expected 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	<-done
+	r.stop()
+	o := outcomes(checkJournal(t, r.jr.records()))
+	if o["refuse/overload"] != 1 || o["finish/stop"] != 1 {
+		t.Fatalf("outcomes %v: expected one refusal (overload) and one finish", o)
+	}
+}
+
+// A client that goes away mid-stream cancels both legs upstream; the
+// request is journaled as cancelled, and the decode engine frees it.
+func TestClientDisconnect(t *testing.T) {
+	scale := 1.0
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: &scale}})
+	ctx, cancel := context.WithCancel(context.Background())
+	q, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.url+"/v1/completions",
+		strings.NewReader(`{"model":"stub","prompt":"long answer","max_tokens":2000,"min_tokens":2000,"stream":true}`))
+	resp, err := http.DefaultClient.Do(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	if _, err := resp.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g := r.stubs.Servers()[1].Gauges()
+		st, _ := r.router.State()
+		if (g.Running == 0 && g.Waiting == 0 && st.Counts.InFlight == 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if g := r.stubs.Servers()[1].Gauges(); g.Running != 0 {
+		t.Fatalf("the decode engine still runs %d streams after the client left", g.Running)
+	}
+	r.stop()
+	o := outcomes(checkJournal(t, r.jr.records()))
+	if o["finish/cancel"] != 1 {
+		t.Fatalf("outcomes %v: expected one cancelled request", o)
+	}
+}
+
+// A decode stream that breaks after some tokens ends the client's stream
+// with an error event (never a silent truncation), journaled as a failure
+// with its cause.
+func TestStreamBrokenMidway(t *testing.T) {
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}})
+	r.stubs.Servers()[1].SetFaults(stub.Faults{BreakAfter: 3})
+	c := client(r)
+	s := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{Model: "stub",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("break me")}, MaxTokens: openai.Int(20)})
+	n := 0
+	for s.Next() {
+		n++
+	}
+	if s.Err() == nil {
+		t.Fatalf("the client saw %d chunks and no error: a broken stream must not look whole", n)
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if len(rows) != 1 || rows[0].Terminal != event.KindFail || rows[0].Cause != event.CauseBadGateway || rows[0].OutputTokens != 3 {
+		t.Fatalf("row %+v: expected a bad_gateway failure after 3 tokens", rows)
+	}
+}
+
+// A missing KV handoff is never silent: with the fail policy the request
+// fails 502 (cause no_handoff); with recompute it succeeds, the decode
+// engine recomputing, and the miss is journaled and counted.
+func TestMissingHandoff(t *testing.T) {
+	for _, policy := range []HandoffPolicy{HandoffFail, HandoffRecompute} {
+		t.Run(string(policy), func(t *testing.T) {
+			r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) { c.Handoff = policy }})
+			r.stubs.Servers()[0].SetFaults(stub.Faults{NoHandoff: true})
+			resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"no kv","max_tokens":4}`, nil)
+			io.Copy(io.Discard, resp.Body)
+			st, _ := r.router.State()
+			r.stop()
+			recs := r.jr.records()
+			rows := checkJournal(t, recs)
+			if st.Counts.NoHandoff != 1 {
+				t.Errorf("no_handoff count %d, expected 1", st.Counts.NoHandoff)
+			}
+			switch policy {
+			case HandoffFail:
+				if resp.StatusCode != http.StatusBadGateway || rows[0].Cause != event.CauseNoHandoff {
+					t.Fatalf("status %d, row %+v: expected 502 and a no_handoff failure", resp.StatusCode, rows[0])
+				}
+			case HandoffRecompute:
+				kv := 0
+				for _, rec := range recs {
+					if rec.Kind == event.KindKVStart && rec.Cause == event.CauseNoHandoff {
+						kv++
+					}
+				}
+				if resp.StatusCode != 200 || rows[0].Terminal != event.KindFinish || kv != 1 {
+					t.Fatalf("status %d, row %+v, %d no-handoff records: expected a finish with the miss journaled", resp.StatusCode, rows[0], kv)
+				}
+			}
+		})
+	}
+}
+
+// An engine that crashes: requests placed on it fail (502) each exactly
+// once with a cause; after three failures it is marked down (a health
+// record) and gets no more placements, so later requests succeed on the
+// others.
+func TestEngineCrash(t *testing.T) {
+	r := startRig(t, rigOpts{n: 3, arm: "aggregated", stub: stub.Options{TimeScale: zero()}})
+	r.stubs.Servers()[0].SetFaults(stub.Faults{CrashAfter: 1})
+	codes := map[int]int{}
+	for i := 0; i < 30; i++ {
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"x","max_tokens":3}`, nil)
+		io.Copy(io.Discard, resp.Body)
+		codes[resp.StatusCode]++
+	}
+	st, _ := r.router.State()
+	r.stop()
+	recs := r.jr.records()
+	rows := checkJournal(t, recs)
+	down := 0
+	for _, rec := range recs {
+		if rec.Kind == event.KindHealth && rec.Cause == event.CauseEngineDown && rec.Inst == 0 {
+			down++
+		}
+	}
+	o := outcomes(rows)
+	if down != 1 || !st.Engines[0].Down {
+		t.Fatalf("engine 0: %d down records, /state down %v: expected it ejected once", down, st.Engines[0].Down)
+	}
+	if codes[200] < 25 || o["fail/engine_error"] < 1 || o["fail/engine_error"] > 3 || len(rows) != 30 {
+		t.Fatalf("codes %v, outcomes %v: expected at most 3 failures then successes", codes, o)
+	}
+}
