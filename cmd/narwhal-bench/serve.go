@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/journal"
+	"github.com/narwhal-bench/narwhal-bench/live"
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+)
+
+// serveCommand is `narwhal-bench serve`: the live router in front of a
+// fleet's engines, until SIGINT or SIGTERM.
+func serveCommand(stderr io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "route OpenAI-API traffic to a fleet's vLLM engines with the same core and controllers as sim (docs/serve.md)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "fleet", Required: true, Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file whose instances.list[].url name the engines"},
+			&cli.StringFlag{Name: "arm", Value: "adaptive", Usage: "controller: static:kPmD, aggregated, adaptive, arrow, planner, coldswap, dynamo, ray"},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "address the router serves on"},
+			&cli.StringFlag{Name: "journal", Usage: "write every request, decision and role move to a Pebble journal in this directory"},
+			&cli.StringFlag{Name: "model", Usage: "the model name clients must ask for (default: any, forwarded as sent)"},
+			&cli.IntFlag{Name: "base-port", Usage: "engines at 127.0.0.1:P+i instead of the fleet file's urls"},
+			&cli.BoolFlag{Name: "stub", Usage: "first start stub engines for the fleet in this process (at --base-port, default 8101): a whole live fleet without a GPU"},
+			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost)"},
+			&cli.StringFlag{Name: "handoff-policy", Value: string(live.HandoffFail), Usage: "a prefill leg with no KV handoff: fail (502, journaled) or recompute (the decode engine prefills again, journaled)"},
+			&cli.StringFlag{Name: "prefill-timeout", Value: "120s", Usage: "bound on one prefill leg"},
+			&cli.StringFlag{Name: "first-token-timeout", Value: "30s", Usage: "bound on the wait for a decode leg's first event"},
+			&cli.StringFlag{Name: "read-timeout", Value: "60s", Usage: "bound on the gap between two events of a decode leg"},
+			&cli.StringFlag{Name: "request-timeout", Value: "600s", Usage: "bound on a request end to end"},
+			&cli.IntFlag{Name: "max-in-flight", Value: 100000, Usage: "requests admitted and not ended at most; beyond it 429 with Retry-After"},
+			&cli.IntFlag{Name: "max-tokens", Value: 131072, Usage: "largest max_tokens / max_completion_tokens accepted"},
+		},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			if c.Args().Len() > 0 {
+				return usageError{fmt.Errorf("serve: unexpected argument %q: every input is a flag", c.Args().First())}
+			}
+			spec, err := fleet.Load(c.String("fleet"))
+			if err != nil {
+				return usageError{fmt.Errorf("--fleet: %w", err)}
+			}
+			arm := c.String("arm")
+			ctrl, err := core.NewController(arm, spec.Size())
+			if err != nil {
+				return usageError{fmt.Errorf("--arm: %w", err)}
+			}
+			cfg := live.Config{Fleet: spec, Controller: ctrl, Model: c.String("model"),
+				Handoff: live.HandoffPolicy(c.String("handoff-policy")), MaxInFlight: int(c.Int("max-in-flight")),
+				MaxOutputTokens: int(c.Int("max-tokens"))}
+			for _, d := range []struct {
+				flag string
+				dst  *time.Duration
+			}{{"prefill-timeout", &cfg.PrefillTimeout}, {"first-token-timeout", &cfg.FirstTokenTimeout},
+				{"read-timeout", &cfg.ReadTimeout}, {"request-timeout", &cfg.RequestTimeout}} {
+				v, err := time.ParseDuration(c.String(d.flag))
+				if err != nil || v <= 0 {
+					return usageError{fmt.Errorf("--%s %q: expected a positive duration such as 30s", d.flag, c.String(d.flag))}
+				}
+				*d.dst = v
+			}
+			base := int(c.Int("base-port"))
+			if c.Bool("stub") {
+				if base == 0 {
+					base = stub.DefaultBasePort
+				}
+				ts := c.Float64("stub-time-scale")
+				opts := stub.Options{Model: cfg.Model, TimeScale: &ts}
+				if opts.Model == "" {
+					opts.Model = "stub"
+				}
+				insts, err := stub.FromFleet(spec, base, &opts)
+				if err != nil {
+					return usageError{err}
+				}
+				sf, err := stub.NewFleet(opts, insts)
+				if err != nil {
+					return usageError{err}
+				}
+				if err := sf.Start(); err != nil {
+					return err
+				}
+				defer sf.Close()
+				for _, s := range sf.Servers() {
+					fmt.Fprintf(stderr, "narwhal-bench: stub %s at %s\n", s.ID(), s.URL())
+				}
+			}
+			if base > 0 {
+				cfg.URLs = make([]string, spec.Size())
+				for i := range cfg.URLs {
+					cfg.URLs[i] = fmt.Sprintf("http://127.0.0.1:%d", base+i)
+				}
+			}
+			rec := &journalRecorder{}
+			cfg.Recorder = rec
+			rt, err := live.New(cfg)
+			if err != nil {
+				return usageError{err}
+			}
+			var w *journal.Writer
+			if dir := c.String("journal"); dir != "" {
+				slo := spec.CoreSLO()
+				meta := event.RunMeta{Version: version, Driver: "live", Arm: arm, Fleet: spec.Name, Instances: spec.Size(),
+					GPUs: spec.Size() * spec.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(),
+					StartUnixNano: rt.Start().UnixNano()}
+				if w, err = journal.Create(dir, meta, journal.Options{}); err != nil {
+					return usageError{fmt.Errorf("--journal: %w", err)}
+				}
+				rec.w = w
+			}
+			ln, err := net.Listen("tcp", c.String("listen"))
+			if err != nil {
+				return usageError{fmt.Errorf("--listen %q: %w", c.String("listen"), err)}
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			runErr := make(chan error, 1)
+			rctx, rcancel := context.WithCancel(context.Background())
+			go func() { runErr <- rt.Run(rctx) }()
+			srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			go srv.Serve(ln)
+			fmt.Fprintf(stderr, "narwhal-bench: serving %s (%s, %d engines) at http://%s\n", arm, spec.Name, spec.Size(), ln.Addr())
+			if w != nil {
+				go flushEvery(ctx, w, time.Second)
+			}
+			<-ctx.Done()
+			fmt.Fprintln(stderr, "narwhal-bench: serve: shutting down (in-flight requests get 10 s)")
+			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer scancel()
+			shutErr := srv.Shutdown(sctx)
+			rcancel()
+			err = <-runErr
+			if w != nil {
+				err = errors.Join(err, w.Close())
+			}
+			if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
+				err = errors.Join(err, shutErr)
+			}
+			return err
+		},
+	}
+}
+
+// flushEvery makes the journal durable every period, so a crash loses at
+// most that much of what was acknowledged to clients.
+func flushEvery(ctx context.Context, w *journal.Writer, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = w.Flush()
+		}
+	}
+}
+
+// journalRecorder forwards the router's records to a journal once one is
+// open (the router's clock starts before the journal's metadata is
+// written, and records flow only once Run starts).
+type journalRecorder struct{ w *journal.Writer }
+
+// Record implements event.Recorder.
+func (j *journalRecorder) Record(r *event.Record) {
+	if j.w != nil {
+		j.w.Record(r)
+	}
+}

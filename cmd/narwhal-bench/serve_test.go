@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/narwhal-bench/narwhal-bench/report"
+)
+
+// TestMain lets a test run this binary's main as a child process: with
+// NWB_CHILD_ARGS set, the process is narwhal-bench with those arguments
+// (separated by \x1f).
+func TestMain(m *testing.M) {
+	if args := os.Getenv("NWB_CHILD_ARGS"); args != "" {
+		os.Exit(run(context.Background(), append([]string{"narwhal-bench"}, strings.Split(args, "\x1f")...), os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// child starts narwhal-bench args as a separate process.
+func child(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "NWB_CHILD_ARGS="+strings.Join(args, "\x1f"))
+	var errb bytes.Buffer
+	cmd.Stderr = &lockedWriter{w: &errb}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, &errb
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// freePorts finds n consecutive free loopback ports.
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		ok := true
+		var held []net.Listener
+		for i := 0; i < n && ok; i++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			held = append(held, l)
+		}
+		for _, l := range held {
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no free ports")
+	return 0
+}
+
+func waitHTTP(t *testing.T, url string, who *bytes.Buffer) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered: %s", url, who.String())
+}
+
+// The stub fleet and the router as separate processes talking HTTP over
+// loopback: the OpenAI client's requests go through, SIGTERM stops the
+// router cleanly, and its journal exports and reports like a simulation's.
+func TestServeAndStubProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	base := freePorts(t, 9)
+	dir := t.TempDir()
+	jdir := filepath.Join(dir, "journal")
+	_, stubErr := child(t, "stub", "--fleet", "demo", "--base-port", fmt.Sprint(base+1), "--time-scale", "0.01")
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+8), stubErr)
+	serve, serveErr := child(t, "serve", "--fleet", "demo", "--base-port", fmt.Sprint(base+1), "--arm", "arrow",
+		"--listen", fmt.Sprintf("127.0.0.1:%d", base), "--journal", jdir, "--model", "stub")
+	url := fmt.Sprintf("http://127.0.0.1:%d", base)
+	waitHTTP(t, url+"/health", serveErr)
+
+	c := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("none"), option.WithMaxRetries(0))
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if i%2 == 0 {
+				_, err := c.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stub",
+					Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(strings.Repeat("token ", 20+i))}, MaxTokens: openai.Int(6)})
+				if err != nil {
+					errs <- err
+				}
+				return
+			}
+			s := c.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: "stub",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("word ", 10+i))}, MaxTokens: openai.Int(6)})
+			for s.Next() {
+			}
+			if err := s.Err(); err != nil {
+				errs <- err
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- serve.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v: %s", err, serveErr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not stop on SIGTERM: %s", serveErr.String())
+	}
+
+	// The live journal is a journal like any other: the export and the
+	// report read it with no special case.
+	code, out, stderr := runCLI(t, "export", "--out", filepath.Join(dir, "pq"), jdir)
+	if code != 0 {
+		t.Fatalf("export: exit %d: %s %s", code, out, stderr)
+	}
+	rep, err := report.Load(jdir, report.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if err := rep.Write(&text, report.FormatText); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "arrow") || !strings.Contains(text.String(), "40 (100.0%)") {
+		t.Fatalf("report of the live journal:\n%s", text.String())
+	}
+}
