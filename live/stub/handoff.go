@@ -40,6 +40,23 @@ type handoffs struct {
 	kv      timing.KV
 	epoch   time.Time
 	nextBlk int
+	// queue holds every expiry time set, in the order set (time order up
+	// to the jitter of concurrent callers); sweep pops the due ones, so a
+	// request costs O(1) amortised however many handoffs are held. An
+	// item whose entry's expiry changed since is stale and skipped.
+	queue []expiry
+	head  int
+}
+
+type expiry struct {
+	id string
+	at time.Time
+}
+
+// expireAt sets e's expiry and queues it.
+func (h *handoffs) expireAt(id string, e *handoff, at time.Time) {
+	e.expires = at
+	h.queue = append(h.queue, expiry{id: id, at: at})
 }
 
 type handoff struct {
@@ -66,7 +83,9 @@ func (h *handoffs) pin(id string, tokens int, now time.Time) [][]int {
 	if old, ok := h.entries[id]; ok && old.state == held {
 		h.pinned -= int64(old.tokens)
 	}
-	h.entries[id] = &handoff{tokens: tokens, expires: now.Add(h.lease)}
+	e := &handoff{tokens: tokens}
+	h.entries[id] = e
+	h.expireAt(id, e, now.Add(h.lease))
 	h.pinned += int64(tokens)
 	n := (tokens + BlockTokens - 1) / BlockTokens
 	blocks := make([]int, n)
@@ -90,10 +109,11 @@ func (h *handoffs) take(id string, now time.Time) (tokens int, delay float64, er
 		return 0, 0, ErrUnknownHandoff
 	case e.state == taken:
 		return 0, 0, ErrTakenHandoff
-	case e.state == expired:
+	case e.state == expired || now.After(e.expires):
 		return 0, 0, ErrExpiredHandoff
 	}
-	e.state, e.expires = taken, now.Add(h.lease)
+	e.state = taken
+	h.expireAt(id, e, now.Add(h.lease))
 	h.pinned -= int64(e.tokens)
 	at := event.Time(now.Sub(h.epoch))
 	ready := h.link.Transfer(h.kv, at, int64(e.tokens))
@@ -111,26 +131,35 @@ func (h *handoffs) renew(id string, now time.Time) error {
 		return ErrUnknownHandoff
 	case e.state == taken:
 		return ErrTakenHandoff
-	case e.state == expired:
+	case e.state == expired || now.After(e.expires):
 		return ErrExpiredHandoff
 	}
-	e.expires = now.Add(h.lease)
+	h.expireAt(id, e, now.Add(h.lease))
 	return nil
 }
 
 // sweep expires held entries past their lease and forgets tombstones a
 // lease after they were made.
 func (h *handoffs) sweep(now time.Time) {
-	for id, e := range h.entries {
-		if !now.After(e.expires) {
-			continue
+	for h.head < len(h.queue) && now.After(h.queue[h.head].at) {
+		q := h.queue[h.head]
+		h.queue[h.head] = expiry{}
+		h.head++
+		e, ok := h.entries[q.id]
+		if !ok || !e.expires.Equal(q.at) {
+			continue // stale: the entry changed since
 		}
 		if e.state == held {
-			e.state, e.expires = expired, now.Add(h.lease)
+			e.state = expired
 			h.pinned -= int64(e.tokens)
+			h.expireAt(q.id, e, now.Add(h.lease))
 			continue
 		}
-		delete(h.entries, id)
+		delete(h.entries, q.id)
+	}
+	if h.head > 1024 && 2*h.head > len(h.queue) {
+		n := copy(h.queue, h.queue[h.head:])
+		h.queue, h.head = h.queue[:n], 0
 	}
 }
 
@@ -147,6 +176,7 @@ func (h *handoffs) clear() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.entries = map[string]*handoff{}
+	h.queue, h.head = nil, 0
 	h.pinned = 0
 }
 
