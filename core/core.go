@@ -35,6 +35,8 @@ type Config struct {
 	// keep prefix caches (Arrow §5.3's cost with the reference's
 	// cooperative reuse).
 	PrefixAware bool
+	// Admission gates arrivals on their priced TTFT (default: open).
+	Admission Admission
 }
 
 // Request is what the core is told about a request in a fact. The core keeps
@@ -171,6 +173,12 @@ const (
 	// Move: Inst's role changed From -> To; new placements follow it from
 	// ReadyAt, resident work finishes where it is.
 	Move
+	// Queue: Req waits in the admission queue (Depth requests long,
+	// itself included); a later PlacePrefill or Expire ends the wait.
+	Queue
+	// Expire: Req left the admission queue unplaced with Cause (its
+	// deadline passed).
+	Expire
 )
 
 // Decision is one output of the core.
@@ -183,6 +191,8 @@ type Decision struct {
 	// ReadyAt is when a moved engine serves its new role (Move): the
 	// move's time for a relabel, later for a cold swap or a worker start.
 	ReadyAt event.Time
+	// Depth is the admission queue's length (Queue).
+	Depth int
 }
 
 // Ready is what the core produced since the driver last asked: decisions
@@ -229,6 +239,7 @@ type View struct {
 // nothing.
 type Core struct {
 	v        View
+	adm      admission
 	ctrl     Controller
 	arrivals arrivalObserver // ctrl, when it watches arrivals
 	finishes finishObserver  // ctrl, when it watches endings
@@ -245,7 +256,15 @@ func New(cfg Config, ctrl Controller) (*Core, error) {
 	if cfg.Pinned != nil && len(cfg.Pinned) != len(cfg.Profiles) {
 		return nil, fmt.Errorf("core: %d pin flags for %d instances: expected one per instance", len(cfg.Pinned), len(cfg.Profiles))
 	}
+	if a := cfg.Admission; a.Mode > AdmitQueue || a.Margin < 0 || a.Deadline < 0 || a.Depth < 0 {
+		return nil, fmt.Errorf("core: admission %+v: expected mode open or queue, margin, deadline and depth >= 0", a)
+	}
 	c := &Core{ctrl: ctrl}
+	c.adm.cfg = cfg.Admission
+	if c.adm.cfg.Deadline == 0 {
+		c.adm.cfg.Deadline = cfg.SLO.TTFT
+	}
+	c.adm.budget = cfg.SLO.TTFT.Seconds() * (1 + cfg.Admission.Margin)
 	c.arrivals, _ = ctrl.(arrivalObserver)
 	c.finishes, _ = ctrl.(finishObserver)
 	v := &c.v
@@ -301,7 +320,7 @@ func (c *Core) instance(fact string, i event.Instance) (*Instance, error) {
 
 // Ready returns what the core produced since the last call and forgets it.
 func (c *Core) Ready() Ready {
-	rd := Ready{Decisions: c.v.out, Records: c.v.records, NextTick: c.ctrl.NextTick()}
+	rd := Ready{Decisions: c.v.out, Records: c.v.records, NextTick: min(c.ctrl.NextTick(), c.adm.nextDeadline())}
 	c.v.out, c.v.records = c.v.out[:0], c.v.records[:0]
 	return rd
 }
@@ -315,6 +334,21 @@ func (c *Core) Arrive(now event.Time, r Request) error {
 	if c.arrivals != nil {
 		c.arrivals.Arrived(v, r)
 	}
+	if c.adm.cfg.Mode == AdmitQueue && c.adm.len() > 0 {
+		// First come, first served: nobody jumps the queue.
+		c.enqueue(now, r)
+		return nil
+	}
+	c.admit(now, r, false)
+	return nil
+}
+
+// admit asks the controller where r's prefill runs and, under the queue
+// gate, prices it there: placed within the budget, refused when its own
+// prefill alone breaks the budget, else queued (or, from the queue, left
+// there: admit reports false).
+func (c *Core) admit(now event.Time, r Request, queued bool) bool {
+	v := &c.v
 	inst, cause := c.ctrl.PlacePrefill(v, r)
 	if inst == event.NoInstance {
 		kind := Refuse
@@ -322,8 +356,56 @@ func (c *Core) Arrive(now event.Time, r Request) error {
 			kind = Fail
 		}
 		v.out = append(v.out, Decision{Kind: kind, Req: r.ID, Inst: event.NoInstance, Cause: cause})
-		return nil
+		return true
 	}
+	if c.adm.cfg.Mode == AdmitQueue {
+		switch priced, own := v.price(inst, r); {
+		case own > c.adm.budget:
+			v.out = append(v.out, Decision{Kind: Refuse, Req: r.ID, Inst: event.NoInstance, Cause: event.CausePrompt})
+			return true
+		case priced > c.adm.budget:
+			if !queued {
+				c.enqueue(now, r)
+			}
+			return false
+		}
+	}
+	c.place(now, r, inst)
+	return true
+}
+
+// enqueue puts r at the back of the admission queue, or refuses it when
+// the queue is full.
+func (c *Core) enqueue(now event.Time, r Request) {
+	v := &c.v
+	if d := c.adm.cfg.Depth; d > 0 && c.adm.len() >= d {
+		v.out = append(v.out, Decision{Kind: Refuse, Req: r.ID, Inst: event.NoInstance, Cause: event.CauseOverload})
+		return
+	}
+	c.adm.queue = append(c.adm.queue, waiting{r: r, deadline: now + c.adm.cfg.Deadline})
+	v.out = append(v.out, Decision{Kind: Queue, Req: r.ID, Inst: event.NoInstance, Depth: c.adm.len()})
+}
+
+// drain admits from the head of the queue while the head's price fits,
+// and expires heads whose deadline passed.
+func (c *Core) drain(now event.Time) {
+	for c.adm.len() > 0 {
+		w := c.adm.queue[c.adm.head]
+		if now >= w.deadline {
+			c.adm.pop()
+			c.v.out = append(c.v.out, Decision{Kind: Expire, Req: w.r.ID, Inst: event.NoInstance, Cause: event.CauseQueueTimeout})
+			continue
+		}
+		if !c.admit(now, w.r, true) {
+			return // head-of-line: the queue stays in arrival order
+		}
+		c.adm.pop()
+	}
+}
+
+// place puts r's prefill on inst.
+func (c *Core) place(now event.Time, r Request, inst event.Instance) {
+	v := &c.v
 	v.remember(r, inst)
 	in := &v.inst[inst]
 	in.touchPrice(now)
@@ -333,7 +415,6 @@ func (c *Core) Arrive(now event.Time, r Request) error {
 	in.PrefillTokens += int64(r.InputTokens)
 	in.PrefillWork += in.Profile.Prefill(r.InputTokens)
 	v.out = append(v.out, Decision{Kind: PlacePrefill, Req: r.ID, Inst: inst})
-	return nil
 }
 
 // releasePrefill forgets r's resident prefill on in.
@@ -368,6 +449,7 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 	}
 	v := &c.v
 	in.releasePrefill(now, r)
+	c.drain(now)
 	if r.NoDecode {
 		if c.finishes != nil {
 			c.finishes.Finished(v, r)
@@ -427,8 +509,11 @@ func (c *Core) Cancel(now event.Time, r Request, stage Stage) error {
 		return err
 	}
 	switch stage {
+	case StageQueued:
+		c.adm.remove(r.ID)
 	case StagePrefill:
 		in.releasePrefill(now, r)
+		c.drain(now)
 	case StageDecode:
 		in.releaseDecode(r)
 	}
@@ -472,6 +557,7 @@ func (c *Core) EngineUp(now event.Time, inst event.Instance, gen uint64) error {
 	in.Down, in.Generation = false, gen
 	c.v.records = append(c.v.records, event.Record{At: now, Kind: event.KindHealth, Inst: inst,
 		Peer: event.NoInstance, Tokens: int64(gen), Cause: event.CauseEngineUp, Text: "up"})
+	c.drain(now)
 	return nil
 }
 
@@ -506,6 +592,7 @@ func (c *Core) Tick(now event.Time) error {
 	if c.ctrl.Tick(&c.v) {
 		c.v.roll()
 	}
+	c.drain(now)
 	return nil
 }
 

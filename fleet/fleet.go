@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path"
 	"sort"
@@ -43,6 +44,22 @@ type Spec struct {
 	// GPUsPerInstance is how many GPUs each engine uses (0 = unknown); it
 	// lets reports give goodput per GPU.
 	GPUsPerInstance int `yaml:"gpus_per_instance"`
+	// Admission is the router's admission gate, the same in sim and serve
+	// (default: open).
+	Admission *Admission `yaml:"admission"`
+}
+
+// Admission is the YAML form of core.Admission.
+type Admission struct {
+	// Mode is open (place every arrival at once) or queue (price its TTFT,
+	// queue it until it fits or its deadline passes).
+	Mode string `yaml:"mode"`
+	// Margin is the budget's hysteresis: TTFT SLO × (1 + margin).
+	Margin float64 `yaml:"margin"`
+	// Deadline is the longest wait in the queue (default: the TTFT SLO).
+	Deadline string `yaml:"deadline"`
+	// Depth bounds the queue (0 = no bound).
+	Depth int `yaml:"depth"`
 }
 
 // PrefixCache is the YAML form of the simulator's prefix-cache sizing.
@@ -206,6 +223,22 @@ func (s *Spec) Validate() error {
 			errs = append(errs, fmt.Errorf("prefix_cache.capacity_tokens: %d: expected >= 1", pc.CapacityTokens))
 		}
 	}
+	if a := s.Admission; a != nil {
+		if _, err := core.ParseAdmissionMode(a.Mode); err != nil {
+			errs = append(errs, fmt.Errorf("admission.mode: %q: expected open or queue", a.Mode))
+		}
+		if !(a.Margin >= 0) || math.IsInf(a.Margin, 0) {
+			errs = append(errs, fmt.Errorf("admission.margin: %v: expected a number >= 0", a.Margin))
+		}
+		if d, err := duration("admission.deadline", a.Deadline, false); err != nil {
+			errs = append(errs, err)
+		} else if d < 0 {
+			errs = append(errs, fmt.Errorf("admission.deadline: %q: expected a positive duration", a.Deadline))
+		}
+		if a.Depth < 0 {
+			errs = append(errs, fmt.Errorf("admission.depth: %d: expected >= 0 (0 = no bound)", a.Depth))
+		}
+	}
 	if s.GPUsPerInstance < 0 {
 		errs = append(errs, fmt.Errorf("gpus_per_instance: %d: expected >= 0 (0 = unknown)", s.GPUsPerInstance))
 	}
@@ -324,4 +357,18 @@ func (s *Spec) URLs() []string {
 		}
 	}
 	return out
+}
+
+// CoreAdmission returns the admission gate (open when the file sets none).
+func (s *Spec) CoreAdmission() core.Admission {
+	a := s.Admission
+	if a == nil {
+		return core.Admission{}
+	}
+	mode, _ := core.ParseAdmissionMode(a.Mode)
+	deadline, _ := event.ParseDuration(a.Deadline)
+	if a.Deadline == "" {
+		deadline = 0
+	}
+	return core.Admission{Mode: mode, Margin: a.Margin, Deadline: deadline, Depth: a.Depth}
 }

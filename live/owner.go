@@ -113,7 +113,7 @@ func (o *owner) run(ctx context.Context) {
 	o.tick = time.NewTimer(time.Hour)
 	o.tick.Stop()
 	// The opening roles.
-	o.apply(o.core.Ready(), nil)
+	o.apply(o.core.Ready())
 	for {
 		select {
 		case m := <-o.r.inbox:
@@ -206,13 +206,14 @@ func (o *owner) handle(m msg) {
 		} else {
 			o.fact(o.core.EngineDown(now, m.inst, event.CauseEngineDown))
 		}
-		o.apply(o.core.Ready(), nil)
+		o.apply(o.core.Ready())
 	}
 }
 
 func (o *owner) arrive(now event.Time, f *flight) {
 	o.nextID++
 	f.id = o.nextID
+	f.prefill, f.decode = event.NoInstance, event.NoInstance
 	o.counts.Arrived++
 	sched := now
 	if f.scheduled >= 0 {
@@ -227,13 +228,15 @@ func (o *owner) arrive(now event.Time, f *flight) {
 		f.reply <- placement{inst: event.NoInstance, cause: event.CauseOverload}
 		return
 	}
+	f.stage = core.StageQueued
+	o.active[f.id] = f
+	o.counts.InFlight++
 	if !o.fact(o.core.Arrive(now, core.Request{ID: f.id, InputTokens: f.input})) {
-		o.emitReq(now, event.KindFail, f, event.NoInstance, event.NoInstance, 0, event.CauseEngineError)
-		o.counts.Failed++
+		o.end(now, f, event.KindFail, event.CauseEngineError)
 		f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
 		return
 	}
-	o.apply(o.core.Ready(), f)
+	o.apply(o.core.Ready())
 }
 
 func (o *owner) prefilled(now event.Time, f *flight) {
@@ -258,10 +261,8 @@ func (o *owner) prefilled(now event.Time, f *flight) {
 	if f.noDecode {
 		f.stage = core.StageQueued // nothing resident any more
 		f.reply <- placement{inst: f.prefill}
-		o.apply(o.core.Ready(), nil)
-		return
 	}
-	o.apply(o.core.Ready(), f)
+	o.apply(o.core.Ready())
 }
 
 func (o *owner) scheduledOf(f *flight) event.Time {
@@ -271,29 +272,26 @@ func (o *owner) scheduledOf(f *flight) event.Time {
 	return 0
 }
 
-// apply carries out the core's decisions: it answers f's handler with
-// f's placement, journals everything, and re-arms the tick.
-func (o *owner) apply(rd core.Ready, f *flight) {
+// apply carries out the core's decisions: it answers each waiting
+// handler with its request's placement, journals everything, and re-arms
+// the tick.
+func (o *owner) apply(rd core.Ready) {
 	now := o.r.now()
 	for _, d := range rd.Decisions {
+		f := o.active[d.Req]
+		if f == nil && d.Kind != core.Move {
+			continue // ended meanwhile (a cancel raced the decision)
+		}
 		switch d.Kind {
 		case core.PlacePrefill:
-			if f == nil || d.Req != f.id {
-				continue
-			}
 			f.prefill, f.decode, f.stage = d.Inst, event.NoInstance, core.StagePrefill
 			// One ordinary request when the engine runs both phases in
 			// one batch (aggregated), or when there is no decode.
 			f.single = f.noDecode || o.core.View().Instance(d.Inst).Role == event.RoleMixed
-			o.active[f.id] = f
-			o.counts.InFlight++
 			o.emitReq(now, event.KindAdmit, f, d.Inst, event.NoInstance, 0, event.CauseNone)
 			o.emitReq(now, event.KindPrefillStart, f, d.Inst, event.NoInstance, 0, event.CauseNone)
 			f.reply <- placement{inst: d.Inst}
 		case core.PlaceDecode:
-			if f == nil || d.Req != f.id {
-				continue
-			}
 			f.decode, f.stage = d.Inst, core.StageDecode
 			o.emitReq(now, event.KindDecodeStart, f, d.Inst, f.prefill, int64(f.input)+1, d.Cause)
 			switch {
@@ -304,19 +302,25 @@ func (o *owner) apply(rd core.Ready, f *flight) {
 				o.emitReq(now, event.KindKVStart, f, f.prefill, d.Inst, int64(f.input)+1, event.CauseNone)
 			}
 			f.reply <- placement{inst: d.Inst}
-		case core.Refuse, core.Fail:
-			if f == nil || d.Req != f.id {
-				continue
-			}
+		case core.Refuse, core.Fail, core.Expire:
 			kind := event.KindRefuse
-			if d.Kind == core.Fail {
+			switch d.Kind {
+			case core.Fail:
 				kind = event.KindFail
 				o.counts.Failed++
-			} else {
+			case core.Expire:
+				kind = event.KindExpire
+				o.counts.Expired++
+			default:
 				o.counts.Refused++
 			}
+			delete(o.active, f.id)
+			o.counts.InFlight--
+			f.stage = core.StageQueued
 			o.emitReq(now, kind, f, event.NoInstance, event.NoInstance, 0, d.Cause)
-			f.reply <- placement{inst: event.NoInstance, cause: d.Cause, fail: d.Kind == core.Fail}
+			f.reply <- placement{inst: event.NoInstance, cause: d.Cause, fail: d.Kind != core.Refuse}
+		case core.Queue:
+			o.emitReq(now, event.KindQueue, f, event.NoInstance, event.NoInstance, int64(d.Depth), event.CauseNone)
 		case core.Move:
 			// A role is a router label (protocol §1): new legs follow it
 			// from d.ReadyAt, resident requests finish where they are.
@@ -369,7 +373,7 @@ func (o *owner) onTick() {
 			DecodeTokens: ctx[i], DecodeWaiting: waiting[i]}))
 	}
 	o.fact(o.core.Tick(now))
-	o.apply(o.core.Ready(), nil)
+	o.apply(o.core.Ready())
 }
 
 // end journals f's terminal record and releases what it held in the core.
@@ -409,5 +413,5 @@ func (o *owner) end(now event.Time, f *flight, kind event.Kind, cause event.Caus
 			DecodeInst: f.decode, ContextTokens: int64(f.input) + produced}, f.stage))
 	}
 	f.stage = core.StageQueued
-	o.apply(o.core.Ready(), nil)
+	o.apply(o.core.Ready())
 }

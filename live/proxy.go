@@ -174,9 +174,19 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 			return
 		}
 	}
-	p, ok := r.ask(msg{kind: msgArrive, f: f})
-	if !ok {
+	if !r.send(msg{kind: msgArrive, f: f}) {
 		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+		return
+	}
+	var p placement
+	select {
+	case p = <-f.reply:
+	case <-r.stopped:
+		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+		return
+	case <-q.Context().Done():
+		// The client left while its request waited for admission.
+		r.endFlight(f, event.KindFinish, event.CauseCancel)
 		return
 	}
 	if p.inst == event.NoInstance {
@@ -197,11 +207,19 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 // place (503), with Retry-After.
 func writeRefusal(w http.ResponseWriter, p placement) {
 	msg := "no engine can take the request now (" + p.cause.String() + ")"
-	if !p.fail && p.cause == event.CauseOverload {
+	switch {
+	case p.cause == event.CausePrompt:
+		// No queue drains this: no Retry-After.
+		api.WriteError(w, &api.Error{Status: http.StatusTooManyRequests, Type: api.TypeRateLimit, Code: "prompt",
+			Message: "this prompt's own prefill prices its TTFT above the budget; shorten the prompt or raise the TTFT SLO"})
+	case p.cause == event.CauseQueueTimeout:
+		api.WriteError(w, &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeUnavailable, Code: "queue_timeout",
+			Message: "the request waited its admission deadline without a placement that meets the TTFT SLO", RetryAfter: time.Second})
+	case !p.fail && p.cause == event.CauseOverload:
 		api.WriteError(w, api.RateLimited(msg, time.Second))
-		return
+	default:
+		api.WriteError(w, api.Unavailable(msg, time.Second))
 	}
-	api.WriteError(w, api.Unavailable(msg, time.Second))
 }
 
 // leg runs one request's engine legs.

@@ -41,6 +41,9 @@ type Config struct {
 	URLs []string
 	// Controller decides placements and roles (core.NewController).
 	Controller core.Controller
+	// Admission is the core's admission gate (default open); the fleet
+	// file's admission block, or serve's --admission.
+	Admission core.Admission
 	// Model is the model name clients must ask for ("" accepts any and
 	// forwards it as sent).
 	Model string
@@ -193,7 +196,8 @@ func New(cfg Config) (*Router, error) {
 		}
 		r.engines = append(r.engines, &engine{idx: event.Instance(i), name: names[i], base: strings.TrimRight(u, "/")})
 	}
-	c, err := core.New(core.Config{Profiles: cfg.Fleet.Profiles(), SLO: cfg.Fleet.CoreSLO(), Pinned: cfg.Fleet.Pins()}, cfg.Controller)
+	c, err := core.New(core.Config{Profiles: cfg.Fleet.Profiles(), SLO: cfg.Fleet.CoreSLO(), Pinned: cfg.Fleet.Pins(),
+		Admission: cfg.Admission}, cfg.Controller)
 	if err != nil {
 		return nil, fmt.Errorf("live: %w", err)
 	}

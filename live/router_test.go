@@ -413,3 +413,61 @@ func TestEngineCrash(t *testing.T) {
 		t.Fatalf("codes %v, outcomes %v: expected at most 3 failures then successes", codes, o)
 	}
 }
+
+// The queue admission gate in the router: a prompt whose own prefill
+// breaks the TTFT budget gets 429 (cause prompt, no Retry-After); under a
+// burst, requests wait in the admission queue (journaled, with a queue
+// wait) and those whose deadline passes get 503 with Retry-After
+// (expired, queue_timeout); the rest finish.
+func TestAdmissionQueue(t *testing.T) {
+	scale := 1.0
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: &scale}, configure: func(c *Config) {
+		c.Fleet.SLO.TTFT = "200ms" // budget: 0.2 s of priced prefill
+		c.Admission = core.Admission{Mode: core.AdmitQueue, Deadline: 150 * event.Millisecond}
+	}})
+	long := strings.Repeat("abcd", 30000) // 30,000 tokens: 0.3 s of prefill alone
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"`+long+`","max_tokens":2}`, nil)
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" {
+		t.Fatalf("status %d, Retry-After %q: expected 429 without Retry-After for a prompt no queue drains", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	mid := strings.Repeat("abcd", 6000) // 6,000 tokens: 0.06 s each
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := 0; i < 30; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"`+mid+`","max_tokens":2,"min_tokens":2}`, nil)
+			io.Copy(io.Discard, resp.Body)
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+			if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+				t.Error("503 without Retry-After")
+			}
+		}()
+	}
+	wg.Wait()
+	r.stop()
+	recs := r.jr.records()
+	rows := checkJournal(t, recs)
+	queued := 0
+	for _, rec := range recs {
+		if rec.Kind == event.KindQueue {
+			queued++
+		}
+	}
+	waited := 0
+	for _, row := range rows {
+		if row.Admit != event.Never && row.Admit > row.Arrival {
+			waited++
+		}
+	}
+	o := outcomes(rows)
+	if o["refuse/prompt"] != 1 || o["expire/queue_timeout"] != codes[503] || codes[503] == 0 || codes[200] == 0 ||
+		o["finish/stop"] != codes[200] || queued == 0 || waited == 0 {
+		t.Fatalf("codes %v, outcomes %v, %d queue records, %d requests admitted after waiting", codes, o, queued, waited)
+	}
+}

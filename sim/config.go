@@ -64,6 +64,9 @@ type Config struct {
 	Batch Batch
 	// Cache configures every engine's prefix cache (off unless Enabled).
 	Cache PrefixCache
+	// Admission is the core's admission gate (default open: every arrival
+	// is placed at once).
+	Admission core.Admission
 	// DrainLimit is how long after the last arrival the simulation keeps
 	// running; requests still open then end as expired (drain_limit).
 	// Default 600 s.

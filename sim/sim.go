@@ -144,7 +144,8 @@ func New(cfg Config, ctrl core.Controller, reqs []Request, rec event.Recorder) (
 			return nil, fmt.Errorf("sim: request %d at %v: expected a time >= 0", i+1, r.At)
 		}
 	}
-	c, err := core.New(core.Config{Profiles: cfg.Profiles, SLO: cfg.SLO, Pinned: cfg.Pinned, PrefixAware: cfg.Cache.Enabled}, ctrl)
+	c, err := core.New(core.Config{Profiles: cfg.Profiles, SLO: cfg.SLO, Pinned: cfg.Pinned, PrefixAware: cfg.Cache.Enabled,
+		Admission: cfg.Admission}, ctrl)
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
@@ -306,6 +307,13 @@ func (s *Sim) applyCore() {
 			s.emitReq(event.KindFail, i, -1, -1, 0, d.Cause)
 			s.end(i)
 			s.stats.Failed++
+		case core.Queue:
+			s.emitReq(event.KindQueue, int32(d.Req-1), -1, -1, int64(d.Depth), event.CauseNone)
+		case core.Expire:
+			i := int32(d.Req - 1)
+			s.emitReq(event.KindExpire, i, -1, -1, 0, d.Cause)
+			s.end(i)
+			s.stats.Expired++
 		case core.Move:
 			// A role is only a label for new placements (Arrow §5.2):
 			// the engine keeps running what it holds.

@@ -26,8 +26,11 @@ type Options struct {
 	// Speedup multiplies every rate (0 means 1).
 	Speedup     float64
 	PrefixCache bool
-	Workers     int
-	Version     string
+	// Admission overrides the fleet's admission mode ("open" or "queue";
+	// "" keeps the fleet's).
+	Admission string
+	Workers   int
+	Version   string
 }
 
 // Resolve loads the trace and fleet and checks every option, naming the
@@ -56,7 +59,13 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	if err != nil {
 		return cfg, nil, err
 	}
-	cfg = Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: o.Workers, Version: o.Version, PrefixCache: o.PrefixCache}
+	cfg = Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: o.Workers, Version: o.Version, PrefixCache: o.PrefixCache,
+		Admission: fl.CoreAdmission()}
+	if o.Admission != "" {
+		if cfg.Admission.Mode, err = core.ParseAdmissionMode(o.Admission); err != nil {
+			return cfg, nil, fmt.Errorf("--admission: %w", err)
+		}
+	}
 	if o.Seed != nil {
 		cfg.Seed = *o.Seed
 	}

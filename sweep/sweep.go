@@ -35,6 +35,8 @@ type Config struct {
 	// PrefixCache turns each engine's prefix cache on (sized by the fleet,
 	// else sim.DefaultPrefixCache).
 	PrefixCache bool
+	// Admission is the core's admission gate (default open).
+	Admission core.Admission
 	// Workers bounds the runs in flight (default GOMAXPROCS).
 	Workers int
 	// Progress, when set, is called after each run (and each rate's oracle
@@ -171,6 +173,7 @@ func Execute(cfg Config) (*Result, error) {
 		}
 	}
 	simCfg.DrainLimit = cfg.Fleet.Drain()
+	simCfg.Admission = cfg.Admission
 	// One trace per rate, shared read-only by every arm.
 	workloads := make([][]sim.Request, len(rates))
 	for i, r := range rates {
@@ -371,6 +374,13 @@ func CheckArm(arm string, n int) error {
 	return err
 }
 
+func admissionOrNil(a core.Admission) *core.Admission {
+	if a == (core.Admission{}) {
+		return nil
+	}
+	return &a
+}
+
 // sloSeconds is the objectives as the config hash has always encoded them
 // (seconds), so hashes stay comparable across versions.
 type sloSeconds struct {
@@ -390,7 +400,10 @@ func configHash(cfg sim.Config, meta event.RunMeta) string {
 		Cache      sim.PrefixCache
 		DrainLimit event.Time
 		Meta       event.RunMeta
-	}{cfg.Profiles, cfg.Pinned, sloSeconds{cfg.SLO.TTFT.Seconds(), cfg.SLO.TPOT.Seconds()}, cfg.KV, cfg.Batch, cfg.Cache, cfg.DrainLimit, meta})
+		// Admission is absent for the open gate, so hashes from before
+		// the gate existed still match.
+		Admission *core.Admission `json:",omitempty"`
+	}{cfg.Profiles, cfg.Pinned, sloSeconds{cfg.SLO.TTFT.Seconds(), cfg.SLO.TPOT.Seconds()}, cfg.KV, cfg.Batch, cfg.Cache, cfg.DrainLimit, meta, admissionOrNil(cfg.Admission)})
 	if err != nil {
 		panic(fmt.Sprintf("sweep: config hash: %v", err)) // plain data always encodes
 	}

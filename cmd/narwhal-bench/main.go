@@ -82,6 +82,7 @@ func simCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
 			&cli.BoolFlag{Name: "prefix-cache", Usage: "turn on each engine's prefix cache (sized by the fleet's prefix_cache, default 16-token blocks, 200,000 tokens)"},
+			&cli.StringFlag{Name: "admission", Usage: "admission gate: open (place every arrival at once) or queue (price each arrival's TTFT; queue it until it fits or its deadline passes); default: the fleet's, else open"},
 			&cli.IntFlag{Name: "workers", Usage: "runs in parallel (default: one per CPU)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (see docs/sim.md)"},
 			&cli.StringFlag{Name: "journal", Usage: "write every run's records to a Pebble journal under this directory (one run directory per arm and rate), then export them to Parquet in DIR/parquet"},
@@ -155,7 +156,7 @@ func exportCommand() *cli.Command {
 func simConfig(c *cli.Command) (sweep.Config, error) {
 	o := sweep.Options{Trace: c.String("trace"), TraceFormat: c.String("trace-format"), Fleet: c.String("fleet"),
 		TTFT: c.String("ttft-slo"), TPOT: c.String("tpot-slo"), Rates: c.String("rates"), Speedup: c.Float64("speedup"),
-		PrefixCache: c.Bool("prefix-cache"), Workers: int(c.Int("workers")), Version: version}
+		PrefixCache: c.Bool("prefix-cache"), Admission: c.String("admission"), Workers: int(c.Int("workers")), Version: version}
 	if c.IsSet("seed") {
 		seed := c.Uint64("seed")
 		o.Seed = &seed

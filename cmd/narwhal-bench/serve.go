@@ -38,6 +38,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "base-port", Usage: "engines at 127.0.0.1:P+i instead of the fleet file's urls"},
 			&cli.BoolFlag{Name: "stub", Usage: "first start stub engines for the fleet in this process (at --base-port, default 8101): a whole live fleet without a GPU"},
 			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost)"},
+			&cli.StringFlag{Name: "admission", Usage: "admission gate: open or queue (price each arrival's TTFT; queue it until it fits or its deadline passes); default: the fleet's, else open"},
 			&cli.StringFlag{Name: "handoff-policy", Value: string(live.HandoffFail), Usage: "a prefill leg with no KV handoff: fail (502, journaled) or recompute (the decode engine prefills again, journaled)"},
 			&cli.StringFlag{Name: "prefill-timeout", Value: "120s", Usage: "bound on one prefill leg"},
 			&cli.StringFlag{Name: "first-token-timeout", Value: "30s", Usage: "bound on the wait for a decode leg's first event"},
@@ -59,7 +60,13 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("--arm: %w", err)}
 			}
-			cfg := live.Config{Fleet: spec, Controller: ctrl, Model: c.String("model"),
+			adm := spec.CoreAdmission()
+			if a := c.String("admission"); a != "" {
+				if adm.Mode, err = core.ParseAdmissionMode(a); err != nil {
+					return usageError{fmt.Errorf("--admission: %w", err)}
+				}
+			}
+			cfg := live.Config{Fleet: spec, Controller: ctrl, Model: c.String("model"), Admission: adm,
 				Handoff: live.HandoffPolicy(c.String("handoff-policy")), MaxInFlight: int(c.Int("max-in-flight")),
 				MaxOutputTokens: int(c.Int("max-tokens"))}
 			for _, d := range []struct {
