@@ -7,7 +7,7 @@ DEMORATES := 0.6,1.0,1.6,2.4,3.2,4.4,5.4,6.4
 DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:6P2D,static:7P1D,aggregated,adaptive,arrow,planner,coldswap,oracle
 PKGS      := ./...
 
-.PHONY: all build deps demo test vet fmtcheck lint bench fuzz clean campaign
+.PHONY: all build deps demo test vet fmtcheck lint bench bench-router fuzz clean campaign
 
 all: build
 
@@ -37,7 +37,7 @@ node_modules/.package-lock.json: package.json package-lock.json
 ## property tests, race detector on the concurrent packages.
 test: deps fmtcheck vet
 	$(GO) test -count=1 $(PKGS)
-	$(GO) test -count=1 -race ./sweep/ ./cmd/... ./journal/
+	$(GO) test -count=1 -race ./sweep/ ./cmd/... ./journal/ ./live/...
 
 vet:
 	$(GO) vet $(PKGS)
@@ -57,6 +57,12 @@ bench:
 	$(GO) test -run '^$$' -bench Export1M -benchtime 1x ./journal/
 	$(GO) test -run '^$$' -bench Report1M -benchtime 2x ./report/
 
+## bench-router: the live router's overhead (added TTFT via the router over
+## direct requests to a zero-cost stub, at 1, 64 and 1,000 streams; router CPU
+## per 1,000 requests; RSS) and two-leg throughput, one line each.
+bench-router:
+	$(GO) test -run '^$$' -bench 'RouterOverhead|RouterThroughput' -benchtime 1x ./live/ | grep '^Benchmark'
+
 ## fuzz: run each fuzz target for a while (FUZZTIME=30s).
 FUZZTIME ?= 30s
 fuzz:
@@ -67,6 +73,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./fleet/
 	$(GO) test -run '^$$' -fuzz FuzzParseExperiment -fuzztime $(FUZZTIME) ./sweep/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./journal/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./live/api/
 
 clean:
 	rm -rf bin
