@@ -103,12 +103,17 @@ type CorruptError struct {
 	Dir string
 	// What went wrong, e.g. "records: 140 read, end-of-run record says 142".
 	What string
-	// LastSeq is the last record Seq read before the damage was found.
+	// Read counts the records read before the damage was found; LastSeq
+	// is the last one's Seq.
+	Read    uint64
 	LastSeq uint64
 	Err     error // the underlying error, if any
 }
 
 func (e *CorruptError) Error() string {
+	if e.Read == 0 {
+		return fmt.Sprintf("journal %s: damaged: %s; no record read", e.Dir, e.What)
+	}
 	return fmt.Sprintf("journal %s: damaged: %s; last record read: seq %d", e.Dir, e.What, e.LastSeq)
 }
 

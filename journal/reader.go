@@ -59,14 +59,25 @@ func OpenWith(dir string, o OpenOptions) (*Reader, error) {
 	}
 	r := &Reader{dir: dir, db: db}
 	if err := r.readMeta(); err != nil {
-		_ = db.Close()
-		return nil, err
+		_ = closeDB(db)
+		return nil, asCorrupt(dir, err)
 	}
 	if err := r.readEnd(o); err != nil {
-		_ = db.Close()
-		return nil, err
+		_ = closeDB(db)
+		return nil, asCorrupt(dir, err)
 	}
 	return r, nil
+}
+
+// asCorrupt makes a read error that is not already typed a *CorruptError
+// (Pebble reports damaged blocks by panicking through its logger).
+func asCorrupt(dir string, err error) error {
+	var c *CorruptError
+	var inc *IncompleteError
+	if errors.As(err, &c) || errors.As(err, &inc) {
+		return err
+	}
+	return &CorruptError{Dir: dir, What: err.Error(), Err: err}
 }
 
 // readEnd reads the end-of-run record and the last record's Seq.
@@ -189,7 +200,7 @@ func (r *Reader) Replay(fn func(*event.Record) error) error {
 			v := c.buf[start:c.ends[i]]
 			start = c.ends[i]
 			if err := d.decode(seq, v, &rec); err != nil {
-				return &CorruptError{Dir: r.dir, What: err.Error(), LastSeq: last, Err: err}
+				return &CorruptError{Dir: r.dir, What: err.Error(), Read: n, LastSeq: last, Err: err}
 			}
 			putKey(&key, seq)
 			crc = sumRecord(crc, key[:], v)
@@ -203,7 +214,7 @@ func (r *Reader) Replay(fn func(*event.Record) error) error {
 			panic(c.panicVal)
 		}
 		if c.err != nil {
-			return &CorruptError{Dir: r.dir, What: c.err.Error(), LastSeq: last, Err: c.err}
+			return &CorruptError{Dir: r.dir, What: c.err.Error(), Read: n, LastSeq: last, Err: c.err}
 		}
 		p.free <- c
 	}
@@ -215,13 +226,14 @@ func (r *Reader) verify(n, last uint64, crc uint32) error {
 		return nil
 	}
 	e := r.end
+	bad := func(what string) error { return &CorruptError{Dir: r.dir, What: what, Read: n, LastSeq: last} }
 	switch {
 	case n != e.Records:
-		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("%d records read, the end-of-run record says %d", n, e.Records), LastSeq: last}
+		return bad(fmt.Sprintf("%d records read, the end-of-run record says %d", n, e.Records))
 	case last != e.LastSeq:
-		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("the last record read is seq %d, the end-of-run record says seq %d", last, e.LastSeq), LastSeq: last}
+		return bad(fmt.Sprintf("the last record read is seq %d, the end-of-run record says seq %d", last, e.LastSeq))
 	case crc != e.CRC32C:
-		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("records checksum %08x, the end-of-run record says %08x (records altered)", crc, e.CRC32C), LastSeq: last}
+		return bad(fmt.Sprintf("records checksum %08x, the end-of-run record says %08x (records altered)", crc, e.CRC32C))
 	}
 	return nil
 }
@@ -357,15 +369,26 @@ func (p *pump) walk(db *pebble.DB, c **rawChunk, take, send func() bool) (err er
 }
 
 // Close releases the store.
-func (r *Reader) Close() (err error) {
+func (r *Reader) Close() error {
 	if r.db == nil {
 		return nil
 	}
 	db := r.db
 	r.db = nil
-	defer catchFatal(&err)
-	if err := db.Close(); err != nil {
+	if err := closeDB(db); err != nil {
 		return fmt.Errorf("journal %s: %w", r.dir, err)
 	}
 	return nil
+}
+
+// closeDB closes a read-only store. After a read hit damaged files Pebble
+// may panic in Close (a cache entry left referenced on its error path);
+// nothing was written, so that becomes an error too.
+func closeDB(db *pebble.DB) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("pebble: closing after an error: %v", v)
+		}
+	}()
+	return db.Close()
 }

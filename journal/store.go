@@ -229,8 +229,10 @@ func syncDir(dir string) error {
 }
 
 // Runs lists the run directories under root, sorted: root itself when it is
-// one run, else its immediate subdirectories that are journals. A root with
-// no journals gives an empty list.
+// one run, else its immediate subdirectories that are journals or the
+// remains of one (a marker or an events/ store: a run whose other half was
+// deleted is listed, so that reading it fails, rather than being skipped).
+// A root with no journals gives an empty list.
 func Runs(root string) ([]string, error) {
 	st, err := os.Stat(root)
 	if err != nil {
@@ -249,9 +251,20 @@ func Runs(root string) ([]string, error) {
 	var runs []string
 	for _, e := range ents {
 		p := filepath.Join(root, e.Name())
-		if e.IsDir() && IsJournal(p) {
+		if e.IsDir() && LooksLikeRun(p) {
 			runs = append(runs, p)
 		}
 	}
 	return runs, nil
+}
+
+// LooksLikeRun reports whether dir holds a journal or the remains of one:
+// its marker or its events/ store (whole or not).
+func LooksLikeRun(dir string) bool {
+	for _, name := range []string{markerName, eventsName, markerName + ".tmp"} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }

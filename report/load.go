@@ -53,7 +53,7 @@ func Detect(dir string) (InputKind, []string, error) {
 	case !st.IsDir():
 		return 0, nil, fmt.Errorf("%s: not a directory (expected a journal root, a run directory or a Parquet export)", dir)
 	}
-	if _, err := os.Stat(filepath.Join(dir, markerName)); err == nil {
+	if journal.LooksLikeRun(dir) {
 		return InputJournalRun, []string{dir}, nil
 	}
 	if journal.IsExport(dir) {
@@ -72,7 +72,7 @@ func Detect(dir string) (InputKind, []string, error) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		if _, err := os.Stat(filepath.Join(p, markerName)); err == nil {
+		if journal.LooksLikeRun(p) {
 			runs = append(runs, p)
 		}
 	}
