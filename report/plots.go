@@ -350,7 +350,7 @@ func (r *Report) runAt(arm string, rate float64) int {
 // The attainment plot.
 
 func (r *Report) drawAttainment(c draw.Canvas) {
-	p := newPlot(fmt.Sprintf("SLO attainment against offered rate (target %g%%)", 100*r.AttainmentTarget),
+	p := r.newPlot(fmt.Sprintf("SLO attainment against offered rate (target %g%%)", 100*r.AttainmentTarget),
 		"offered rate (req/s)", "SLO attainment (% of offered requests)")
 	p.Y.Min, p.Y.Max = 0, 100
 	p.Y.Tick.Marker = plot.ConstantTicks(pctTicks())
@@ -543,7 +543,7 @@ func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
 		default:
 			titles[n] += ": " + plural(r.Runs[k].Moves, "move", "moves")
 		}
-		p := newPlot("", "time since run start (s)", "engines")
+		p := r.newPlot("", "time since run start (s)", "engines")
 		p.X.Min, p.X.Max = 0, tmax
 		p.Y.Min, p.Y.Max = 0, float64(inst)
 		var ticks []plot.Tick
@@ -602,7 +602,7 @@ func (r *Report) drawCDF(c draw.Canvas, rate float64, tpot bool) {
 	if tpot {
 		xlabel = "TPOT: mean gap between output tokens after the first (ms)"
 	}
-	p := newPlot(title, xlabel, "completed requests at or below (%)")
+	p := r.newPlot(title, xlabel, "completed requests at or below (%)")
 	p.Y.Min, p.Y.Max = 0, 100
 	p.Y.Tick.Marker = plot.ConstantTicks(pctTicks())
 	p.X.Min = 0
@@ -657,7 +657,7 @@ func (r *Report) movesHeight(rate float64) vg.Length {
 
 func (r *Report) drawMoves(c draw.Canvas, rate float64) {
 	arms := r.armsAt(rate)
-	p := newPlot(fmt.Sprintf("Role moves over time at %s req/s", fmtRate(rate)), "time since run start (s)", "")
+	p := r.newPlot(fmt.Sprintf("Role moves over time at %s req/s", fmtRate(rate)), "time since run start (s)", "")
 	n := len(arms)
 	p.Y.Min, p.Y.Max = -0.6, float64(n)-0.4
 	p.X.Min = 0
@@ -722,4 +722,12 @@ func (r *Report) drawMoves(c draw.Canvas, rate float64) {
 	body.Max.X -= vg.Points(10)
 	body.Max.Y -= vg.Points(6)
 	p.Draw(body)
+}
+
+// newPlot is newPlot with the report's partial label on the title.
+func (r *Report) newPlot(title, xlabel, ylabel string) *plot.Plot {
+	if r.Partial && title != "" {
+		title += " [partial]"
+	}
+	return newPlot(title, xlabel, ylabel)
 }
