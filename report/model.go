@@ -48,7 +48,7 @@ type ArmReport struct {
 // RunReport holds every number the report prints for one run (one arm at
 // one rate). Durations are seconds.
 type RunReport struct {
-	Run       string  `json:"run"` // the run's directory name
+	Run string `json:"run"` // the run's directory name
 	// Partial says why the run is not whole ("" when it is): it was
 	// interrupted, or its journal has no end-of-run record.
 	Partial   string  `json:"partial,omitempty"`
