@@ -87,9 +87,15 @@ type IncompleteError struct {
 	Reason string
 	// LastSeq is the last record Seq found in the store.
 	LastSeq uint64
+	// Run is set when the run was found in a Parquet export (Dir is then
+	// the export's directory); LastSeq is then unknown.
+	Run string
 }
 
 func (e *IncompleteError) Error() string {
+	if e.Run != "" {
+		return fmt.Sprintf("export %s: run %s: incomplete run, exported as partial (%s)", e.Dir, e.Run, e.Reason)
+	}
 	if e.Reason != "" {
 		return fmt.Sprintf("journal %s: incomplete run: marked partial (%s): missing %s; last record read: seq %d", e.Dir, e.Reason, e.Missing, e.LastSeq)
 	}

@@ -113,7 +113,7 @@ func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) e
 	for i := range runs {
 		rr := &runs[i]
 		if rr.Partial != "" && !o.Partial {
-			return fmt.Errorf("export %s: run %s: incomplete run, exported as partial (%s)", dir, rr.Run, rr.Partial)
+			return &IncompleteError{Dir: dir, Run: rr.Run, Missing: "the rest of the run", Reason: rr.Partial}
 		}
 		run.Name = rr.Run
 		run.Partial = rr.Partial

@@ -75,6 +75,16 @@ type PartialSink interface {
 // the sweep.
 var ErrInterrupted = errors.New("sweep interrupted")
 
+// interruptReason is the partial marker of a run the sweep's context
+// stopped.
+func interruptReason(ctx context.Context) string {
+	why := context.Cause(ctx).Error()
+	if !strings.Contains(why, "interrupt") {
+		why = "interrupted: " + why
+	}
+	return why
+}
+
 // abort is the panic that stops a run in flight when the sweep is
 // interrupted; runOne recovers it.
 type abort struct{}
@@ -258,7 +268,7 @@ func Execute(cfg Config) (*Result, error) {
 			return err
 		})
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w (during the oracle's search): %w", ErrInterrupted, ctx.Err())
+			return nil, fmt.Errorf("%w (during the oracle's search): %w", ErrInterrupted, context.Cause(ctx))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("sweep: oracle: %w", err)
@@ -306,7 +316,7 @@ dispatch:
 	close(jobs)
 	wg.Wait()
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%w after %d of %d runs started: %w", ErrInterrupted, started, len(res.Runs), ctx.Err())
+		return nil, fmt.Errorf("%w after %d of %d runs started: %w", ErrInterrupted, started, len(res.Runs), context.Cause(ctx))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -359,7 +369,7 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 			defer func() {
 				var cerr error
 				if ps, ok := sink.(PartialSink); ok && interrupted {
-					cerr = ps.ClosePartial("interrupted: " + context.Cause(ctx).Error())
+					cerr = ps.ClosePartial(interruptReason(ctx))
 				} else {
 					cerr = sink.Close()
 				}
@@ -381,7 +391,7 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 					panic(v)
 				}
 				interrupted = true
-				err = fmt.Errorf("sweep: %s at %v req/s: %w: %w", arm, rate, ErrInterrupted, ctx.Err())
+				err = fmt.Errorf("sweep: %s at %v req/s: %w: %w", arm, rate, ErrInterrupted, context.Cause(ctx))
 			}
 		}()
 		st, err = s.Run()
