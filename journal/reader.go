@@ -173,7 +173,9 @@ func (r *Reader) Meta() event.RunMeta { return r.meta }
 // (Seq 0) first. fn receives a pointer to a Record that Replay reuses: copy
 // the Record to keep it (its strings are safe to keep). Replay stops at the
 // first error fn returns and returns it; a record that cannot be decoded
-// stops Replay with an error naming its key.
+// stops Replay with an error naming its key. At the end of the store it
+// checks what it read against the end-of-run record (count, last Seq,
+// checksum) and returns a *CorruptError if they differ.
 //
 // fn runs on the caller's goroutine. Underneath, a second goroutine walks
 // the store and hands raw values over in chunks, so the store's iteration
