@@ -15,7 +15,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
-	"github.com/narwhal-bench/narwhal-bench/report"
+	"github.com/narwhal-bench/narwhal-bench/score"
 	"github.com/narwhal-bench/narwhal-bench/sim"
 	"github.com/narwhal-bench/narwhal-bench/timing"
 	"github.com/narwhal-bench/narwhal-bench/traces"
@@ -247,7 +247,7 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	// Hindsight splits per phase, one set per rate (the oracle arm's
 	// schedule and the yardstick of adaptation lag).
-	targets := make([][]report.PhaseTarget, len(rates))
+	targets := make([][]score.PhaseTarget, len(rates))
 	// Progress counts every run and, first, every rate's oracle search
 	// (the longest part of a sweep with the oracle).
 	total := len(res.Runs)
@@ -328,7 +328,7 @@ dispatch:
 			att[ri] = r.Attainment
 			res.Requests += r.Offered
 		}
-		if s, ok := report.Sustained(rates, att, report.AttainmentTarget); ok {
+		if s, ok := score.Sustained(rates, att, score.AttainmentTarget); ok {
 			res.Sustained[arm] = &s
 		} else {
 			res.Sustained[arm] = nil
@@ -338,7 +338,7 @@ dispatch:
 }
 
 func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo event.SLO,
-	targets []report.PhaseTarget, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
+	targets []score.PhaseTarget, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
 	var ctrl core.Controller
 	if arm == "oracle" {
 		steps := make([]core.ScheduleStep, len(targets))
@@ -409,20 +409,20 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 	if len(rows) != len(reqs) {
 		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %d requests folded, %d offered", arm, rate, len(rows), len(reqs))
 	}
-	sum := report.Summarize(rows, slo)
-	splits := report.Splits(moves.moves)
+	sum := score.Summarize(rows, slo)
+	splits := score.Splits(moves.moves)
 	var lagMean *float64
 	var missed int
 	if len(targets) > 0 {
 		var lags []event.Time
-		lags, missed = report.Lag(splits, targets)
+		lags, missed = score.Lag(splits, targets)
 		m := 0.0
 		for _, l := range lags {
 			m += l.Seconds() / float64(len(lags))
 		}
 		lagMean = &m
 	}
-	return Run{Thrash: report.Thrash(splits, report.DefaultThrashWindow), LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
+	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
