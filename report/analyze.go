@@ -79,6 +79,7 @@ func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, m
 			lastArrival = r.Arrival
 		}
 	}
+	pl.lastArr = lastArrival
 	for lastArrival/pl.binWidth >= maxBins {
 		pl.binWidth *= 2
 	}

@@ -213,5 +213,6 @@ type runPlot struct {
 	tpotCDF  []float64     // sorted sample of TPOT, seconds
 	binWidth event.Time    // width of the work bins (workBin unless the run is very long)
 	first    event.Time    // the run's first scheduled send
+	lastArr  event.Time    // the run's last arrival
 	end      event.Time    // the run's last end
 }
