@@ -104,7 +104,7 @@ func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) e
 		}
 	}
 
-	reqs, err := openRequests(filepath.Join(dir, RequestsFile))
+	reqs, err := openRequestColumns(filepath.Join(dir, RequestsFile))
 	if err != nil {
 		return fmt.Errorf("export %s: %w", dir, err)
 	}
@@ -126,23 +126,16 @@ func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) e
 		clear(run.Rows)
 		run.Rows = run.Rows[:0]
 		for {
-			q, ok, err := reqs.peek()
+			name, ok, err := reqs.peekRun()
 			if err != nil {
-				return fmt.Errorf("export %s: %w", dir, err)
+				return fmt.Errorf("export %s: %s: %w", dir, RequestsFile, err)
 			}
-			if !ok || q.Run != rr.Run {
+			if !ok || name != rr.Run {
 				break
 			}
-			if q.Req != int64(len(run.Rows))+1 {
-				return fmt.Errorf("export %s: %s: run %s: request %d where %d was expected (rows must be dense and in order)",
-					dir, RequestsFile, rr.Run, q.Req, len(run.Rows)+1)
+			if run.Rows, err = reqs.appendRun(run.Rows, rr.Run, rr.Partial != ""); err != nil {
+				return fmt.Errorf("export %s: %s: run %s: %w", dir, RequestsFile, rr.Run, err)
 			}
-			row, err := rowOf(q, rr.Partial != "")
-			if err != nil {
-				return fmt.Errorf("export %s: %s: run %s request %d: %w", dir, RequestsFile, rr.Run, q.Req, err)
-			}
-			run.Rows = append(run.Rows, row)
-			reqs.next()
 		}
 		if int64(len(run.Rows)) != rr.Offered {
 			return fmt.Errorf("export %s: run %s: %s says %d offered, %s holds %d rows for it (or its rows are out of order)",
@@ -152,10 +145,10 @@ func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) e
 			return err
 		}
 	}
-	if q, ok, err := reqs.peek(); err != nil {
-		return fmt.Errorf("export %s: %w", dir, err)
+	if name, ok, err := reqs.peekRun(); err != nil {
+		return fmt.Errorf("export %s: %s: %w", dir, RequestsFile, err)
 	} else if ok {
-		return fmt.Errorf("export %s: %s holds rows of run %q, which %s does not list (or lists in another order)", dir, RequestsFile, q.Run, RunsFile)
+		return fmt.Errorf("export %s: %s holds rows of run %q, which %s does not list (or lists in another order)", dir, RequestsFile, name, RunsFile)
 	}
 	return nil
 }
@@ -192,62 +185,6 @@ func readAll[T any](path string) ([]T, error) {
 			return nil, fmt.Errorf("%s: reader made no progress", filepath.Base(path))
 		}
 	}
-}
-
-// requestStream reads requests.parquet in chunks with one row of look-ahead.
-type requestStream struct {
-	f    *os.File
-	r    *parquet.GenericReader[requestRow]
-	buf  []requestRow
-	i, n int
-	eof  bool
-}
-
-func openRequests(path string) (*requestStream, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", RequestsFile, err)
-	}
-	return &requestStream{f: f, r: parquet.NewGenericReader[requestRow](pf), buf: make([]requestRow, chunkRows)}, nil
-}
-
-// peek returns the current row without consuming it; ok is false at the
-// end of the file.
-func (s *requestStream) peek() (*requestRow, bool, error) {
-	for s.i >= s.n {
-		if s.eof {
-			return nil, false, nil
-		}
-		clear(s.buf)
-		n, err := s.r.Read(s.buf)
-		s.i, s.n = 0, n
-		switch {
-		case errors.Is(err, io.EOF):
-			s.eof = true
-		case err != nil:
-			return nil, false, fmt.Errorf("%s: %w", RequestsFile, err)
-		case n == 0:
-			return nil, false, fmt.Errorf("%s: reader made no progress", RequestsFile)
-		}
-	}
-	return &s.buf[s.i], true, nil
-}
-
-func (s *requestStream) next() { s.i++ }
-
-func (s *requestStream) close() {
-	s.r.Close()
-	s.f.Close()
 }
 
 // timeOf maps the export's -1 back to event.Never.
