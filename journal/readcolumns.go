@@ -19,7 +19,7 @@ type requestColumns struct {
 	f    *os.File
 	pf   *parquet.File
 	rgs  []parquet.RowGroup
-	next int         // the next row group to read
+	next int // the next row group to read
 	col  map[string]int
 	dict map[parquet.Dictionary][]string
 }
