@@ -7,13 +7,19 @@ DEMORATES := 0.6,1.0,1.6,2.4,3.2,4.4,5.4,6.4
 DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:6P2D,static:7P1D,aggregated,adaptive,arrow,planner,coldswap,oracle
 PKGS      := ./...
 
-.PHONY: all build deps demo test vet fmtcheck lint bench bench-router fuzz clean campaign
+
+.PHONY: all build install deps demo test vet fmtcheck lint bench bench-router fuzz clean campaign
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/narwhal-bench
 	$(GO) build -o bin/narwhal-report ./cmd/narwhal-report
+
+## install: go install both commands into $(go env GOBIN), by default
+## $(go env GOPATH)/bin.
+install:
+	$(GO) install ./cmd/narwhal-bench ./cmd/narwhal-report
 
 ## campaign: the seed evaluation (chatdoc and mixed x prefix caching off/on x
 ## adaptive, dynamo, ray), regenerating docs/evaluation.md and its plots.

@@ -244,6 +244,22 @@ func (f *Fold) Err() error {
 	return nil
 }
 
+// Violation returns the first life-cycle violation seen, or an error
+// naming the first request with records but no arrival, or nil. Unlike Err
+// it accepts requests that have not ended yet, as a run cut short (a
+// partial journal) has.
+func (f *Fold) Violation() error {
+	if f.err != nil {
+		return f.err
+	}
+	for i := range f.rows {
+		if f.rows[i].arrival == Never {
+			return fmt.Errorf("request %d: records but no arrival", i+1)
+		}
+	}
+	return nil
+}
+
 // Reset empties the fold for reuse, keeping its memory.
 func (f *Fold) Reset() {
 	f.rows = f.rows[:0]

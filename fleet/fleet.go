@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -120,9 +121,22 @@ func Builtin() []string {
 }
 
 // Load reads a built-in fleet by name or a fleet file by path.
+//
+// A built-in fleet is also found by its file name (eval8.yaml,
+// fleet/eval8.yaml) when no such file exists where the command runs.
 func Load(nameOrPath string) (*Spec, error) {
 	if data, err := builtin.ReadFile(nameOrPath + ".yaml"); err == nil && !strings.ContainsAny(nameOrPath, "/\\") {
 		return Parse(data, nameOrPath)
+	}
+	if _, err := os.Stat(nameOrPath); err != nil {
+		base := filepath.Base(nameOrPath)
+		for _, ext := range []string{".yaml", ".yml"} {
+			if name, ok := strings.CutSuffix(base, ext); ok {
+				if data, err := builtin.ReadFile(name + ".yaml"); err == nil {
+					return Parse(data, name)
+				}
+			}
+		}
 	}
 	data, err := os.ReadFile(nameOrPath)
 	if err != nil {

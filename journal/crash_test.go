@@ -2,6 +2,7 @@ package journal
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -161,9 +162,18 @@ func TestCrash(t *testing.T) {
 				t.Fatalf("child ended after %d acks without being killed", acks)
 			}
 
-			r, err := Open(dir)
+			// A killed writer leaves no end-of-run record: readers refuse
+			// the run unless asked for partial runs.
+			var inc *IncompleteError
+			if _, err := Open(dir); !errors.As(err, &inc) || inc.Missing != "end-of-run record" {
+				t.Fatalf("Open after SIGKILL = %v, want an *IncompleteError for the missing end-of-run record", err)
+			}
+			r, err := OpenWith(dir, OpenOptions{Partial: true})
 			if err != nil {
-				t.Fatalf("Open after SIGKILL: %v", err)
+				t.Fatalf("Open (partial) after SIGKILL: %v", err)
+			}
+			if r.Partial() == "" {
+				t.Fatal("Partial() is empty for a killed run")
 			}
 			defer r.Close()
 			if m := r.Meta(); m.Arm != "crash" {

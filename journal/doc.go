@@ -6,11 +6,29 @@
 //
 // Writing: Create makes a run directory and returns a Writer, an
 // event.Recorder; hand it to a driver (the simulator, the live router) and
-// Close it at the end of the run. Reading: Open returns a Reader; Replay
-// walks every record in Seq order, and Fold, RoleMoves, Decisions and
-// Faults (tables.go) turn them into Go slices. Export (export.go) writes
-// the Parquet tables described in docs/parquet.md. The byte layout lives in
-// codec.go, the directory layout and Pebble settings in store.go.
+// Close it at the end of the run, or ClosePartial(reason) when the run
+// stopped early (an interrupt, Ctrl-C on a live router). Reading: Open
+// returns a Reader for a whole run (OpenWith with OpenOptions.Partial
+// accepts runs that are not whole); Replay walks every record in Seq order
+// and checks them against the end-of-run record, and Fold, RoleMoves,
+// Decisions and Faults (tables.go) turn them into Go slices. Export
+// (export.go) writes the Parquet tables described in docs/parquet.md and
+// their manifest; ReadExport reads them back after checking the manifest.
+// The byte layout lives in codec.go, the end-of-run record and the typed
+// errors (IncompleteError, CorruptError) in end.go, the directory layout
+// and Pebble settings in store.go.
+//
+// # The end-of-run record
+//
+// Close and ClosePartial store End (the record count with the metadata,
+// the last Seq, a CRC-32C of every record's key, value length and value,
+// and the partial reason, if any) under a key above every record key. A
+// run without it never closed. Open refuses a run without it, or marked
+// partial, with an *IncompleteError naming the directory, what is missing
+// and the last Seq in the store; Replay, at the end of the store, compares
+// the count, last Seq and checksum and returns a *CorruptError on any
+// difference, so a lost, added or altered record (or a damaged file) is an
+// error, never a smaller run.
 //
 // # Directory layout
 //
@@ -62,8 +80,12 @@
 //
 // The store is opened with a quiet logger (Pebble's default writes to
 // stderr and exits the process on fatal errors; here a fatal error becomes
-// the Writer's sticky error), uncompressed 32 KiB blocks and 32 MiB
-// memtables. Readers open it read-only, which replays the write-ahead log
-// into memory without changing any file, so a crashed journal can be read
-// as often as wanted.
+// the Writer's sticky error), an event listener whose BackgroundError
+// (failed flushes and compactions) becomes the Writer's sticky error too,
+// uncompressed 32 KiB blocks and 32 MiB memtables. Close flushes the
+// memtable into tables and deletes the write-ahead logs (the active one is
+// preallocated at 110% of the memtable size), so a finished run takes its
+// data plus a few kilobytes. Readers open it read-only, which replays any
+// write-ahead log into memory without changing any file, so a crashed
+// journal can be read as often as wanted.
 package journal

@@ -2,7 +2,13 @@ package journal
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"hash"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -97,6 +103,7 @@ type runRow struct {
 	StartUnixNano int64   `parquet:"start_unix_nano,delta"`
 	Records       int64   `parquet:"records,delta"`
 	Offered       int64   `parquet:"offered,delta"`
+	Partial       string  `parquet:"partial"` // why the run is partial; "" for a whole run
 }
 
 // Table file names, in the order Export writes them.
@@ -106,7 +113,13 @@ const (
 	DecisionsFile = "decisions.parquet"
 	FaultsFile    = "faults.parquet"
 	RunsFile      = "runs.parquet"
+	// ManifestFile lists the tables with their sizes and SHA-256 sums;
+	// Export writes it last, ReadExport checks every table against it.
+	ManifestFile = "manifest.json"
 )
+
+// TableFiles are the five tables, in the order Export writes them.
+var TableFiles = []string{RequestsFile, RoleMovesFile, DecisionsFile, FaultsFile, RunsFile}
 
 // ExportStats counts what Export wrote.
 type ExportStats struct {
@@ -116,7 +129,17 @@ type ExportStats struct {
 	RoleMoves int64
 	Decisions int64
 	Faults    int64
-	Files     []string // the files written, in table order
+	Partial   int      // runs exported as partial (ExportOptions.Partial)
+	Files     []string // the files written, in table order, then the manifest
+}
+
+// ExportOptions tune Export.
+type ExportOptions struct {
+	// Partial exports runs that are not whole (no end-of-run record, or
+	// marked partial): their requests that had not ended get terminal
+	// "none", and runs.parquet's partial column says why. Without it such
+	// a run fails the export.
+	Partial bool
 }
 
 // rowGroupRows caps a row group; a run's rows start a new row group, so
@@ -136,6 +159,8 @@ var zstdCodec = &zstd.Codec{Level: zstd.SpeedFastest}
 type table[T any] struct {
 	final, tmp string
 	f          *os.File
+	sum        hash.Hash // SHA-256 of what was written
+	size       int64
 	bw         *bufio.Writer
 	w          *parquet.GenericWriter[T]
 	buf        []T
@@ -149,7 +174,8 @@ func newTable[T any](dir, name string) (*table[T], error) {
 		return nil, err
 	}
 	t.f = f
-	t.bw = bufio.NewWriterSize(f, 1<<20)
+	t.sum = sha256.New()
+	t.bw = bufio.NewWriterSize(io.MultiWriter(f, t.sum), 1<<20)
 	t.w = parquet.NewGenericWriter[T](t.bw,
 		parquet.Compression(zstdCodec),
 		// A fixed creator string: the file must not depend on the build.
@@ -207,10 +233,20 @@ func (t *table[T]) complete() error {
 	if err == nil {
 		err = t.f.Sync()
 	}
+	if err == nil {
+		var st os.FileInfo
+		if st, err = t.f.Stat(); err == nil {
+			t.size = st.Size()
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(t.final), err)
 	}
 	return nil
+}
+
+func (t *table[T]) entry() manifestEntry {
+	return manifestEntry{Name: filepath.Base(t.final), Bytes: t.size, SHA256: hex.EncodeToString(t.sum.Sum(nil))}
 }
 
 // publish closes the completed file and renames it into place.
@@ -244,18 +280,26 @@ type exporter struct {
 	runs      *table[runRow]
 	fold      event.Fold // reused across runs
 	stats     ExportStats
+	opts      ExportOptions
 }
 
-// Export reads every run under root (see Runs) and writes the five tables
-// requests, role_moves, decisions, faults and runs as zstd-compressed
-// Parquet files in outDir, replacing files of the same names. docs/parquet.md
-// describes the columns. Runs are exported in sorted order, one at a time,
-// so memory holds one run's request rows (see Fold) and the output is
-// byte-identical for the same journals. A run whose records do not fold
-// cleanly (a life-cycle violation, or requests left open by a crash) fails
-// the export with an error naming the run; nothing is renamed into place
-// then.
+// Export exports the whole runs under root; it is ExportWith with no
+// options.
 func Export(root, outDir string) (ExportStats, error) {
+	return ExportWith(root, outDir, ExportOptions{})
+}
+
+// ExportWith reads every run under root (see Runs) and writes the five
+// tables requests, role_moves, decisions, faults and runs as
+// zstd-compressed Parquet files in outDir, replacing files of the same
+// names, and then manifest.json, which lists each table's size and SHA-256
+// sum. docs/parquet.md describes the columns. Runs are exported in sorted
+// order, one at a time, so memory holds one run's request rows (see Fold)
+// and the output is byte-identical for the same journals. A run that is not
+// whole (see Open; allowed with o.Partial), that is damaged, or whose
+// records do not fold cleanly fails the export with an error naming the
+// run; no table is replaced then.
+func ExportWith(root, outDir string, o ExportOptions) (ExportStats, error) {
 	runs, err := Runs(root)
 	if err != nil {
 		return ExportStats{}, fmt.Errorf("export: %w", err)
@@ -266,7 +310,7 @@ func Export(root, outDir string) (ExportStats, error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return ExportStats{}, fmt.Errorf("export: %w", err)
 	}
-	e := &exporter{}
+	e := &exporter{opts: o}
 	if err := e.open(outDir); err != nil {
 		e.abandon()
 		return ExportStats{}, fmt.Errorf("export: %w", err)
@@ -328,19 +372,27 @@ func (e *exporter) finish() error {
 			return err
 		}
 	}
+	dir := filepath.Dir(e.requests.final)
+	m := manifest{Format: manifestFormat, Runs: e.runs.rows, Files: []manifestEntry{e.requests.entry(), e.roleMoves.entry(),
+		e.decisions.entry(), e.faults.entry(), e.runs.entry()}}
+	// The manifest goes first and comes back last: a failure while the
+	// tables are renamed leaves no manifest, which readers refuse.
+	if err := os.Remove(filepath.Join(dir, ManifestFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	for _, p := range []func() error{e.requests.publish, e.roleMoves.publish, e.decisions.publish, e.faults.publish, e.runs.publish} {
 		if err := p(); err != nil {
 			return err
 		}
 	}
-	if err := syncDir(filepath.Dir(e.requests.final)); err != nil {
+	if err := writeManifest(dir, m); err != nil {
 		return err
 	}
 	e.stats.Requests = e.requests.rows
 	e.stats.RoleMoves = e.roleMoves.rows
 	e.stats.Decisions = e.decisions.rows
 	e.stats.Faults = e.faults.rows
-	e.stats.Files = []string{e.requests.final, e.roleMoves.final, e.decisions.final, e.faults.final, e.runs.final}
+	e.stats.Files = []string{e.requests.final, e.roleMoves.final, e.decisions.final, e.faults.final, e.runs.final, filepath.Join(dir, ManifestFile)}
 	return nil
 }
 
@@ -354,10 +406,11 @@ func nsOrNone(t event.Time) int64 {
 
 // run exports one run directory.
 func (e *exporter) run(dir string) (err error) {
-	r, err := Open(dir)
+	r, err := OpenWith(dir, OpenOptions{Partial: e.opts.Partial})
 	if err != nil {
 		return err
 	}
+	partial := r.Partial()
 	defer func() {
 		if cerr := r.Close(); cerr != nil && err == nil {
 			err = cerr
@@ -419,10 +472,10 @@ func (e *exporter) run(dir string) (err error) {
 		return nil
 	})
 	if err == nil {
-		err = e.fold.Err()
+		err = foldErr(r, &e.fold)
 	}
 	if err == nil {
-		send(true) // every row has ended (Err checked it)
+		send(true) // every row has ended (Err checked it), or the run is partial
 	}
 	if len(batch) > 0 {
 		batches <- batch
@@ -438,7 +491,7 @@ func (e *exporter) run(dir string) (err error) {
 	if err := e.runs.add(runRow{Run: name, Arm: m.Arm, Rate: m.Rate, Seed: m.Seed, Trace: m.Trace, TraceHash: m.TraceHash,
 		Fleet: m.Fleet, ConfigHash: m.ConfigHash, Version: m.Version, Driver: m.Driver,
 		Instances: int64(m.Instances), GPUs: int64(m.GPUs), TTFTSLOs: m.TTFTSLO, TPOTSLOs: m.TPOTSLO,
-		StartUnixNano: m.StartUnixNano, Records: records, Offered: int64(e.fold.Len())}); err != nil {
+		StartUnixNano: m.StartUnixNano, Records: records, Offered: int64(e.fold.Len()), Partial: partial}); err != nil {
 		return fmt.Errorf("run %s: %w", name, err)
 	}
 	for _, end := range []func() error{e.requests.endRun, e.roleMoves.endRun, e.decisions.endRun, e.faults.endRun} {
@@ -447,6 +500,9 @@ func (e *exporter) run(dir string) (err error) {
 		}
 	}
 	e.stats.Records += records
+	if partial != "" {
+		e.stats.Partial++
+	}
 	return nil
 }
 

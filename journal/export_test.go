@@ -51,8 +51,8 @@ func TestExportDeterministic(t *testing.T) {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(a)
-	if len(ents) != len(tableFiles) {
-		t.Fatalf("out dir holds %d entries, want %d", len(ents), len(tableFiles))
+	if len(ents) != len(tableFiles)+1 { // the tables and manifest.json
+		t.Fatalf("out dir holds %d entries, want %d", len(ents), len(tableFiles)+1)
 	}
 }
 
@@ -222,7 +222,7 @@ func TestExportEmptyRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Runs != 1 || st.Records != 1 || st.Requests != 0 || len(st.Files) != len(tableFiles) {
+	if st.Runs != 1 || st.Records != 1 || st.Requests != 0 || len(st.Files) != len(tableFiles)+1 {
 		t.Fatalf("stats = %+v", st)
 	}
 	reqs, err := parquet.ReadFile[requestRow](filepath.Join(out, RequestsFile))

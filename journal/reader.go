@@ -14,35 +14,125 @@ import (
 // Reader is a read-only view of one run's journal. Several Replays may run
 // at once; Close must not overlap them.
 type Reader struct {
-	dir  string
-	db   *pebble.DB
-	meta event.RunMeta
+	dir     string
+	db      *pebble.DB
+	meta    event.RunMeta
+	end     End
+	hasEnd  bool
+	lastSeq uint64 // the highest record Seq in the store
 }
 
-// Open opens the journal in dir read-only. It works after a clean Close and
-// after a crash: Pebble replays its write-ahead log, which yields every
+// OpenOptions tune Open.
+type OpenOptions struct {
+	// Partial accepts a run that is not whole: one without an end-of-run
+	// record (its writer never closed) or one marked partial by
+	// Writer.ClosePartial. Its records are read as they are; Reader.Partial
+	// says why the run is partial. Damage is still an error.
+	Partial bool
+}
+
+// Open opens a whole run's journal read-only; it is OpenWith with no
+// options. A run without its end-of-run record, or marked partial, is
+// refused with an *IncompleteError; a store Pebble cannot open, or whose
+// end-of-run record is unreadable, with a *CorruptError.
+func Open(dir string) (*Reader, error) { return OpenWith(dir, OpenOptions{}) }
+
+// OpenWith opens the journal in dir read-only. It works after a clean Close
+// and after a crash: Pebble replays its write-ahead log, which yields every
 // batch whose commit returned (under the writer's sync policy) and drops a
-// torn tail whole, so no record is ever half there. The run metadata is
-// read and checked here; a journal from a newer schema is refused. A
-// journal whose Writer is still open cannot be opened.
-func Open(dir string) (*Reader, error) {
+// torn tail whole, so no record is ever half there. The run metadata and
+// the end-of-run record are read and checked here: a journal from a newer
+// schema is refused, and so is a run that is not whole unless o.Partial.
+// Replay checks every record against the end-of-run record. A journal
+// whose Writer is still open cannot be opened.
+func OpenWith(dir string, o OpenOptions) (*Reader, error) {
 	if err := checkLayout(dir); err != nil {
 		return nil, err
 	}
-	db, err := openStore(dir, true)
+	db, err := openStore(dir, true, nil)
 	if err != nil {
 		if strings.Contains(err.Error(), "lock held") {
 			// Pebble's lock error has no sentinel to test with errors.Is.
 			return nil, fmt.Errorf("journal %s: in use: its Writer is still open (%w)", dir, err)
 		}
-		return nil, fmt.Errorf("journal %s: opening event store (damaged, or not written by narwhal-bench): %w", dir, err)
+		return nil, &CorruptError{Dir: dir, What: fmt.Sprintf("opening the event store: %v", err), Err: err}
 	}
 	r := &Reader{dir: dir, db: db}
 	if err := r.readMeta(); err != nil {
-		_ = db.Close()
-		return nil, err
+		_ = closeDB(db)
+		return nil, asCorrupt(dir, err)
+	}
+	if err := r.readEnd(o); err != nil {
+		_ = closeDB(db)
+		return nil, asCorrupt(dir, err)
 	}
 	return r, nil
+}
+
+// asCorrupt makes a read error that is not already typed a *CorruptError
+// (Pebble reports damaged blocks by panicking through its logger).
+func asCorrupt(dir string, err error) error {
+	var c *CorruptError
+	var inc *IncompleteError
+	if errors.As(err, &c) || errors.As(err, &inc) {
+		return err
+	}
+	return &CorruptError{Dir: dir, What: err.Error(), Err: err}
+}
+
+// readEnd reads the end-of-run record and the last record's Seq.
+func (r *Reader) readEnd(o OpenOptions) (err error) {
+	defer catchFatal(&err)
+	it, err := r.db.NewIter(&pebble.IterOptions{UpperBound: []byte{0xff}})
+	if err != nil {
+		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("reading the last record: %v", err), Err: err}
+	}
+	if it.Last() && len(it.Key()) == keyLen {
+		r.lastSeq = binary.BigEndian.Uint64(it.Key())
+	}
+	if err := it.Close(); err != nil {
+		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("reading the last record: %v", err), Err: err}
+	}
+	v, closer, err := r.db.Get(endKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		if !o.Partial {
+			return &IncompleteError{Dir: r.dir, Missing: "end-of-run record", LastSeq: r.lastSeq}
+		}
+		return nil
+	case err != nil:
+		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("reading the end-of-run record: %v", err), LastSeq: r.lastSeq, Err: err}
+	}
+	defer closer.Close()
+	e, err := decodeEnd(v)
+	if err != nil {
+		return &CorruptError{Dir: r.dir, What: err.Error(), LastSeq: r.lastSeq, Err: err}
+	}
+	if e.LastSeq != r.lastSeq {
+		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("the last record is seq %d, the end-of-run record says seq %d", r.lastSeq, e.LastSeq), LastSeq: r.lastSeq}
+	}
+	if e.Partial != "" && !o.Partial {
+		return &IncompleteError{Dir: r.dir, Missing: "the rest of the run", Reason: e.Partial, LastSeq: r.lastSeq}
+	}
+	r.end, r.hasEnd = e, true
+	return nil
+}
+
+// End returns the run's end-of-run record, and false when it has none (a
+// run opened with OpenOptions.Partial whose writer never closed).
+func (r *Reader) End() (End, bool) { return r.end, r.hasEnd }
+
+// Partial says why the run is not whole, or "" when it is: the reason
+// ClosePartial recorded, or that the end-of-run record is missing. Only a
+// Reader opened with OpenOptions.Partial can be partial.
+func (r *Reader) Partial() string {
+	switch {
+	case !r.hasEnd:
+		return fmt.Sprintf("no end-of-run record (the writer never closed); records up to seq %d", r.lastSeq)
+	case r.end.Partial != "":
+		return r.end.Partial
+	}
+	return ""
 }
 
 func (r *Reader) readMeta() (err error) {
@@ -51,19 +141,19 @@ func (r *Reader) readMeta() (err error) {
 	putKey(&key, 0)
 	v, closer, err := r.db.Get(key[:])
 	if errors.Is(err, pebble.ErrNotFound) {
-		return fmt.Errorf("journal %s: no run-metadata record (seq 0)", r.dir)
+		return &CorruptError{Dir: r.dir, What: "no run-metadata record (seq 0)"}
 	}
 	if err != nil {
-		return fmt.Errorf("journal %s: reading run metadata: %w", r.dir, err)
+		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("reading run metadata: %v", err), Err: err}
 	}
 	defer closer.Close()
 	var d decoder
 	var rec event.Record
 	if err := d.decode(0, v, &rec); err != nil {
-		return fmt.Errorf("journal %s: run metadata: %w", r.dir, err)
+		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("run metadata: %v", err), Err: err}
 	}
 	if rec.Kind != event.KindRunMeta {
-		return fmt.Errorf("journal %s: record seq 0 is %s, expected %s", r.dir, rec.Kind, event.KindRunMeta)
+		return &CorruptError{Dir: r.dir, What: fmt.Sprintf("record seq 0 is %s, expected %s", rec.Kind, event.KindRunMeta)}
 	}
 	m, err := event.DecodeRunMeta(rec.Text)
 	if err != nil {
@@ -83,7 +173,9 @@ func (r *Reader) Meta() event.RunMeta { return r.meta }
 // (Seq 0) first. fn receives a pointer to a Record that Replay reuses: copy
 // the Record to keep it (its strings are safe to keep). Replay stops at the
 // first error fn returns and returns it; a record that cannot be decoded
-// stops Replay with an error naming its key.
+// stops Replay with an error naming its key. At the end of the store it
+// checks what it read against the end-of-run record (count, last Seq,
+// checksum) and returns a *CorruptError if they differ.
 //
 // fn runs on the caller's goroutine. Underneath, a second goroutine walks
 // the store and hands raw values over in chunks, so the store's iteration
@@ -96,18 +188,26 @@ func (r *Reader) Replay(fn func(*event.Record) error) error {
 	defer p.stop()
 	var d decoder
 	var rec event.Record
+	var key [keyLen]byte
+	var crc uint32
+	var n, last uint64
 	for {
 		c, ok := <-p.full
 		if !ok {
-			return nil // the producer ended without error (it sends errors in a chunk)
+			// The producer ended without error (it sends errors in a chunk).
+			return r.verify(n, last, crc)
 		}
 		start := 0
 		for i, seq := range c.seqs {
 			v := c.buf[start:c.ends[i]]
 			start = c.ends[i]
 			if err := d.decode(seq, v, &rec); err != nil {
-				return fmt.Errorf("journal %s: %w", r.dir, err)
+				return &CorruptError{Dir: r.dir, What: err.Error(), Read: n, LastSeq: last, Err: err}
 			}
+			putKey(&key, seq)
+			crc = sumRecord(crc, key[:], v)
+			n++
+			last = seq
 			if err := fn(&rec); err != nil {
 				return err
 			}
@@ -116,10 +216,28 @@ func (r *Reader) Replay(fn func(*event.Record) error) error {
 			panic(c.panicVal)
 		}
 		if c.err != nil {
-			return fmt.Errorf("journal %s: %w", r.dir, c.err)
+			return &CorruptError{Dir: r.dir, What: c.err.Error(), Read: n, LastSeq: last, Err: c.err}
 		}
 		p.free <- c
 	}
+}
+
+// verify compares what a whole Replay read with the end-of-run record.
+func (r *Reader) verify(n, last uint64, crc uint32) error {
+	if !r.hasEnd {
+		return nil
+	}
+	e := r.end
+	bad := func(what string) error { return &CorruptError{Dir: r.dir, What: what, Read: n, LastSeq: last} }
+	switch {
+	case n != e.Records:
+		return bad(fmt.Sprintf("%d records read, the end-of-run record says %d", n, e.Records))
+	case last != e.LastSeq:
+		return bad(fmt.Sprintf("the last record read is seq %d, the end-of-run record says seq %d", last, e.LastSeq))
+	case crc != e.CRC32C:
+		return bad(fmt.Sprintf("records checksum %08x, the end-of-run record says %08x (records altered)", crc, e.CRC32C))
+	}
+	return nil
 }
 
 // Chunks bound what the pump holds: pumpChunks chunks of up to
@@ -219,7 +337,8 @@ func (p *pump) run(db *pebble.DB) {
 // walk iterates the store into chunks; it returns the iteration's error, or
 // nil with *c nil when the consumer stopped it.
 func (p *pump) walk(db *pebble.DB, c **rawChunk, take, send func() bool) (err error) {
-	it, err := db.NewIter(nil)
+	// Record keys sort below 0xff; the end-of-run record is above.
+	it, err := db.NewIter(&pebble.IterOptions{UpperBound: []byte{0xff}})
 	if err != nil {
 		return err
 	}
@@ -252,15 +371,26 @@ func (p *pump) walk(db *pebble.DB, c **rawChunk, take, send func() bool) (err er
 }
 
 // Close releases the store.
-func (r *Reader) Close() (err error) {
+func (r *Reader) Close() error {
 	if r.db == nil {
 		return nil
 	}
 	db := r.db
 	r.db = nil
-	defer catchFatal(&err)
-	if err := db.Close(); err != nil {
+	if err := closeDB(db); err != nil {
 		return fmt.Errorf("journal %s: %w", r.dir, err)
 	}
 	return nil
+}
+
+// closeDB closes a read-only store. After a read hit damaged files Pebble
+// may panic in Close (a cache entry left referenced on its error path);
+// nothing was written, so that becomes an error too.
+func closeDB(db *pebble.DB) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("pebble: closing after an error: %v", v)
+		}
+	}()
+	return db.Close()
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -24,55 +23,73 @@ type ExportedRun struct {
 	Records int64       // records in the run's journal, run metadata included
 	Rows    []event.Row // one per offered request, indexed by RequestID-1
 	Moves   []RoleMove  // in record order; Seq is 0 (the export keeps none)
+	// Partial says why the run is not whole ("" when it is); see
+	// ExportOptions.Partial.
+	Partial string
 }
 
-// IsExport reports whether dir holds a Parquet export, judged by the
-// presence of runs.parquet and requests.parquet. Like IsJournal it reads
-// nothing; ReadExport validates the files.
+// ReadExportOptions tune ReadExportWith.
+type ReadExportOptions struct {
+	// Partial accepts runs exported as partial; without it such a run is
+	// an error naming it.
+	Partial bool
+}
+
+// IsExport reports whether dir looks like a Parquet export: it holds
+// manifest.json or any of the five tables. Like IsJournal it reads
+// nothing; ReadExport validates the files (a table or the manifest
+// missing is an error there, not a reason to look elsewhere).
 func IsExport(dir string) bool {
-	for _, name := range []string{RunsFile, RequestsFile} {
+	for _, name := range append([]string{ManifestFile}, TableFiles...) {
 		st, err := os.Stat(filepath.Join(dir, name))
-		if err != nil || !st.Mode().IsRegular() {
-			return false
+		if err == nil && st.Mode().IsRegular() {
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // ReadExport reads the Parquet export in dir (as written by Export) and
 // calls fn once per run, in the order of runs.parquet. Requests are read
 // in chunks and one run's rows are held at a time: run.Rows is reused
-// after fn returns, so fn must copy what it keeps. role_moves.parquet may
-// be missing (no moves then); a run whose request rows are not dense and
-// in order, a name the event package does not know, or a damaged file is
-// an error naming the file. ReadExport never panics on bad input: a panic
-// inside the Parquet reader comes back as an error.
-func ReadExport(dir string, fn func(run *ExportedRun) error) (err error) {
+// after fn returns, so fn must copy what it keeps. It is ReadExportWith
+// with no options: a run exported as partial is an error.
+func ReadExport(dir string, fn func(run *ExportedRun) error) error {
+	return ReadExportWith(dir, ReadExportOptions{}, fn)
+}
+
+// ReadExportWith is ReadExport with options. Before reading any row it
+// checks every table against manifest.json (present, same size, same
+// SHA-256), so a missing table, a truncated or altered file, or an
+// export interrupted while it was written is an error naming the file,
+// never a smaller result. A run whose request rows are not dense and in
+// order, or a name the event package does not know, is an error naming the
+// file too. It never panics on bad input: a panic inside the Parquet
+// reader comes back as an error.
+func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("export %s: reading Parquet: %v", dir, v)
 		}
 	}()
+	if err := checkManifest(dir); err != nil {
+		return fmt.Errorf("export %s: %w", dir, err)
+	}
 	runs, err := readAll[runRow](filepath.Join(dir, RunsFile))
 	if err != nil {
 		return fmt.Errorf("export %s: %w", dir, err)
 	}
 	moves := map[string][]RoleMove{}
-	movesPath := filepath.Join(dir, RoleMovesFile)
-	if _, serr := os.Stat(movesPath); serr == nil {
-		mrows, err := readAll[roleMoveRow](movesPath)
+	mrows, err := readAll[roleMoveRow](filepath.Join(dir, RoleMovesFile))
+	if err != nil {
+		return fmt.Errorf("export %s: %w", dir, err)
+	}
+	for i := range mrows {
+		m, err := roleMoveOf(&mrows[i])
 		if err != nil {
-			return fmt.Errorf("export %s: %w", dir, err)
+			return fmt.Errorf("export %s: %s row %d: %w", dir, RoleMovesFile, i, err)
 		}
-		for i := range mrows {
-			m, err := roleMoveOf(&mrows[i])
-			if err != nil {
-				return fmt.Errorf("export %s: %s row %d: %w", dir, RoleMovesFile, i, err)
-			}
-			moves[mrows[i].Run] = append(moves[mrows[i].Run], m)
-		}
-	} else if !errors.Is(serr, fs.ErrNotExist) {
-		return fmt.Errorf("export %s: %w", dir, serr)
+		moves[mrows[i].Run] = append(moves[mrows[i].Run], m)
 	}
 	known := make(map[string]bool, len(runs))
 	for _, r := range runs {
@@ -87,7 +104,7 @@ func ReadExport(dir string, fn func(run *ExportedRun) error) (err error) {
 		}
 	}
 
-	reqs, err := openRequests(filepath.Join(dir, RequestsFile))
+	reqs, err := openRequestColumns(filepath.Join(dir, RequestsFile))
 	if err != nil {
 		return fmt.Errorf("export %s: %w", dir, err)
 	}
@@ -95,7 +112,11 @@ func ReadExport(dir string, fn func(run *ExportedRun) error) (err error) {
 	var run ExportedRun
 	for i := range runs {
 		rr := &runs[i]
+		if rr.Partial != "" && !o.Partial {
+			return &IncompleteError{Dir: dir, Run: rr.Run, Missing: "the rest of the run", Reason: rr.Partial}
+		}
 		run.Name = rr.Run
+		run.Partial = rr.Partial
 		run.Records = rr.Records
 		run.Meta = event.RunMeta{Schema: event.SchemaVersion, Version: rr.Version, Driver: rr.Driver, Arm: rr.Arm,
 			Rate: rr.Rate, Seed: rr.Seed, Trace: rr.Trace, TraceHash: rr.TraceHash, Fleet: rr.Fleet,
@@ -105,23 +126,16 @@ func ReadExport(dir string, fn func(run *ExportedRun) error) (err error) {
 		clear(run.Rows)
 		run.Rows = run.Rows[:0]
 		for {
-			q, ok, err := reqs.peek()
+			name, ok, err := reqs.peekRun()
 			if err != nil {
-				return fmt.Errorf("export %s: %w", dir, err)
+				return fmt.Errorf("export %s: %s: %w", dir, RequestsFile, err)
 			}
-			if !ok || q.Run != rr.Run {
+			if !ok || name != rr.Run {
 				break
 			}
-			if q.Req != int64(len(run.Rows))+1 {
-				return fmt.Errorf("export %s: %s: run %s: request %d where %d was expected (rows must be dense and in order)",
-					dir, RequestsFile, rr.Run, q.Req, len(run.Rows)+1)
+			if run.Rows, err = reqs.appendRun(run.Rows, rr.Run, rr.Partial != ""); err != nil {
+				return fmt.Errorf("export %s: %s: run %s: %w", dir, RequestsFile, rr.Run, err)
 			}
-			row, err := rowOf(q)
-			if err != nil {
-				return fmt.Errorf("export %s: %s: run %s request %d: %w", dir, RequestsFile, rr.Run, q.Req, err)
-			}
-			run.Rows = append(run.Rows, row)
-			reqs.next()
 		}
 		if int64(len(run.Rows)) != rr.Offered {
 			return fmt.Errorf("export %s: run %s: %s says %d offered, %s holds %d rows for it (or its rows are out of order)",
@@ -131,10 +145,10 @@ func ReadExport(dir string, fn func(run *ExportedRun) error) (err error) {
 			return err
 		}
 	}
-	if q, ok, err := reqs.peek(); err != nil {
-		return fmt.Errorf("export %s: %w", dir, err)
+	if name, ok, err := reqs.peekRun(); err != nil {
+		return fmt.Errorf("export %s: %s: %w", dir, RequestsFile, err)
 	} else if ok {
-		return fmt.Errorf("export %s: %s holds rows of run %q, which %s does not list (or lists in another order)", dir, RequestsFile, q.Run, RunsFile)
+		return fmt.Errorf("export %s: %s holds rows of run %q, which %s does not list (or lists in another order)", dir, RequestsFile, name, RunsFile)
 	}
 	return nil
 }
@@ -173,62 +187,6 @@ func readAll[T any](path string) ([]T, error) {
 	}
 }
 
-// requestStream reads requests.parquet in chunks with one row of look-ahead.
-type requestStream struct {
-	f    *os.File
-	r    *parquet.GenericReader[requestRow]
-	buf  []requestRow
-	i, n int
-	eof  bool
-}
-
-func openRequests(path string) (*requestStream, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", RequestsFile, err)
-	}
-	return &requestStream{f: f, r: parquet.NewGenericReader[requestRow](pf), buf: make([]requestRow, chunkRows)}, nil
-}
-
-// peek returns the current row without consuming it; ok is false at the
-// end of the file.
-func (s *requestStream) peek() (*requestRow, bool, error) {
-	for s.i >= s.n {
-		if s.eof {
-			return nil, false, nil
-		}
-		clear(s.buf)
-		n, err := s.r.Read(s.buf)
-		s.i, s.n = 0, n
-		switch {
-		case errors.Is(err, io.EOF):
-			s.eof = true
-		case err != nil:
-			return nil, false, fmt.Errorf("%s: %w", RequestsFile, err)
-		case n == 0:
-			return nil, false, fmt.Errorf("%s: reader made no progress", RequestsFile)
-		}
-	}
-	return &s.buf[s.i], true, nil
-}
-
-func (s *requestStream) next() { s.i++ }
-
-func (s *requestStream) close() {
-	s.r.Close()
-	s.f.Close()
-}
-
 // timeOf maps the export's -1 back to event.Never.
 func timeOf(ns int64) event.Time {
 	if ns < 0 {
@@ -257,9 +215,11 @@ func names(name func(int) string, unknown string) map[string]int {
 	return m
 }
 
-func rowOf(q *requestRow) (event.Row, error) {
+// rowOf turns a requests.parquet row back into an event.Row. In a partial
+// run a request may not have ended (terminal "none").
+func rowOf(q *requestRow, partial bool) (event.Row, error) {
 	k, ok := kindByName[q.Terminal]
-	if !ok || !event.Kind(k).Terminal() {
+	if !ok || !(event.Kind(k).Terminal() || partial && event.Kind(k) == event.KindNone) {
 		return event.Row{}, fmt.Errorf("terminal %q: expected finish, refuse, expire or fail", q.Terminal)
 	}
 	c, ok := causeByName[q.Cause]

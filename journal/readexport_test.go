@@ -71,21 +71,28 @@ func TestReadExportBadInput(t *testing.T) {
 		t.Fatal("IsExport")
 	}
 	err := ReadExport(dir, func(*ExportedRun) error { return nil })
-	if err == nil || !strings.Contains(err.Error(), RunsFile) {
+	if err == nil || !strings.Contains(err.Error(), ManifestFile) {
 		t.Fatalf("garbage export: %v", err)
 	}
 	if err := ReadExport(t.TempDir(), func(*ExportedRun) error { return nil }); err == nil {
 		t.Fatal("empty directory accepted")
 	}
 	// Unknown names are refused.
-	if _, err := rowOf(&requestRow{Terminal: "finish", Cause: "bogus"}); err == nil {
+	if _, err := rowOf(&requestRow{Terminal: "finish", Cause: "bogus"}, false); err == nil {
 		t.Fatal("unknown cause accepted")
 	}
-	if _, err := rowOf(&requestRow{Terminal: "admit"}); err == nil {
+	if _, err := rowOf(&requestRow{Terminal: "admit"}, true); err == nil {
 		t.Fatal("non-terminal kind accepted")
 	}
-	if r, err := rowOf(&requestRow{Terminal: "refuse", Cause: "overload", AdmitNs: -1, FirstTokenNs: -1}); err != nil ||
+	if r, err := rowOf(&requestRow{Terminal: "refuse", Cause: "overload", AdmitNs: -1, FirstTokenNs: -1}, false); err != nil ||
 		r.Terminal != event.KindRefuse || r.Cause != event.CauseOverload || r.Admit != event.Never || r.FirstToken != event.Never {
 		t.Fatalf("rowOf: %+v %v", r, err)
+	}
+	// A request that never ended is a row only in a partial run.
+	if _, err := rowOf(&requestRow{Terminal: "none"}, false); err == nil {
+		t.Fatal("unended request accepted in a whole run")
+	}
+	if r, err := rowOf(&requestRow{Terminal: "none"}, true); err != nil || r.Terminal != event.KindNone {
+		t.Fatalf("unended request in a partial run: %+v %v", r, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -23,20 +24,52 @@ const (
 
 // quietLogger keeps Pebble off stderr. Informational and error messages are
 // dropped: every failure that matters to a caller also comes back as an
-// error from the call that hit it. Fatalf means Pebble cannot continue (its
-// default logger exits the process); here it panics with a pebbleFatal,
-// which the writer's commit path turns into a sticky error.
-type quietLogger struct{}
+// error from the call that hit it, or (for a writer) through the event
+// listener's BackgroundError into the writer's sticky error. Fatalf means
+// Pebble cannot continue (its default logger exits the process); here it
+// first records the message as the writer's sticky error, then panics with
+// a pebbleFatal, which the writer's and reader's calls turn into an error.
+// A Fatalf on one of Pebble's own background goroutines cannot be recovered
+// and ends the process; the run then has no end-of-run record, and every
+// reader refuses it as incomplete.
+type quietLogger struct{ sink *stickyErr }
 
 func (quietLogger) Infof(string, ...any)  {}
 func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(pebbleFatal{fmt.Sprintf(format, args...)})
+func (l quietLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if l.sink != nil {
+		l.sink.set(fmt.Errorf("pebble: fatal: %s", msg))
+	}
+	panic(pebbleFatal{msg})
 }
 
 type pebbleFatal struct{ msg string }
 
 func (p pebbleFatal) Error() string { return p.msg }
+
+// stickyErr holds the first error Pebble reports from its background work
+// (flushes, compactions, table statistics); the writer checks it on every
+// call. It has its own lock: Pebble may report while a commit holds the
+// writer's.
+type stickyErr struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (s *stickyErr) set(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+func (s *stickyErr) get() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
 
 // catchFatal converts a pebbleFatal panic (and only that) into *err.
 func catchFatal(err *error) {
@@ -49,15 +82,26 @@ func catchFatal(err *error) {
 	}
 }
 
-func pebbleOptions(readOnly bool) *pebble.Options {
+// pebbleOptions are the store's settings. sink, for a writer, receives
+// Pebble's background errors (its EventListener's BackgroundError) and
+// fatal errors.
+func pebbleOptions(readOnly bool, sink *stickyErr) *pebble.Options {
 	o := &pebble.Options{
-		Logger:   quietLogger{},
+		Logger:   quietLogger{sink: sink},
 		ReadOnly: readOnly,
 		// Larger than Pebble's 4 MiB default so a fast writer flushes
 		// memtables less often. Pebble grows memtables from 256 KiB up to
-		// this size, so a small run stays small.
+		// this size, so a small run stays small in memory. The write-ahead
+		// log is preallocated at 110% of this size while a run is written;
+		// Close flushes the memtable and deletes the logs, so none of that
+		// space outlives the run.
 		MemTableSize:  32 << 20,
 		ErrorIfExists: !readOnly,
+	}
+	if sink != nil {
+		o.EventListener = &pebble.EventListener{BackgroundError: func(err error) {
+			sink.set(fmt.Errorf("pebble background error: %w", err))
+		}}
 	}
 	// Values are already compact varints, which Snappy shrinks by only
 	// about 30% on disk; storing blocks uncompressed, in 32 KiB blocks,
@@ -73,13 +117,32 @@ func pebbleOptions(readOnly bool) *pebble.Options {
 
 // openStore opens the Pebble store of a run directory, turning any panic
 // Pebble raises on damaged files into an error.
-func openStore(dir string, readOnly bool) (db *pebble.DB, err error) {
+func openStore(dir string, readOnly bool, sink *stickyErr) (db *pebble.DB, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			db, err = nil, fmt.Errorf("pebble: %v", v)
 		}
 	}()
-	return pebble.Open(filepath.Join(dir, eventsName), pebbleOptions(readOnly))
+	return pebble.Open(filepath.Join(dir, eventsName), pebbleOptions(readOnly, sink))
+}
+
+// removeLogs deletes the write-ahead logs of a closed store whose memtable
+// was flushed: they hold nothing a reader needs (the tables do), and the
+// active one is preallocated.
+func removeLogs(dir string) error {
+	store := filepath.Join(dir, eventsName)
+	ents, err := os.ReadDir(store)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".log") {
+			if err := os.Remove(filepath.Join(store, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return syncDir(store)
 }
 
 // IsJournal reports whether dir is laid out as a journal: its marker file
@@ -166,8 +229,10 @@ func syncDir(dir string) error {
 }
 
 // Runs lists the run directories under root, sorted: root itself when it is
-// one run, else its immediate subdirectories that are journals. A root with
-// no journals gives an empty list.
+// one run, else its immediate subdirectories that are journals or the
+// remains of one (a marker or an events/ store: a run whose other half was
+// deleted is listed, so that reading it fails, rather than being skipped).
+// A root with no journals gives an empty list.
 func Runs(root string) ([]string, error) {
 	st, err := os.Stat(root)
 	if err != nil {
@@ -186,9 +251,20 @@ func Runs(root string) ([]string, error) {
 	var runs []string
 	for _, e := range ents {
 		p := filepath.Join(root, e.Name())
-		if e.IsDir() && IsJournal(p) {
+		if e.IsDir() && LooksLikeRun(p) {
 			runs = append(runs, p)
 		}
 	}
 	return runs, nil
+}
+
+// LooksLikeRun reports whether dir holds a journal or the remains of one:
+// its marker or its events/ store (whole or not).
+func LooksLikeRun(dir string) bool {
+	for _, name := range []string{markerName, eventsName, markerName + ".tmp"} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }

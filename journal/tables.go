@@ -6,9 +6,10 @@ import (
 
 // Fold replays the journal through event.Fold and returns one Row per
 // offered request, indexed by RequestID-1. With a life-cycle violation, or
-// a request that never ended (a crashed run), it returns the rows together
+// a request that never ended in a whole run, it returns the rows together
 // with the fold's error; when the journal cannot be read it returns no
-// rows and the read error.
+// rows and the read error. In a partial run (see Reader.Partial) requests
+// that had not ended are rows with Terminal event.KindNone.
 //
 // Memory: the rows of the whole run are held at once, about 120 bytes per
 // request (event.Row plus slice growth slack), so a 10-million-request run
@@ -22,7 +23,16 @@ func Fold(r *Reader) ([]event.Row, error) {
 	}); err != nil {
 		return nil, err
 	}
-	return f.Rows(), f.Err()
+	return f.Rows(), foldErr(r, &f)
+}
+
+// foldErr is the fold's error for r: any life-cycle violation, and in a
+// whole run also a request that never ended.
+func foldErr(r *Reader, f *event.Fold) error {
+	if r.Partial() != "" {
+		return f.Violation()
+	}
+	return f.Err()
 }
 
 // RoleMove is one KindRoleMove record.

@@ -63,7 +63,10 @@ type Writer struct {
 	dirty    bool   // no-sync commits not yet fsynced
 	err      error  // sticky
 	closed   bool
-	closeErr error // what the first Close returned
+	closeErr error      // what the first Close returned
+	bg       *stickyErr // Pebble's background and fatal errors
+	records  uint64     // records appended, run metadata included
+	crc      uint32     // CRC-32C of the records appended (see sumRecord)
 	key      [keyLen]byte
 	buf      []byte
 }
@@ -95,11 +98,12 @@ func Create(dir string, meta event.RunMeta, opts Options) (*Writer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("journal %s: %w", dir, err)
 	}
-	db, err := openStore(dir, false)
+	bg := &stickyErr{}
+	db, err := openStore(dir, false, bg)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: creating event store: %w", dir, err)
 	}
-	w := &Writer{dir: dir, db: db, batch: db.NewBatch(), opts: opts}
+	w := &Writer{dir: dir, db: db, batch: db.NewBatch(), opts: opts, bg: bg}
 	meta.Schema = event.SchemaVersion
 	rec := event.Record{Kind: event.KindRunMeta, Inst: event.NoInstance, Peer: event.NoInstance, Text: meta.Encode()}
 	w.append(0, &rec)
@@ -126,6 +130,7 @@ func Create(dir string, meta event.RunMeta, opts Options) (*Writer, error) {
 func (w *Writer) Record(r *event.Record) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.pullBackground()
 	if w.err != nil {
 		return
 	}
@@ -136,6 +141,9 @@ func (w *Writer) Record(r *event.Record) {
 	seq := r.Seq
 	if seq == 0 {
 		seq = w.last + 1
+	} else if seq > maxSeq {
+		w.err = fmt.Errorf("journal %s: record seq %d (%s at %v): expected below 2^56", w.dir, seq, r.Kind, r.At)
+		return
 	} else if seq <= w.last {
 		w.err = fmt.Errorf("journal %s: record seq %d (%s at %v) after seq %d: sequence numbers must increase", w.dir, seq, r.Kind, r.At, w.last)
 		return
@@ -159,12 +167,25 @@ func (w *Writer) append(seq uint64, r *event.Record) {
 	}
 	w.last = seq
 	w.n++
+	w.records++
+	w.crc = sumRecord(w.crc, w.key[:], w.buf)
+}
+
+// pullBackground makes a background error Pebble reported the writer's
+// sticky error.
+func (w *Writer) pullBackground() {
+	if w.err == nil {
+		if err := w.bg.get(); err != nil {
+			w.err = fmt.Errorf("journal %s: %w", w.dir, err)
+		}
+	}
 }
 
 // commit writes the buffered batch: synced when the policy says so or when
 // durable is set. With nothing buffered, durable still syncs earlier
 // no-sync commits.
 func (w *Writer) commit(durable bool) {
+	w.pullBackground()
 	if w.err != nil {
 		return
 	}
@@ -197,6 +218,7 @@ func (w *Writer) commit(durable bool) {
 	if sync {
 		w.acked = w.last
 	}
+	w.pullBackground()
 }
 
 // Flush commits the buffered records now, with an fsync under either
@@ -226,20 +248,63 @@ func (w *Writer) Acked() uint64 {
 func (w *Writer) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.pullBackground()
 	return w.err
 }
 
-// Close flushes and syncs the buffered records and closes the store. It
-// returns the writer's first error, if any. Closing twice returns the same
-// result as the first Close.
-func (w *Writer) Close() error {
+// Close ends a whole run: it appends the end-of-run record (the record
+// count, the last Seq and a checksum of every record; see End), commits and
+// syncs everything, flushes the store to its tables and closes it, and
+// deletes the write-ahead logs, so the finished journal takes its data plus
+// a few kilobytes of Pebble metadata. Readers refuse a run without its
+// end-of-run record. After an error (the writer's sticky error, Pebble's
+// background errors included) no end-of-run record is written: the run
+// stays incomplete and readers say so. Closing twice returns the same
+// result as the first Close (or ClosePartial).
+func (w *Writer) Close() error { return w.close("") }
+
+// ClosePartial ends a run that stopped early (an interrupt, a cancelled
+// sweep, a router shutting down mid-traffic): like Close, but the
+// end-of-run record marks the run partial with reason, so readers refuse
+// it unless asked for partial runs, and label what they score from it
+// "partial". An empty reason reads as "interrupted".
+func (w *Writer) ClosePartial(reason string) error {
+	if reason == "" {
+		reason = "interrupted"
+	}
+	return w.close(reason)
+}
+
+func (w *Writer) close(partial string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return w.closeErr
 	}
 	w.closed = true
+	w.pullBackground()
+	if w.err == nil {
+		end := End{Records: w.records, LastSeq: w.last, CRC32C: w.crc, Partial: partial}
+		if err := w.batch.Set(endKey, end.encode(), nil); err != nil {
+			w.err = fmt.Errorf("journal %s: buffering the end-of-run record: %w", w.dir, err)
+		} else {
+			w.n++
+		}
+	}
 	w.commit(true)
+	flushed := false
+	if w.err == nil {
+		var err error
+		func() {
+			defer catchFatal(&err)
+			err = w.db.Flush()
+		}()
+		if err != nil {
+			w.err = fmt.Errorf("journal %s: flushing the event store: %w", w.dir, err)
+		}
+		w.pullBackground()
+		flushed = w.err == nil
+	}
 	_ = w.batch.Close()
 	var err error
 	func() {
@@ -248,6 +313,11 @@ func (w *Writer) Close() error {
 	}()
 	if err != nil && w.err == nil {
 		w.err = fmt.Errorf("journal %s: closing event store: %w", w.dir, err)
+	}
+	if w.err == nil && flushed {
+		if err := removeLogs(w.dir); err != nil {
+			w.err = fmt.Errorf("journal %s: removing flushed write-ahead logs: %w", w.dir, err)
+		}
 	}
 	w.closeErr = w.err
 	return w.closeErr

@@ -56,9 +56,9 @@ type qualityAcc struct {
 
 // add scores one run's rows (one per offered request) and its role-move
 // records. rows are not kept.
-func (b *builder) add(name string, m event.RunMeta, rows []event.Row, moves []event.Record) error {
+func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, moves []event.Record) error {
 	slo := b.sloOf(m)
-	rr := RunReport{Run: name, Arm: m.Arm, Rate: m.Rate, Trace: m.Trace, Fleet: m.Fleet, Instances: m.Instances, GPUs: m.GPUs,
+	rr := RunReport{Run: name, Partial: partial, Arm: m.Arm, Rate: m.Rate, Trace: m.Trace, Fleet: m.Fleet, Instances: m.Instances, GPUs: m.GPUs,
 		TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(), Offered: len(rows)}
 	// Counts and the four groups come from the one scoring rule.
 	sum := Summarize(rows, slo)
@@ -79,6 +79,7 @@ func (b *builder) add(name string, m event.RunMeta, rows []event.Row, moves []ev
 			lastArrival = r.Arrival
 		}
 	}
+	pl.lastArr = lastArrival
 	for lastArrival/pl.binWidth >= maxBins {
 		pl.binWidth *= 2
 	}
@@ -282,6 +283,11 @@ func (b *builder) finish() *Report {
 		Runs: b.runs, plots: b.plots, HasReferences: b.refs, Arms: []ArmReport{}}
 	if rep.Runs == nil {
 		rep.Runs = []RunReport{}
+	}
+	for i := range rep.Runs {
+		if rep.Runs[i].Partial != "" {
+			rep.Partial = true
+		}
 	}
 	var over []string
 	if b.opts.TTFTSLO > 0 {

@@ -116,8 +116,24 @@ func build1M(b *testing.B) string {
 // (the fold holds one run at a time) plus the percentile samples.
 //
 //	go test -run '^$' -bench BenchmarkReport1M -benchtime 3x ./report/
-func BenchmarkReport1M(b *testing.B) {
+func BenchmarkReport1M(b *testing.B) { benchReport(b, build1M(b)) }
+
+// BenchmarkReport1MParquet is BenchmarkReport1M reading the run's Parquet
+// export (exported outside the timer) instead of its journal.
+//
+//	go test -run '^$' -bench 'BenchmarkReport1M' -benchtime 2x ./report/
+func BenchmarkReport1MParquet(b *testing.B) {
 	dir := build1M(b)
+	out := filepath.Join(filepath.Dir(dir), "parquet")
+	if !journal.IsExport(out) {
+		if _, err := journal.Export(dir, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchReport(b, out)
+}
+
+func benchReport(b *testing.B, dir string) {
 	b.ReportAllocs()
 	var peak uint64
 	b.ResetTimer()

@@ -53,7 +53,7 @@ func Detect(dir string) (InputKind, []string, error) {
 	case !st.IsDir():
 		return 0, nil, fmt.Errorf("%s: not a directory (expected a journal root, a run directory or a Parquet export)", dir)
 	}
-	if _, err := os.Stat(filepath.Join(dir, markerName)); err == nil {
+	if journal.LooksLikeRun(dir) {
 		return InputJournalRun, []string{dir}, nil
 	}
 	if journal.IsExport(dir) {
@@ -72,7 +72,7 @@ func Detect(dir string) (InputKind, []string, error) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		if _, err := os.Stat(filepath.Join(p, markerName)); err == nil {
+		if journal.LooksLikeRun(p) {
 			runs = append(runs, p)
 		}
 	}
@@ -90,7 +90,8 @@ func Detect(dir string) (InputKind, []string, error) {
 // per-run numbers and the small series the plots draw. A run that cannot
 // be read, whose schema is newer than this build's, or whose records do
 // not fold cleanly (a request that never ended, as after a crash) is an
-// error naming the run.
+// error naming the run, unless opts.Partial. Damage (a file missing,
+// truncated or altered, records lost) is always an error.
 func Load(dir string, opts Options) (*Report, error) {
 	kind, runs, err := Detect(dir)
 	if err != nil {
@@ -99,13 +100,13 @@ func Load(dir string, opts Options) (*Report, error) {
 	b := newBuilder(opts)
 	switch kind {
 	case InputParquet:
-		err = journal.ReadExport(dir, func(run *journal.ExportedRun) error {
+		err = journal.ReadExportWith(dir, journal.ReadExportOptions{Partial: opts.Partial}, func(run *journal.ExportedRun) error {
 			moves := make([]event.Record, len(run.Moves))
 			for i, m := range run.Moves {
 				moves[i] = event.Record{At: m.At, Kind: event.KindRoleMove, Cause: m.Cause, From: m.From, To: m.To,
 					Inst: m.Inst, Peer: event.NoInstance, Tokens: m.ResidentDecodeTokens, Ref: m.ResidentPrefill}
 			}
-			return b.add(run.Name, run.Meta, run.Rows, moves)
+			return b.add(run.Name, run.Partial, run.Meta, run.Rows, moves)
 		})
 		if err != nil {
 			return nil, err
@@ -123,10 +124,11 @@ func Load(dir string, opts Options) (*Report, error) {
 
 // addJournal replays one run directory and adds it.
 func (b *builder) addJournal(dir string, fold *event.Fold) error {
-	r, err := journal.Open(dir)
+	r, err := journal.OpenWith(dir, journal.OpenOptions{Partial: b.opts.Partial})
 	if err != nil {
 		return err
 	}
+	partial := r.Partial()
 	defer r.Close()
 	name := filepath.Base(dir)
 	fold.Reset()
@@ -143,10 +145,14 @@ func (b *builder) addJournal(dir string, fold *event.Fold) error {
 	if err != nil {
 		return fmt.Errorf("run %s: %w", name, err)
 	}
-	if err := fold.Err(); err != nil {
-		return fmt.Errorf("run %s (%s): %w", name, dir, err)
+	ferr := fold.Err()
+	if partial != "" {
+		ferr = fold.Violation() // requests still open are expected
 	}
-	return b.add(name, r.Meta(), fold.Rows(), moves)
+	if ferr != nil {
+		return fmt.Errorf("run %s (%s): %w", name, dir, ferr)
+	}
+	return b.add(name, partial, r.Meta(), fold.Rows(), moves)
 }
 
 // sortRuns orders runs by arm, then rate, then name.

@@ -25,6 +25,9 @@ type Report struct {
 	// HasReferences is true when some request carried a reference answer;
 	// only then is the answer-quality section printed.
 	HasReferences bool `json:"has_references"`
+	// Partial is true when some run is not whole (Options.Partial); the
+	// runs' partial fields say which and why.
+	Partial bool `json:"partial"`
 
 	plots []runPlot // per run, parallel to Runs: what the plots draw
 }
@@ -45,7 +48,10 @@ type ArmReport struct {
 // RunReport holds every number the report prints for one run (one arm at
 // one rate). Durations are seconds.
 type RunReport struct {
-	Run       string  `json:"run"` // the run's directory name
+	Run string `json:"run"` // the run's directory name
+	// Partial says why the run is not whole ("" when it is): it was
+	// interrupted, or its journal has no end-of-run record.
+	Partial   string  `json:"partial,omitempty"`
 	Arm       string  `json:"arm"`
 	Rate      float64 `json:"rate"` // mean arrival rate, req/s
 	Trace     string  `json:"trace"`
@@ -189,6 +195,11 @@ type Options struct {
 	// TTFTSLO and TPOTSLO, when positive, replace the SLOs of every run's
 	// metadata.
 	TTFTSLO, TPOTSLO time.Duration
+	// Partial scores runs that are not whole (a journal without its
+	// end-of-run record or marked partial, an export of such runs): their
+	// requests that had not ended count as not completed, and every table
+	// and plot is labelled partial. Without it such a run is an error.
+	Partial bool
 }
 
 // runPlot is what the plots need of one run, gathered while its rows are
@@ -202,5 +213,6 @@ type runPlot struct {
 	tpotCDF  []float64     // sorted sample of TPOT, seconds
 	binWidth event.Time    // width of the work bins (workBin unless the run is very long)
 	first    event.Time    // the run's first scheduled send
+	lastArr  event.Time    // the run's last arrival
 	end      event.Time    // the run's last end
 }

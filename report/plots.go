@@ -99,8 +99,8 @@ func (r *Report) Plot(dir string, rate float64) ([]string, error) {
 		w, h vg.Length
 		draw func(draw.Canvas)
 	}{
-		{PlotAttainment, 20 * vg.Centimeter, 11 * vg.Centimeter, r.drawAttainment},
-		{PlotPrefill, 26 * vg.Centimeter, r.prefillHeight(rate), func(c draw.Canvas) { r.drawPrefill(c, rate) }},
+		{PlotAttainment, 22 * vg.Centimeter, 15 * vg.Centimeter, r.drawAttainment},
+		{PlotPrefill, r.prefillWidth(rate), r.prefillHeight(rate), func(c draw.Canvas) { r.drawPrefill(c, rate) }},
 		{PlotTTFT, 20 * vg.Centimeter, 11 * vg.Centimeter, func(c draw.Canvas) { r.drawCDF(c, rate, false) }},
 		{PlotTPOT, 20 * vg.Centimeter, 11 * vg.Centimeter, func(c draw.Canvas) { r.drawCDF(c, rate, true) }},
 		{PlotMoves, 24 * vg.Centimeter, r.movesHeight(rate), func(c draw.Canvas) { r.drawMoves(c, rate) }},
@@ -162,7 +162,9 @@ func textStyle(size vg.Length) text.Style {
 }
 
 // armPalette colours the arms in Report.Arms order (the oracle is always
-// black); colours repeat with another glyph past its length.
+// black): 16 colours, so up to 16 arms besides the oracle never share one;
+// each arm also gets its own glyph (armGlyphs), so colour and marker both
+// tell arms apart. Past 16, colours repeat (with other glyphs).
 var armPalette = []color.RGBA{
 	{0x1f, 0x77, 0xb4, 0xff}, // blue
 	{0xff, 0x7f, 0x0e, 0xff}, // orange
@@ -173,9 +175,55 @@ var armPalette = []color.RGBA{
 	{0xe3, 0x77, 0xc2, 0xff}, // pink
 	{0x17, 0xbe, 0xcf, 0xff}, // cyan
 	{0xbc, 0xbd, 0x22, 0xff}, // olive
+	{0x1a, 0x23, 0x7e, 0xff}, // navy
+	{0xff, 0xb3, 0x00, 0xff}, // amber
+	{0x00, 0x69, 0x5c, 0xff}, // teal
+	{0x88, 0x0e, 0x4f, 0xff}, // plum
+	{0x7f, 0x7f, 0x7f, 0xff}, // grey
+	{0x64, 0xdd, 0x17, 0xff}, // lime
+	{0x80, 0x00, 0x00, 0xff}, // maroon
 }
 
-var armGlyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.PyramidGlyph{}, downTriangle{}, draw.RingGlyph{}, draw.BoxGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}
+// armGlyphs are 16 distinct markers: filled and open circles, squares,
+// triangles up and down, diamonds, pentagons and hexagons.
+var armGlyphs = []draw.GlyphDrawer{
+	draw.CircleGlyph{}, draw.SquareGlyph{}, draw.PyramidGlyph{}, downTriangle{},
+	polyGlyph{sides: 4, rot: math.Pi / 4, filled: true}, polyGlyph{sides: 5, filled: true}, polyGlyph{sides: 6, filled: true},
+	draw.CrossGlyph{}, draw.RingGlyph{}, draw.BoxGlyph{}, draw.TriangleGlyph{},
+	polyGlyph{sides: 3, rot: math.Pi}, polyGlyph{sides: 4, rot: math.Pi / 4}, polyGlyph{sides: 5}, polyGlyph{sides: 6},
+	draw.PlusGlyph{},
+}
+
+// polyGlyph is a regular polygon with its first vertex up (turned by rot),
+// filled or drawn as an outline.
+type polyGlyph struct {
+	sides  int
+	rot    float64
+	filled bool
+}
+
+// DrawGlyph implements draw.GlyphDrawer.
+func (g polyGlyph) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
+	var p vg.Path
+	r := float64(sty.Radius) * 1.15
+	for i := 0; i < g.sides; i++ {
+		a := math.Pi/2 + g.rot + 2*math.Pi*float64(i)/float64(g.sides)
+		q := vg.Point{X: pt.X + vg.Length(r*math.Cos(a)), Y: pt.Y + vg.Length(r*math.Sin(a))}
+		if i == 0 {
+			p.Move(q)
+		} else {
+			p.Line(q)
+		}
+	}
+	p.Close()
+	if g.filled {
+		c.SetColor(sty.Color)
+		c.Fill(p)
+		return
+	}
+	c.SetLineStyle(draw.LineStyle{Color: sty.Color, Width: vg.Points(1.2)})
+	c.Stroke(p)
+}
 
 // armStyle returns arm i's line and glyph styles.
 func (r *Report) armStyle(i int) (draw.LineStyle, draw.GlyphStyle) {
@@ -349,21 +397,38 @@ func (r *Report) runAt(arm string, rate float64) int {
 
 // The attainment plot.
 
+// The attainment plot: the whole 0-100% range above, and below it the
+// 90-100% band, where well-performing arms crowd together, zoomed.
+
 func (r *Report) drawAttainment(c draw.Canvas) {
-	p := newPlot(fmt.Sprintf("SLO attainment against offered rate (target %g%%)", 100*r.AttainmentTarget),
-		"offered rate (req/s)", "SLO attainment (% of offered requests)")
-	p.Y.Min, p.Y.Max = 0, 100
-	p.Y.Tick.Marker = plot.ConstantTicks(pctTicks())
+	full := r.newPlot(fmt.Sprintf("SLO attainment against offered rate (target %g%%)", 100*r.AttainmentTarget),
+		"", "SLO attainment (% of offered)")
+	full.Y.Min, full.Y.Max = 0, 100
+	full.Y.Tick.Marker = plot.ConstantTicks(pctTicks(0, 100, 10, 20))
+	zoom := newPlot("", "offered rate (req/s)", "90-100% zoomed")
+	zoom.Y.Min, zoom.Y.Max = 90, 100
+	zoom.Y.Tick.Marker = plot.ConstantTicks(pctTicks(90, 100, 1, 2))
 	rates := r.rates()
 	var ticks []plot.Tick
 	for _, v := range rates {
 		ticks = append(ticks, plot.Tick{Value: v, Label: fmtRate(v)})
 	}
-	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	// One rate alone gets a little room on each side, so the target line
+	// has a length.
+	lo, hi := rates[0], rates[len(rates)-1]
+	if hi == lo {
+		lo, hi = lo*0.8, hi*1.2
+	}
+	tl := xys([]float64{lo, hi}, []float64{100 * r.AttainmentTarget, 100 * r.AttainmentTarget})
 	var items []legendItem
-	target := mustLine(xys([]float64{rates[0], rates[len(rates)-1]}, []float64{100 * r.AttainmentTarget, 100 * r.AttainmentTarget}))
-	target.LineStyle = sloStyle
-	p.Add(target)
+	var target *plotter.Line
+	for _, p := range []*plot.Plot{full, zoom} {
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
+		p.X.Min, p.X.Max = lo, hi
+		target = mustLine(tl)
+		target.LineStyle = sloStyle
+		p.Add(target)
+	}
 	for i, a := range r.Arms {
 		var xs, ys []float64
 		for k := range r.Runs {
@@ -372,11 +437,15 @@ func (r *Report) drawAttainment(c draw.Canvas) {
 			}
 		}
 		ls, gs := r.armStyle(i)
-		l := mustLine(xys(xs, ys))
-		l.LineStyle = ls
-		s := mustScatter(xys(xs, ys))
-		s.GlyphStyle = gs
-		p.Add(l, s)
+		var l *plotter.Line
+		var s *plotter.Scatter
+		for _, p := range []*plot.Plot{full, zoom} {
+			l = mustLine(xys(xs, ys))
+			l.LineStyle = ls
+			s = mustScatter(xys(xs, ys))
+			s.GlyphStyle = gs
+			p.Add(l, s)
+		}
 		label := a.Arm
 		if a.DistServe != nil {
 			label += " (goodput " + fmtRate(*a.DistServe) + ")"
@@ -386,29 +455,87 @@ func (r *Report) drawAttainment(c draw.Canvas) {
 		items = append(items, legendItem{label, []plot.Thumbnailer{l, s}})
 	}
 	items = append(items, legendItem{fmt.Sprintf("%g%% target", 100*r.AttainmentTarget), []plot.Thumbnailer{target}})
+	// Set the ranges after adding the data (Add widens them to fit it).
+	full.Y.Min, full.Y.Max = 0, 100
+	zoom.Y.Min, zoom.Y.Max = 90, 100
+	for _, p := range []*plot.Plot{full, zoom} {
+		p.X.Min, p.X.Max = lo, hi
+	}
 	left, right := split(c, c.Size().X-6.2*vg.Centimeter)
 	left.Max.Y -= vg.Points(6)
-	p.Draw(left)
+	// The zoom panel takes 40% of the height; values below 90% fall off it
+	// (gonum clips lines and glyphs to the data area).
+	top, bottom := left, left
+	h := left.Max.Y - left.Min.Y
+	bottom.Max.Y = left.Min.Y + 0.4*h
+	top.Min.Y = bottom.Max.Y + vg.Points(8)
+	full.Draw(top)
+	zoom.Draw(bottom)
 	right.Min.X += vg.Points(8)
 	right.Max.Y -= vg.Points(22)
 	drawLegendColumn(right, "arm (DistServe goodput, req/s)", items)
 }
 
-func pctTicks() []plot.Tick {
+// pctTicks marks lo..hi every step, labelled every label.
+func pctTicks(lo, hi, step, label int) []plot.Tick {
 	var t []plot.Tick
-	for v := 0; v <= 100; v += 10 {
-		label := ""
-		if v%20 == 0 {
-			label = strconv.Itoa(v)
+	for v := lo; v <= hi; v += step {
+		l := ""
+		if (v-lo)%label == 0 {
+			l = strconv.Itoa(v)
 		}
-		t = append(t, plot.Tick{Value: float64(v), Label: label})
+		t = append(t, plot.Tick{Value: float64(v), Label: l})
 	}
 	return t
 }
 
 // The prefill-share panels.
 
-const prefillCols = 2
+// prefillCols is the number of panel columns for n arms: more columns for
+// more arms, so 16 panels make a 4 x 4 grid rather than a strip 8 high.
+func prefillCols(n int) int {
+	switch {
+	case n <= 4:
+		return 2
+	case n <= 9:
+		return 3
+	}
+	return 4
+}
+
+func (r *Report) prefillWidth(rate float64) vg.Length {
+	return vg.Length(prefillCols(len(r.armsAt(rate)))) * 13 * vg.Centimeter
+}
+
+// horizon returns the time axis of the per-arm plots at rate, seconds: the
+// last arrival of any run, and the axis end, which shows the drain after
+// it up to a tenth of the arrivals' span (at least 10 s), or to the last
+// run's end when that is sooner.
+func (r *Report) horizon(rate float64) (lastArrival, end float64) {
+	var runEnd float64
+	for _, i := range r.armsAt(rate) {
+		pl := &r.plots[r.runAt(r.Arms[i].Arm, rate)]
+		lastArrival = math.Max(lastArrival, pl.lastArr.Seconds())
+		runEnd = math.Max(runEnd, pl.end.Seconds())
+	}
+	end = math.Min(runEnd, lastArrival+math.Max(0.1*lastArrival, 10))
+	return lastArrival, math.Max(end, lastArrival)
+}
+
+// drainBand shades the drain part of a time axis, from the last arrival to
+// the axis end.
+// (A line along the top with its area filled down to the axis.)
+func drainBand(p *plot.Plot, from, to, ymax float64) {
+	if to <= from {
+		return
+	}
+	band := mustLine(plotter.XYs{{X: from, Y: ymax}, {X: to, Y: ymax}})
+	band.LineStyle.Width = 0
+	band.FillColor = drainColor
+	p.Add(band)
+}
+
+var drainColor = color.RGBA{0xee, 0xee, 0xee, 0xff}
 
 // prefillArms lists the arms with a run at rate, in Arms order.
 func (r *Report) armsAt(rate float64) []int {
@@ -422,8 +549,10 @@ func (r *Report) armsAt(rate float64) []int {
 }
 
 func (r *Report) prefillHeight(rate float64) vg.Length {
-	rows := (len(r.armsAt(rate)) + prefillCols - 1) / prefillCols
-	return 3.2*vg.Centimeter + vg.Length(rows)*6.5*vg.Centimeter
+	n := len(r.armsAt(rate))
+	cols := prefillCols(n)
+	rows := (n + cols - 1) / cols
+	return 3.2*vg.Centimeter + vg.Length(rows)*6*vg.Centimeter
 }
 
 // sloStyle draws targets: the SLO lines and the attainment target.
@@ -478,16 +607,13 @@ func shareSegments(pl *runPlot, instances int) []plotter.XYs {
 
 func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
 	arms := r.armsAt(rate)
+	prefillCols := prefillCols(len(arms))
 	inst := 0
-	var tmax float64
 	for _, i := range arms {
 		k := r.runAt(r.Arms[i].Arm, rate)
 		inst = max(inst, r.Runs[k].Instances)
-		tmax = math.Max(tmax, r.plots[k].end.Seconds())
-		if n := len(r.plots[k].prefill); n > 0 {
-			tmax = math.Max(tmax, float64(n)*r.plots[k].binWidth.Seconds())
-		}
 	}
+	lastArr, tmax := r.horizon(rate)
 	oracle := r.oracleAt(rate)
 	// Header: title, definition, legend.
 	title := textStyle(13)
@@ -496,8 +622,8 @@ func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
 		fmt.Sprintf("Prefill engines over time against the prefill share of arriving work (rate %s req/s)", fmtRate(rate)))
 	y -= vg.Points(15)
 	c.FillText(textStyle(9.5), vg.Point{X: c.Min.X + vg.Points(10), Y: y},
-		fmt.Sprintf("Share of arriving work that is prefill = input tokens / (input + requested output tokens) of the requests arriving in each %gs bin, scaled to engines (x %d instances).",
-			r.plots[r.runAt(r.Arms[arms[0]].Arm, rate)].binWidth.Seconds(), inst))
+		fmt.Sprintf("Share of arriving work that is prefill = input tokens / (input + requested output tokens) of the requests arriving in each %gs bin, scaled to engines (x %d instances). Grey: drain after the last arrival (%.0f s), shown to %.0f s.",
+			r.plots[r.runAt(r.Arms[arms[0]].Arm, rate)].binWidth.Seconds(), inst, lastArr, tmax))
 	y -= vg.Points(20)
 	poolStyle := draw.LineStyle{Color: poolColor, Width: vg.Points(2.2)}
 	shareStyle := draw.LineStyle{Color: shareColor, Width: vg.Points(1.1)}
@@ -543,7 +669,7 @@ func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
 		default:
 			titles[n] += ": " + plural(r.Runs[k].Moves, "move", "moves")
 		}
-		p := newPlot("", "time since run start (s)", "engines")
+		p := r.newPlot("", "time since run start (s)", "engines")
 		p.X.Min, p.X.Max = 0, tmax
 		p.Y.Min, p.Y.Max = 0, float64(inst)
 		var ticks []plot.Tick
@@ -555,6 +681,7 @@ func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
 			ticks = append(ticks, plot.Tick{Value: float64(v), Label: label})
 		}
 		p.Y.Tick.Marker = plot.ConstantTicks(ticks)
+		drainBand(p, lastArr, tmax, float64(inst))
 		for _, seg := range shareSegments(pl, r.Runs[k].Instances) {
 			l := mustLine(seg)
 			l.LineStyle, l.FillColor = shareStyle, shareFill
@@ -570,6 +697,8 @@ func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
 			l.LineStyle, l.StepStyle = poolStyle, plotter.PostStep
 			p.Add(l)
 		}
+		p.X.Min, p.X.Max = 0, tmax // after Add, which widens the range to the data
+		p.Y.Min, p.Y.Max = 0, float64(inst)
 		plots[n/prefillCols][n%prefillCols] = p
 	}
 	// Panel titles are drawn left-aligned above each data area, in the
@@ -602,9 +731,9 @@ func (r *Report) drawCDF(c draw.Canvas, rate float64, tpot bool) {
 	if tpot {
 		xlabel = "TPOT: mean gap between output tokens after the first (ms)"
 	}
-	p := newPlot(title, xlabel, "completed requests at or below (%)")
+	p := r.newPlot(title, xlabel, "completed requests at or below (%)")
 	p.Y.Min, p.Y.Max = 0, 100
-	p.Y.Tick.Marker = plot.ConstantTicks(pctTicks())
+	p.Y.Tick.Marker = plot.ConstantTicks(pctTicks(0, 100, 10, 20))
 	p.X.Min = 0
 	var items []legendItem
 	sloV := -1.0
@@ -657,10 +786,13 @@ func (r *Report) movesHeight(rate float64) vg.Length {
 
 func (r *Report) drawMoves(c draw.Canvas, rate float64) {
 	arms := r.armsAt(rate)
-	p := newPlot(fmt.Sprintf("Role moves over time at %s req/s", fmtRate(rate)), "time since run start (s)", "")
+	p := r.newPlot(fmt.Sprintf("Role moves over time at %s req/s", fmtRate(rate)), "time since run start (s)", "")
 	n := len(arms)
 	p.Y.Min, p.Y.Max = -0.6, float64(n)-0.4
-	p.X.Min = 0
+	lastArr, tmax := r.horizon(rate)
+	p.X.Min, p.X.Max = 0, tmax
+	p.X.Label.Text = fmt.Sprintf("time since run start (s); grey: drain after the last arrival at %.0f s", lastArr)
+	drainBand(p, lastArr, tmax, p.Y.Max)
 	var ticks []plot.Tick
 	upStyle := draw.GlyphStyle{Color: color.RGBA{0x1a, 0x93, 0x3a, 0xff}, Radius: vg.Points(4), Shape: draw.PyramidGlyph{}}
 	downStyle := draw.GlyphStyle{Color: color.RGBA{0xc0, 0x39, 0x2b, 0xff}, Radius: vg.Points(4), Shape: downTriangle{}}
@@ -669,13 +801,25 @@ func (r *Report) drawMoves(c draw.Canvas, rate float64) {
 	for row, i := range arms {
 		k := r.runAt(r.Arms[i].Arm, rate)
 		y := float64(n - 1 - row) // the first arm on top
-		label := fmt.Sprintf("%s: %d moves", r.Arms[i].Arm, r.Runs[k].Moves)
+		label := r.Arms[i].Arm + ": " + plural(r.Runs[k].Moves, "move", "moves")
 		if r.plots[k].mixed {
 			label = r.Arms[i].Arm + ": mixed"
 		}
-		ticks = append(ticks, plot.Tick{Value: y, Label: label})
 		ch := changes(r.plots[k].splits)
+		later := 0
 		for j := 1; j < len(ch); j++ {
+			if ch[j].At.Seconds() > tmax {
+				later++
+			}
+		}
+		if later > 0 {
+			label += fmt.Sprintf(" (%s after %.0f s)", plural(later, "change", "changes"), tmax)
+		}
+		ticks = append(ticks, plot.Tick{Value: y, Label: label})
+		for j := 1; j < len(ch); j++ {
+			if ch[j].At.Seconds() > tmax {
+				continue
+			}
 			pt := plotter.XY{X: ch[j].At.Seconds(), Y: y}
 			d := ch[j].Prefill - ch[j-1].Prefill
 			if d > 0 {
@@ -688,7 +832,6 @@ func (r *Report) drawMoves(c draw.Canvas, rate float64) {
 				deltas.Labels = append(deltas.Labels, fmt.Sprintf("%+d", d))
 			}
 		}
-		p.X.Max = math.Max(p.X.Max, r.plots[k].end.Seconds())
 	}
 	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
 	var items []legendItem
@@ -715,6 +858,8 @@ func (r *Report) drawMoves(c draw.Canvas, rate float64) {
 	}
 	items = append(items, legendItem{"prefill pool grew", []plot.Thumbnailer{us}},
 		legendItem{"prefill pool shrank (one mark per change of the pool; +n/-n: by n engines at once)", []plot.Thumbnailer{ds}})
+	p.X.Min, p.X.Max = 0, tmax // after Add, which widens the range to the data
+	p.Y.Min, p.Y.Max = -0.6, float64(n)-0.4
 	body := c
 	lh := drawLegendRow(c, c.Min.X+vg.Points(10), c.Min.Y+vg.Points(8), items)
 	body.Min.Y += lh + vg.Points(10)
@@ -722,4 +867,12 @@ func (r *Report) drawMoves(c draw.Canvas, rate float64) {
 	body.Max.X -= vg.Points(10)
 	body.Max.Y -= vg.Points(6)
 	p.Draw(body)
+}
+
+// newPlot is newPlot with the report's partial label on the title.
+func (r *Report) newPlot(title, xlabel, ylabel string) *plot.Plot {
+	if r.Partial && title != "" {
+		title += " [partial]"
+	}
+	return newPlot(title, xlabel, ylabel)
 }

@@ -265,6 +265,11 @@ func (r *Report) header() []string {
 	} else if len(slos) > 1 {
 		lines = append(lines, "SLOs differ between runs ("+src+"): see the slo column; TTFT counts from the scheduled send time")
 	}
+	for i := range r.Runs {
+		if x := &r.Runs[i]; x.Partial != "" {
+			lines = append(lines, fmt.Sprintf("PARTIAL: run %s is not whole (%s): requests that had not ended count as not completed", x.Run, x.Partial))
+		}
+	}
 	return lines
 }
 
@@ -422,6 +427,9 @@ func (r *Report) writeTables(w io.Writer, md bool) error {
 		b.WriteString("no runs\n")
 	}
 	for _, t := range r.tables() {
+		if r.Partial {
+			t.title += " [partial]"
+		}
 		if md {
 			t.markdown(&b)
 		} else {
@@ -443,6 +451,7 @@ var csvHeader = []string{
 	"span_s", "aiperf_goodput_rps", "aiperf_goodput_per_gpu", "distserve_goodput_rps", "distserve_goodput_per_gpu",
 	"moves", "thrash", "lag_status", "lag_oracle_run", "lag_changes", "lag_mean_s", "lag_missed",
 	"f1_with_reference", "f1_scored", "f1_completed", "f1_all_offer", "f1_slo_delivered",
+	"partial",
 }
 
 func (r *Report) writeCSV(w io.Writer) error {
@@ -494,6 +503,7 @@ func (r *Report) writeCSV(w io.Writer) error {
 		} else {
 			row = append(row, "", "", "", "", "")
 		}
+		row = append(row, x.Partial)
 		if err := cw.Write(row); err != nil {
 			return err
 		}

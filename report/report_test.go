@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -441,7 +442,7 @@ func TestBadInputs(t *testing.T) {
 			os.WriteFile(filepath.Join(d, journal.RunsFile), []byte("PAR1 not really"), 0o644)
 			os.WriteFile(filepath.Join(d, journal.RequestsFile), []byte("PAR1 not really"), 0o644)
 			return d
-		}, journal.RunsFile},
+		}, journal.ManifestFile},
 		"corrupt store": {func(t *testing.T) string {
 			d := filepath.Join(t.TempDir(), "run")
 			writeQualityRun(t, d)
@@ -524,5 +525,100 @@ func TestEmptyRun(t *testing.T) {
 	}
 	if files, err := r.Plot(t.TempDir(), 1); err != nil || len(files) != 10 {
 		t.Fatalf("plots of an empty run: %v %v", files, err)
+	}
+}
+
+// TestDamage: every kind of damage to a journal or an export is an error
+// naming the run (or file) and the damage, never a smaller report; with
+// Options.Partial too (partial accepts runs cut short, not damage).
+func TestDamage(t *testing.T) {
+	for _, d := range journaltest.Damages {
+		for _, partial := range []bool{false, true} {
+			if partial && d.Name == "writer killed" {
+				continue // a killed writer's run is what Partial reads
+			}
+			t.Run(fmt.Sprintf("%s/partial=%v", d.Name, partial), func(t *testing.T) {
+				root := t.TempDir()
+				writeQualityRun(t, filepath.Join(root, "a-good"))
+				dir := filepath.Join(root, "b-hurt")
+				writeQualityRun(t, dir)
+				d.Do(t, dir)
+				r, err := Load(root, Options{Partial: partial})
+				if err == nil {
+					t.Fatalf("Load accepted it: %d runs", len(r.Runs))
+				}
+				if !strings.Contains(err.Error(), d.Want) || !strings.Contains(err.Error(), "b-hurt") {
+					t.Fatalf("Load: %v\nwant an error naming b-hurt and containing %q", err, d.Want)
+				}
+			})
+		}
+	}
+	for _, d := range journaltest.ExportDamages {
+		t.Run(d.Name, func(t *testing.T) {
+			root := t.TempDir()
+			writeQualityRun(t, filepath.Join(root, "a"))
+			out := filepath.Join(root, "parquet")
+			if _, err := journal.Export(root, out); err != nil {
+				t.Fatal(err)
+			}
+			d.Do(t, out)
+			if r, err := Load(out, Options{Partial: true}); err == nil || !strings.Contains(err.Error(), d.Want) {
+				t.Fatalf("Load: %v (%v), want %q", err, r, d.Want)
+			}
+		})
+	}
+}
+
+// TestPartialRun: a run marked partial is refused, and scored with
+// Options.Partial, every table labelled partial, from the journal and from
+// its export alike.
+func TestPartialRun(t *testing.T) {
+	root := t.TempDir()
+	writeQualityRun(t, filepath.Join(root, "a-whole"))
+	w, err := journal.Create(filepath.Join(root, "b-cut"), fixtureMeta("static:2P6D", 1, 8), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Record(&event.Record{At: 0, Kind: event.KindArrival, Req: 1, Tokens: 10, Want: 5, Inst: event.NoInstance, Peer: event.NoInstance})
+	if err := w.ClosePartial("interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(root, Options{}); err == nil || !strings.Contains(err.Error(), "b-cut") || !strings.Contains(err.Error(), "marked partial (interrupted)") {
+		t.Fatalf("Load of a partial run without Partial: %v", err)
+	}
+	out := filepath.Join(root, "parquet")
+	if _, err := journal.ExportWith(root, out, journal.ExportOptions{Partial: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{root, out} {
+		rep, err := Load(dir, Options{Partial: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Partial {
+			t.Fatalf("%s: Report.Partial is false", dir)
+		}
+		var cut *RunReport
+		for i := range rep.Runs {
+			if rep.Runs[i].Run == "b-cut" {
+				cut = &rep.Runs[i]
+			}
+		}
+		if cut == nil || cut.Partial != "interrupted" || cut.Offered != 1 || cut.Groups.NotDone != 1 {
+			t.Fatalf("%s: partial run: %+v", dir, cut)
+		}
+		var b strings.Builder
+		if err := rep.Write(&b, FormatText); err != nil {
+			t.Fatal(err)
+		}
+		text := b.String()
+		for _, title := range []string{"Outcomes", "Latency of completed requests", "Goodput"} {
+			if !strings.Contains(text, title+" [partial]") {
+				t.Errorf("%s: table %q not labelled partial:\n%s", dir, title, text)
+			}
+		}
+		if !strings.Contains(text, "PARTIAL: run b-cut is not whole (interrupted)") {
+			t.Errorf("%s: no PARTIAL line:\n%s", dir, text)
+		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 // seeds and prefix-cache settings to cross. `narwhal-bench run` executes
 // every (prefix cache, seed) combination as one sweep of arms × rates.
 type Experiment struct {
+	// Path is the file it was loaded from ("" when parsed from bytes).
+	Path string `yaml:"-"`
 	// Name names the experiment's output directory.
 	Name        string `yaml:"name"`
 	Description string `yaml:"description"`
@@ -74,7 +76,11 @@ func LoadExperiment(path string) (exp *Experiment, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("experiment %s: %w", path, err)
 	}
-	return ParseExperiment(data, filepath.Base(path))
+	e, err := ParseExperiment(data, filepath.Base(path))
+	if e != nil {
+		e.Path = path
+	}
+	return e, err
 }
 
 // ParseExperiment decodes an experiment strictly and validates it. It

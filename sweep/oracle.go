@@ -5,7 +5,7 @@ import (
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
-	"github.com/narwhal-bench/narwhal-bench/report"
+	"github.com/narwhal-bench/narwhal-bench/score"
 	"github.com/narwhal-bench/narwhal-bench/sim"
 )
 
@@ -37,7 +37,7 @@ func (m *moveLog) Record(r *event.Record) {
 // Moves happen exactly at phase starts and cost nothing. It bounds what one
 // split per phase can do (as well as this search finds); it is the yardstick
 // of the controllers' regret.
-func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO) ([]report.PhaseTarget, error) {
+func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO) ([]score.PhaseTarget, error) {
 	n := len(cfg.Profiles)
 	phases := len(bounds) - 1
 	var fold event.Fold
@@ -84,7 +84,7 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 				if err != nil {
 					return nil, err
 				}
-				ok := report.Summarize(rows, slo).Qualified
+				ok := score.Summarize(rows, slo).Qualified
 				ratio := meanWorstRatio(rows[lo:ends[k]], slo)
 				dist := abs(p - prev)
 				if ok > bestOK || (ok == bestOK && (ratio < bestRatio || (ratio == bestRatio && dist < bestDist))) {
@@ -100,7 +100,7 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 		if err != nil {
 			return 0, err
 		}
-		return report.Summarize(rows, slo).Qualified, nil
+		return score.Summarize(rows, slo).Qualified, nil
 	}
 	// 2. Never below the best constant split.
 	bestOK, err := whole(sched)
@@ -140,9 +140,9 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 			sched[k] = cur
 		}
 	}
-	out := make([]report.PhaseTarget, phases)
+	out := make([]score.PhaseTarget, phases)
 	for k, p := range sched {
-		out[k] = report.PhaseTarget{Start: bounds[k], End: bounds[k+1], Prefill: p}
+		out[k] = score.PhaseTarget{Start: bounds[k], End: bounds[k+1], Prefill: p}
 	}
 	return out, nil
 }

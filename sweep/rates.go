@@ -60,11 +60,18 @@ func oneRate(s string, base float64) (float64, error) {
 		s, mult = strings.TrimSuffix(s, "x"), base
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(v > 0) || math.IsInf(v, 0) || v*mult > 1e7 {
+	if err != nil || !(v > 0) || math.IsInf(v, 0) {
 		return 0, fmt.Errorf("rate %q: expected a positive number of req/s, or a multiple of the base rate such as 1.5x", s)
+	}
+	if v*mult > MaxRate {
+		return 0, fmt.Errorf("rate %q: %.4g req/s: expected at most %g req/s", s, v*mult, MaxRate)
 	}
 	return round9(v * mult), nil
 }
+
+// MaxRate bounds a rate, req/s; the trace's own limit on the requests it
+// generates (traces.MaxRequests) usually binds first.
+const MaxRate = 1e7
 
 // round9 rounds to 9 significant decimals so grids print cleanly.
 func round9(x float64) float64 {

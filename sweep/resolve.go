@@ -33,20 +33,36 @@ type Options struct {
 	Version   string
 }
 
-// Resolve loads the trace and fleet and checks every option, naming the
-// option and the value in its errors. notes are what the trace importers
-// changed or ignored.
+// OptionError is bad input in one option of Options; Option is its name
+// as a flag and an experiment-file field spell it ("trace", "rates",
+// "ttft-slo", ...). Every error Resolve returns is one.
+type OptionError struct {
+	Option string
+	Err    error
+}
+
+func (e *OptionError) Error() string { return e.Option + ": " + e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+func optErr(option string, err error) error { return &OptionError{Option: option, Err: err} }
+
+// Resolve loads the trace and fleet and checks every option. Every error is
+// an *OptionError naming the option, with the value and what was expected.
+// notes are what the trace importers changed or ignored.
 func Resolve(o Options) (cfg Config, notes []string, err error) {
 	tr, err := traces.Open(o.Trace, o.TraceFormat)
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, optErr("trace", err)
 	}
 	speedup := o.Speedup
 	if speedup == 0 {
 		speedup = 1
 	}
 	if !(speedup > 0) || speedup > 1e6 {
-		return cfg, nil, fmt.Errorf("speedup: %v: expected a positive factor", o.Speedup)
+		return cfg, nil, optErr("speedup", fmt.Errorf("%v: expected a factor > 0 and at most 1e6", o.Speedup))
+	}
+	if o.Workers < 0 {
+		return cfg, nil, optErr("workers", fmt.Errorf("%d: expected 0 (one per CPU) or more", o.Workers))
 	}
 	fleetName := o.Fleet
 	if fleetName == "" {
@@ -57,7 +73,7 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	}
 	fl, err := fleet.Load(fleetName)
 	if err != nil {
-		return cfg, nil, err
+		return cfg, nil, optErr("fleet", err)
 	}
 	cfg = Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: o.Workers, Version: o.Version, PrefixCache: o.PrefixCache,
 		Admission: fl.CoreAdmission()}
@@ -77,7 +93,7 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 		if f.v != "" {
 			s, err := ParseDuration(f.v)
 			if err != nil {
-				return cfg, nil, fmt.Errorf("%s: %w", f.name, err)
+				return cfg, nil, optErr(f.name, err)
 			}
 			*f.dst = s
 		}
@@ -86,14 +102,30 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	if len(cfg.Arms) == 0 {
 		cfg.Arms = append(core.StaticArms(fl.Size()), "aggregated")
 	}
+	seen := map[string]bool{}
 	for _, a := range cfg.Arms {
 		if err := CheckArm(a, fl.Size()); err != nil {
-			return cfg, nil, fmt.Errorf("arms: %w", err)
+			return cfg, nil, optErr("arms", err)
 		}
+		if seen[a] {
+			return cfg, nil, optErr("arms", fmt.Errorf("%s given twice: expected each arm once", a))
+		}
+		seen[a] = true
+	}
+	base := tr.MeanRate()
+	if !(base > 0) {
+		return cfg, nil, optErr("trace", fmt.Errorf("%s: mean rate %v: expected a trace with arrivals", tr.Name, base))
 	}
 	if o.Rates != "" {
-		if cfg.Rates, err = ParseRates(o.Rates, tr.MeanRate()); err != nil {
-			return cfg, nil, fmt.Errorf("rates: %w", err)
+		if cfg.Rates, err = ParseRates(o.Rates, base); err != nil {
+			return cfg, nil, optErr("rates", err)
+		}
+		seenRate := map[float64]bool{}
+		for _, r := range cfg.Rates {
+			if seenRate[r] {
+				return cfg, nil, optErr("rates", fmt.Errorf("%v req/s given twice: expected each rate once", r))
+			}
+			seenRate[r] = true
 		}
 	}
 	if speedup != 1 {
@@ -104,7 +136,33 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 			cfg.Rates[i] *= speedup
 		}
 	}
+	for _, r := range cfg.Rates {
+		if err := checkScale(tr, r, base); err != nil {
+			name := "rates"
+			if o.Rates == "" {
+				name = "speedup"
+			}
+			return cfg, nil, optErr(name, err)
+		}
+	}
 	return cfg, tr.Notes(), nil
+}
+
+// checkScale refuses a rate the trace cannot be generated at, in the
+// user's terms (the rate, the trace's mean rate), before any run starts.
+func checkScale(tr *traces.Trace, rate, base float64) error {
+	scale := rate / base
+	if tr.Spec != nil {
+		if n := tr.Spec.ExpectedRequests(scale); !(n <= traces.MaxRequests) {
+			return fmt.Errorf("%.4g req/s (%.4gx the trace's mean rate of %.4g req/s) would generate about %.4g requests: expected at most %d (a lower rate)",
+				rate, scale, base, n, traces.MaxRequests)
+		}
+		return nil
+	}
+	if tr.Bounds(scale) == nil {
+		return fmt.Errorf("%.4g req/s (%.4gx the trace's mean rate of %.4g req/s): the trace cannot be played that fast or slow: expected a rate closer to its own", rate, scale, base)
+	}
+	return nil
 }
 
 // ParseDuration reads a positive Go duration with a unit ("2.1s", "45ms")

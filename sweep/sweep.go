@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,7 +15,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
-	"github.com/narwhal-bench/narwhal-bench/report"
+	"github.com/narwhal-bench/narwhal-bench/score"
 	"github.com/narwhal-bench/narwhal-bench/sim"
 	"github.com/narwhal-bench/narwhal-bench/timing"
 	"github.com/narwhal-bench/narwhal-bench/traces"
@@ -45,8 +46,16 @@ type Config struct {
 	// Journal, when set, opens a sink for one run's records (a journal
 	// directory, say), given the run's name (RunName) and metadata; it is
 	// called from the run's goroutine, and the sink is closed when the run
-	// ends.
+	// ends: with Close when it ran to the end, with ClosePartial (when the
+	// sink has it) when the sweep was interrupted. A nil sink with a nil
+	// error runs the cell without journaling it (a run already journaled
+	// whole, when a sweep resumes).
 	Journal func(name string, meta event.RunMeta) (Sink, error)
+	// Context, when set, interrupts the sweep when done: no run starts
+	// after it, runs in flight stop at their next thousand records (their
+	// sinks closed partial), and Execute returns an error wrapping
+	// ErrInterrupted and the context's error.
+	Context context.Context
 	// Version is the narwhal-bench version stamped into run metadata.
 	Version string
 }
@@ -55,6 +64,44 @@ type Config struct {
 type Sink interface {
 	event.Recorder
 	Close() error
+}
+
+// PartialSink is a Sink that can record that its run stopped early
+// (journal.Writer is one).
+type PartialSink interface {
+	Sink
+	ClosePartial(reason string) error
+}
+
+// ErrInterrupted is wrapped by Execute's error when Config.Context ended
+// the sweep.
+var ErrInterrupted = errors.New("sweep interrupted")
+
+// interruptReason is the partial marker of a run the sweep's context
+// stopped.
+func interruptReason(ctx context.Context) string {
+	why := context.Cause(ctx).Error()
+	if !strings.Contains(why, "interrupt") {
+		why = "interrupted: " + why
+	}
+	return why
+}
+
+// abort is the panic that stops a run in flight when the sweep is
+// interrupted; runOne recovers it.
+type abort struct{}
+
+// stopper is a Recorder that checks the sweep's context every 1024
+// records and stops the simulation when it is done.
+type stopper struct {
+	ctx context.Context
+	n   int
+}
+
+func (s *stopper) Record(*event.Record) {
+	if s.n++; s.n&1023 == 0 && s.ctx.Err() != nil {
+		panic(abort{})
+	}
 }
 
 // RunName names a run: the arm with ':' as '-', '@', the rate.
@@ -143,6 +190,10 @@ func Execute(cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("sweep: rate %v: expected a positive rate in req/s", r)
 		}
 	}
+	ctx := cfg.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	n := cfg.Fleet.Size()
 	needOracle := false
 	for _, a := range cfg.Arms {
@@ -199,7 +250,7 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	// Hindsight splits per phase, one set per rate (the oracle arm's
 	// schedule and the yardstick of adaptation lag).
-	targets := make([][]report.PhaseTarget, len(rates))
+	targets := make([][]score.PhaseTarget, len(rates))
 	// Progress counts every run and, first, every rate's oracle search
 	// (the longest part of a sweep with the oracle).
 	total := len(res.Runs)
@@ -213,12 +264,15 @@ func Execute(cfg Config) (*Result, error) {
 		}
 	}
 	if needOracle {
-		err := parallel(len(rates), workers, func(i int) error {
+		err := parallel(ctx, len(rates), workers, func(i int) error {
 			t, err := oracle(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO)
 			targets[i] = t
 			tick()
 			return err
 		})
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (during the oracle's search): %w", ErrInterrupted, context.Cause(ctx))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("sweep: oracle: %w", err)
 		}
@@ -245,18 +299,28 @@ func Execute(cfg Config) (*Result, error) {
 					Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
 				meta.ConfigHash = configHash(simCfg, meta)
 				errs[k] = guard(func() (err error) {
-					res.Runs[k], err = runOne(simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
+					res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
 					return err
 				})
 				tick()
 			}
 		}()
 	}
+	started := 0
+dispatch:
 	for k := range res.Runs {
-		jobs <- k
+		select {
+		case jobs <- k:
+			started++
+		case <-ctx.Done():
+			break dispatch
+		}
 	}
 	close(jobs)
 	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w after %d of %d runs started: %w", ErrInterrupted, started, len(res.Runs), context.Cause(ctx))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -267,7 +331,7 @@ func Execute(cfg Config) (*Result, error) {
 			att[ri] = r.Attainment
 			res.Requests += r.Offered
 		}
-		if s, ok := report.Sustained(rates, att, report.AttainmentTarget); ok {
+		if s, ok := score.Sustained(rates, att, score.AttainmentTarget); ok {
 			res.Sustained[arm] = &s
 		} else {
 			res.Sustained[arm] = nil
@@ -276,8 +340,8 @@ func Execute(cfg Config) (*Result, error) {
 	return res, nil
 }
 
-func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo event.SLO,
-	targets []report.PhaseTarget, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
+func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo event.SLO,
+	targets []score.PhaseTarget, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
 	var ctrl core.Controller
 	if arm == "oracle" {
 		steps := make([]core.ScheduleStep, len(targets))
@@ -293,24 +357,51 @@ func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request,
 	}
 	fold.Reset()
 	moves := &moveLog{}
-	var rec event.Recorder = event.Tee{fold, moves}
+	tee := event.Tee{fold, moves, &stopper{ctx: ctx}}
+	interrupted := false
+	var rec event.Recorder = tee
 	if journal != nil {
 		sink, err := journal(RunName(arm, rate), meta)
 		if err != nil {
 			return Run{}, fmt.Errorf("sweep: %s at %v req/s: %w", arm, rate, err)
 		}
-		defer func() {
-			if cerr := sink.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("sweep: %s at %v req/s: closing its journal: %w", arm, rate, cerr)
-			}
-		}()
-		rec = event.Tee{fold, moves, sink}
+		if sink != nil {
+			// The sink goes before the stopper, so it has every record the
+			// run made before it stopped.
+			rec = event.Tee{fold, moves, sink, tee[2]}
+			defer func() {
+				var cerr error
+				if ps, ok := sink.(PartialSink); ok && interrupted {
+					cerr = ps.ClosePartial(interruptReason(ctx))
+				} else {
+					cerr = sink.Close()
+				}
+				if cerr != nil && err == nil {
+					err = fmt.Errorf("sweep: %s at %v req/s: closing its journal: %w", arm, rate, cerr)
+				}
+			}()
+		}
 	}
 	s, err := sim.New(cfg, ctrl, reqs, rec)
 	if err != nil {
 		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %w", arm, rate, err)
 	}
-	st, err := s.Run()
+	var st sim.Stats
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				if _, ok := v.(abort); !ok {
+					panic(v)
+				}
+				interrupted = true
+				err = fmt.Errorf("sweep: %s at %v req/s: %w: %w", arm, rate, ErrInterrupted, context.Cause(ctx))
+			}
+		}()
+		st, err = s.Run()
+	}()
+	if interrupted {
+		return Run{}, err
+	}
 	if err != nil {
 		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %w", arm, rate, err)
 	}
@@ -321,27 +412,28 @@ func runOne(cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request,
 	if len(rows) != len(reqs) {
 		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %d requests folded, %d offered", arm, rate, len(rows), len(reqs))
 	}
-	sum := report.Summarize(rows, slo)
-	splits := report.Splits(moves.moves)
+	sum := score.Summarize(rows, slo)
+	splits := score.Splits(moves.moves)
 	var lagMean *float64
 	var missed int
 	if len(targets) > 0 {
 		var lags []event.Time
-		lags, missed = report.Lag(splits, targets)
+		lags, missed = score.Lag(splits, targets)
 		m := 0.0
 		for _, l := range lags {
 			m += l.Seconds() / float64(len(lags))
 		}
 		lagMean = &m
 	}
-	return Run{Thrash: report.Thrash(splits, report.DefaultThrashWindow), LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
+	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
 }
 
-// parallel runs f(0..n-1) on up to workers goroutines and joins the errors.
-func parallel(n, workers int, f func(i int) error) error {
+// parallel runs f(0..n-1) on up to workers goroutines and joins the
+// errors; it starts no more calls once ctx is done.
+func parallel(ctx context.Context, n, workers int, f func(i int) error) error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -354,8 +446,13 @@ func parallel(n, workers int, f func(i int) error) error {
 			}
 		}()
 	}
+feed:
 	for i := 0; i < n; i++ {
-		next <- i
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
 	}
 	close(next)
 	wg.Wait()

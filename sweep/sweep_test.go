@@ -9,7 +9,7 @@ import (
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
-	"github.com/narwhal-bench/narwhal-bench/report"
+	"github.com/narwhal-bench/narwhal-bench/score"
 	"github.com/narwhal-bench/narwhal-bench/traces"
 )
 
@@ -121,10 +121,10 @@ phases:
 	if ad.LagMean == nil || ad.LagMissed != 0 || *ad.LagMean > 120 {
 		t.Errorf("adaptation lag %v s (missed %d), want reached within 120 s", ad.LagMean, ad.LagMissed)
 	}
-	splits := report.Splits(m.moves["adaptive"])
-	if p := report.SplitAt(splits, 590*event.Second); p <= report.SplitAt(splits, 290*event.Second) {
+	splits := score.Splits(m.moves["adaptive"])
+	if p := score.SplitAt(splits, 590*event.Second); p <= score.SplitAt(splits, 290*event.Second) {
 		t.Errorf("prefill pool %d at the end of the document phase, %d at the end of chat: want more prefill for documents",
-			p, report.SplitAt(splits, 290*event.Second))
+			p, score.SplitAt(splits, 290*event.Second))
 	}
 }
 

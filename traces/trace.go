@@ -75,6 +75,10 @@ type segment struct {
 // of FormatSpec, FormatMooncake, FormatAzure to force one format on every
 // path. A spec cannot be concatenated. See the package documentation for
 // how imported files are placed in time.
+//
+// A built-in trace is named by its name (chatdoc) or by its file name
+// (chatdoc.yaml, traces/chatdoc.yaml) when no such file exists where the
+// command runs, so the same command line works from any directory.
 func Open(arg, format string) (t *Trace, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -92,8 +96,9 @@ func Open(arg, format string) (t *Trace, err error) {
 	}
 	parts := strings.Split(arg, "+")
 	if len(parts) == 1 && (format == "" || format == FormatSpec) {
-		if data, ok := builtinData(arg); ok {
-			return specTrace(data, arg+".yaml (built-in)")
+		if name, ok := BuiltinByFile(arg); ok {
+			data, _ := builtinData(name)
+			return specTrace(data, name+".yaml (built-in)")
 		}
 	}
 	h := sha256.New()
@@ -359,3 +364,23 @@ func (t *Trace) Hash() string { return t.hash }
 // re-sorted rows, ignored fields), one line each, for the CLI to print.
 // It is empty for synthetic traces.
 func (t *Trace) Notes() []string { return append([]string(nil), t.notes...) }
+
+// BuiltinByFile returns the built-in trace arg names: its name, or, when no
+// file arg exists, a path whose base is NAME.yaml or NAME.yml.
+func BuiltinByFile(arg string) (string, bool) {
+	if _, ok := builtinData(arg); ok && !strings.ContainsAny(arg, "/\\") {
+		return arg, true
+	}
+	if _, err := os.Stat(arg); err == nil {
+		return "", false
+	}
+	base := filepath.Base(arg)
+	for _, ext := range []string{".yaml", ".yml"} {
+		if name, ok := strings.CutSuffix(base, ext); ok {
+			if _, ok := builtinData(name); ok {
+				return name, true
+			}
+		}
+	}
+	return "", false
+}

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/sweep"
@@ -27,11 +25,15 @@ import (
 const version = "0.1.0-dev"
 
 func main() {
-	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
+	ctx, stop := signalContext()
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // run executes the command line and returns the process exit code: 0 on
-// success, 1 when the work failed, 2 on bad usage or bad input.
+// success, 1 when the work failed, 2 on bad usage or bad input, 130 when
+// interrupted (see exitCode).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -47,14 +49,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		ErrWriter:      stderr,
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Commands:       []*cli.Command{simCommand(stderr), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr)},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			if c.Args().Len() > 0 {
+				return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub or serve (see --help)", c.Args().First())}
+			}
+			return cli.ShowAppHelp(c)
+		},
 	}
-	if err := cmd.Run(ctx, args); err != nil {
+	if err := withUsageErrors(cmd).Run(ctx, args); err != nil {
 		fmt.Fprintf(stderr, "narwhal-bench: %v\n", err)
-		var ue usageError
-		if errors.As(err, &ue) || strings.Contains(err.Error(), "flag provided but not defined") {
-			return 2
-		}
-		return 1
+		return exitCode(err)
 	}
 	return 0
 }
@@ -75,32 +79,46 @@ func simCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), a trace YAML file, a Mooncake .jsonl or Azure .csv file, or files joined with + to play one after another"},
 			&cli.StringFlag{Name: "trace-format", Usage: "force the trace format: spec, mooncake or azure (default: by file extension)"},
 			&cli.Float64Flag{Name: "speedup", Value: 1, Usage: "multiply every rate by this factor (2 plays a trace twice as fast)"},
-			&cli.StringFlag{Name: "arms", Usage: "comma-separated arms: static:kPmD, aggregated (default: every static split and aggregated)"},
+			&cli.StringFlag{Name: "arms", Usage: armsUsage()},
 			&cli.StringFlag{Name: "rates", Usage: "mean arrival rates: req/s (2.4), multiples of the trace's base rate (1.5x), or ranges FROM..TO/STEP (0.5x..2x/0.25x); default: the trace's own rate"},
-			&cli.Uint64Flag{Name: "seed", Usage: "seed for the trace's random draws (default: the trace's seed)"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed for the trace's random draws, 0 or more", DefaultText: "the trace's seed"},
 			&cli.StringFlag{Name: "fleet", Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file (default: the trace's fleet, else demo)"},
 			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
 			&cli.BoolFlag{Name: "prefix-cache", Usage: "turn on each engine's prefix cache (sized by the fleet's prefix_cache, default 16-token blocks, 200,000 tokens)"},
 			&cli.StringFlag{Name: "admission", Usage: "admission gate: open (place every arrival at once) or queue (price each arrival's TTFT; queue it until it fits or its deadline passes); default: the fleet's, else open"},
-			&cli.IntFlag{Name: "workers", Usage: "runs in parallel (default: one per CPU)"},
+			&cli.IntFlag{Name: "workers", Usage: "runs in parallel, 0 for one per CPU", DefaultText: "one per CPU"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (see docs/sim.md)"},
-			&cli.StringFlag{Name: "journal", Usage: "write every run's records to a Pebble journal under this directory (one run directory per arm and rate), then export them to Parquet in DIR/parquet"},
+			&cli.StringFlag{Name: "journal", Usage: "write every run's records to a Pebble journal DIR/ARM@RATE (e.g. DIR/static-4P4D@1.6), then export them to Parquet in DIR/parquet; DIR must hold no runs unless --resume or --force"},
+			&cli.BoolFlag{Name: "resume", Usage: "with --journal: keep the whole runs already in DIR (this sweep's, same settings) and redo partial ones"},
+			&cli.BoolFlag{Name: "force", Usage: "with --journal: delete the runs and the Parquet export already in DIR first"},
 			&cli.BoolFlag{Name: "no-parquet", Usage: "with --journal: skip the Parquet export"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
+			if err := noArgs(c, "did you mean --trace %s?"); err != nil {
+				return err
+			}
 			cfg, err := simConfig(c)
 			if err != nil {
-				return usageError{err}
+				return err
 			}
 			cfg.Progress = progressBar(stderr)
+			cfg.Context = ctx
 			dir := c.String("journal")
-			if dir != "" {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					return usageError{fmt.Errorf("--journal %s: %w", dir, err)}
+			if dir == "" {
+				for _, f := range []string{"resume", "force", "no-parquet"} {
+					if c.IsSet(f) {
+						return usageError{fmt.Errorf("--%s: only with --journal DIR", f)}
+					}
 				}
-				cfg.Journal = func(name string, meta event.RunMeta) (sweep.Sink, error) {
-					return journal.Create(filepath.Join(dir, name), meta, journal.Options{})
+			} else {
+				if c.Bool("resume") {
+					if err := checkResume(dir, cfg, cfg.Trace.MeanRate()); err != nil {
+						return err
+					}
+				}
+				if cfg.Journal, err = journalDir(dir, c.Bool("resume"), c.Bool("force")); err != nil {
+					return err
 				}
 			}
 			res, err := sweep.Execute(cfg)
@@ -131,7 +149,8 @@ func exportCommand() *cli.Command {
 		Usage:     "export journaled runs to Parquet (requests, role_moves, decisions, faults, runs)",
 		ArgsUsage: "DIR",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "out", Usage: "output directory (default DIR/parquet)"},
+			&cli.StringFlag{Name: "out", Usage: "output directory", DefaultText: "DIR/parquet"},
+			&cli.BoolFlag{Name: "partial", Usage: "export runs that are not whole too (interrupted, or no end-of-run record), marked in runs.parquet's partial column"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if c.Args().Len() != 1 {
@@ -142,12 +161,16 @@ func exportCommand() *cli.Command {
 			if out == "" {
 				out = filepath.Join(dir, "parquet")
 			}
-			st, err := journal.Export(dir, out)
+			st, err := journal.ExportWith(dir, out, journal.ExportOptions{Partial: c.Bool("partial")})
 			if err != nil {
-				return usageError{fmt.Errorf("export %s: %w", dir, err)}
+				return usageError{fmt.Errorf("%w%s", err, partialHint(err))}
 			}
-			fmt.Fprintf(c.Root().Writer, "exported %d runs (%d requests, %d role moves, %d decisions, %d faults) to %s\n",
-				st.Runs, st.Requests, st.RoleMoves, st.Decisions, st.Faults, out)
+			partial := ""
+			if st.Partial > 0 {
+				partial = fmt.Sprintf(", %d of them partial", st.Partial)
+			}
+			fmt.Fprintf(c.Root().Writer, "exported %d runs%s (%d requests, %d role moves, %d decisions, %d faults) to %s\n",
+				st.Runs, partial, st.Requests, st.RoleMoves, st.Decisions, st.Faults, out)
 			return nil
 		},
 	}
@@ -157,6 +180,9 @@ func simConfig(c *cli.Command) (sweep.Config, error) {
 	o := sweep.Options{Trace: c.String("trace"), TraceFormat: c.String("trace-format"), Fleet: c.String("fleet"),
 		TTFT: c.String("ttft-slo"), TPOT: c.String("tpot-slo"), Rates: c.String("rates"), Speedup: c.Float64("speedup"),
 		PrefixCache: c.Bool("prefix-cache"), Admission: c.String("admission"), Workers: int(c.Int("workers")), Version: version}
+	if c.IsSet("speedup") && !(o.Speedup > 0) {
+		return sweep.Config{}, usageError{fmt.Errorf("--speedup %v: expected a factor > 0", o.Speedup)}
+	}
 	if c.IsSet("seed") {
 		seed := c.Uint64("seed")
 		o.Seed = &seed
@@ -171,7 +197,7 @@ func simConfig(c *cli.Command) (sweep.Config, error) {
 		fmt.Fprintf(c.Root().ErrWriter, "narwhal-bench: note: %s\n", n)
 	}
 	if err != nil {
-		return cfg, fmt.Errorf("--%w", err)
+		return cfg, flagError(err)
 	}
 	return cfg, nil
 }

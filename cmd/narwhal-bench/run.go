@@ -29,7 +29,7 @@ func runCommand(stderr io.Writer) *cli.Command {
 		ArgsUsage: "EXPERIMENT.yaml...",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Value: "out", Usage: "output directory"},
-			&cli.IntFlag{Name: "workers", Usage: "runs in parallel (default: one per CPU)"},
+			&cli.IntFlag{Name: "workers", Usage: "runs in parallel, 0 for one per CPU", DefaultText: "one per CPU"},
 			&cli.BoolFlag{Name: "force", Usage: "rerun combinations that already have results"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
@@ -45,7 +45,7 @@ func runCommand(stderr io.Writer) *cli.Command {
 				exps = append(exps, e)
 			}
 			for _, e := range exps {
-				if err := runExperiment(c, e, stderr); err != nil {
+				if err := runExperiment(ctx, c, e, stderr); err != nil {
 					return err
 				}
 			}
@@ -72,7 +72,7 @@ func (k combo) dir(out, name string) string {
 	return filepath.Join(out, name, "cache-"+cache, "seed-"+seed)
 }
 
-func runExperiment(c *cli.Command, e *sweep.Experiment, stderr io.Writer) error {
+func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, stderr io.Writer) error {
 	out := c.String("out")
 	var combos []combo
 	for _, cache := range e.PrefixCache {
@@ -110,8 +110,9 @@ func runExperiment(c *cli.Command, e *sweep.Experiment, stderr io.Writer) error 
 			fmt.Fprintf(stderr, "narwhal-bench: note: %s\n", n)
 		}
 		if err != nil {
-			return usageError{fmt.Errorf("experiment %s: %w", e.Name, err)}
+			return experimentError(e, err)
 		}
+		cfg.Context = ctx
 		cfg.Journal = func(name string, meta event.RunMeta) (sweep.Sink, error) {
 			return journal.Create(filepath.Join(dir, "runs", name), meta, journal.Options{})
 		}

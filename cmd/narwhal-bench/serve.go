@@ -152,7 +152,13 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			rcancel()
 			err = <-runErr
 			if w != nil {
-				err = errors.Join(err, w.Close())
+				if err != nil {
+					// The router stopped on an error: the journal holds
+					// what it saw, marked partial.
+					err = errors.Join(err, w.ClosePartial(err.Error()))
+				} else {
+					err = errors.Join(err, w.Close())
+				}
 			}
 			if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
 				err = errors.Join(err, shutErr)

@@ -10,29 +10,35 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
-	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
+	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/report"
 )
 
 const version = "0.1.0-dev"
 
 func main() {
-	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // usageError marks bad usage or bad input (exit code 2).
-type usageError struct{ error }
+func usageError(err error) error { return cliexit.Input(err) }
 
-func (u usageError) Unwrap() error { return u.error }
-
-// run executes the command line and returns the exit code: 0 on success,
-// 1 when writing the output failed, 2 on bad usage or bad input (a missing,
-// empty or unreadable directory, a corrupt journal, a newer schema).
+// run executes the command line and returns the exit code (internal/cliexit
+// decides it from the error's type): 0 on success, 1 when writing the
+// output failed, 2 on bad usage or bad input (a missing, empty or
+// unreadable directory, a damaged or incomplete journal or export, a newer
+// schema).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -56,31 +62,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 			&cli.StringFlag{Name: "ttft-slo", Usage: "judge every run by this TTFT SLO (e.g. 2.1s) instead of its metadata's"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "judge every run by this TPOT SLO (e.g. 45ms) instead of its metadata's"},
 			&cli.StringFlag{Name: "plots", Usage: "write the plots (PNG and SVG) to this directory"},
-			&cli.StringFlag{Name: "plot-rate", Usage: "rate (req/s) of the per-arm plots (default: the highest rate at which the best non-oracle arm still has attainment >= 50%)"},
+			&cli.StringFlag{Name: "plot-rate", Usage: "with --plots: rate (req/s) of the per-arm plots", DefaultText: "the highest rate at which the best non-oracle arm still has attainment >= 50%"},
+			&cli.BoolFlag{Name: "partial", Usage: "score runs that are not whole too (interrupted, or a journal without its end-of-run record); every table and plot is labelled partial"},
 		},
 		Action: action,
+		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error {
+			return cliexit.Input(err)
+		},
 	}
 	if err := cmd.Run(ctx, args); err != nil {
 		fmt.Fprintf(stderr, "narwhal-report: %v\n", err)
-		var ue usageError
-		if errors.As(err, &ue) || strings.Contains(err.Error(), "flag provided but not defined") ||
-			strings.Contains(err.Error(), "invalid value") {
-			return 2
-		}
-		return 1
+		return cliexit.Code(err)
 	}
 	return 0
 }
 
 func action(ctx context.Context, c *cli.Command) error {
 	if c.Args().Len() != 1 {
-		return usageError{fmt.Errorf("expected one directory (a journal root, a run, or a Parquet export), got %d arguments", c.Args().Len())}
+		return usageError(fmt.Errorf("expected one directory (a journal root, a run, or a Parquet export), got %d arguments", c.Args().Len()))
 	}
 	format, err := report.ParseFormat(c.String("format"))
 	if err != nil {
-		return usageError{fmt.Errorf("--format: %w", err)}
+		return usageError(fmt.Errorf("--format: %w", err))
 	}
-	var opts report.Options
+	if c.IsSet("plot-rate") && !c.IsSet("plots") {
+		return usageError(errors.New("--plot-rate: only with --plots DIR"))
+	}
+	opts := report.Options{Partial: c.Bool("partial")}
 	for _, f := range []struct {
 		name string
 		dst  *time.Duration
@@ -88,7 +96,7 @@ func action(ctx context.Context, c *cli.Command) error {
 		if s := c.String(f.name); s != "" {
 			d, err := time.ParseDuration(s)
 			if err != nil || d <= 0 {
-				return usageError{fmt.Errorf("--%s %q: expected a positive duration such as 2.1s or 45ms", f.name, s)}
+				return usageError(fmt.Errorf("--%s %q: expected a positive duration such as 2.1s or 45ms", f.name, s))
 			}
 			*f.dst = d
 		}
@@ -97,12 +105,16 @@ func action(ctx context.Context, c *cli.Command) error {
 	if s := c.String("plot-rate"); s != "" {
 		plotRate, err = strconv.ParseFloat(s, 64)
 		if err != nil || !(plotRate > 0) {
-			return usageError{fmt.Errorf("--plot-rate %q: expected a rate in req/s such as 3.2", s)}
+			return usageError(fmt.Errorf("--plot-rate %q: expected a rate in req/s such as 3.2", s))
 		}
 	}
 	rep, err := report.Load(c.Args().First(), opts)
 	if err != nil {
-		return usageError{err}
+		var inc *journal.IncompleteError
+		if errors.As(err, &inc) {
+			err = fmt.Errorf("%w (--partial scores what is there, labelled partial)", err)
+		}
+		return usageError(err)
 	}
 	if err := rep.Write(c.Root().Writer, format); err != nil {
 		return err
@@ -111,14 +123,14 @@ func action(ctx context.Context, c *cli.Command) error {
 		if plotRate == 0 {
 			var ok bool
 			if plotRate, ok = rep.DefaultPlotRate(); !ok {
-				return usageError{errors.New("--plots: no runs to plot")}
+				return usageError(errors.New("--plots: no runs to plot"))
 			}
 		}
 		files, err := rep.Plot(dir, plotRate)
 		if err != nil {
 			var ue *report.RateError
 			if errors.As(err, &ue) {
-				return usageError{err}
+				return usageError(err)
 			}
 			return err
 		}

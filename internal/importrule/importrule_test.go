@@ -21,10 +21,15 @@ var allowed = map[string][]string{
 	"traces":  {"event"},
 	"fleet":   {"core", "event", "timing"},
 	"journal": {"event"},
-	"report":  {"event", "journal"},
+	"score":   {"event"},
+	"report":  {"event", "journal", "score"},
 	"live":    {"core", "engine", "event", "timing", "fleet", "journal"},
-	"sweep":   {"core", "event", "fleet", "journal", "report", "sim", "timing", "traces"},
+	"sweep":   {"core", "event", "fleet", "journal", "score", "sim", "timing", "traces"},
 }
+
+// noPlotting are the packages of the simulator's dependency graph: none may
+// reach a plotting library (scoring lives in score/, drawing in report/).
+var noPlotting = []string{"event", "timing", "core", "sim", "traces", "fleet", "journal", "score", "sweep"}
 
 // forbiddenInCore are imports that would give the core a clock, I/O,
 // global randomness or logging (ARCHITECTURE: "one core, two clocks").
@@ -90,6 +95,17 @@ func TestImportRule(t *testing.T) {
 		sort.Strings(bad)
 		if len(bad) > 0 {
 			t.Errorf("%s imports %v: the import rule allows only %v", rel, bad, ok)
+		}
+		for _, np := range noPlotting {
+			if top != np {
+				continue
+			}
+			for _, d := range p.Deps {
+				if strings.HasPrefix(d, "gonum.org/v1/plot") {
+					t.Errorf("%s depends on %s: the simulator's dependency graph carries no plotting (score/ scores, report/ draws)", rel, d)
+					break
+				}
+			}
 		}
 		if top == "core" {
 			for _, imp := range p.Imports {

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
+	"github.com/narwhal-bench/narwhal-bench/internal/journaltest"
+	"github.com/narwhal-bench/narwhal-bench/journal"
+)
+
+// TestExitCodes: one policy, every rough edge of the issue included: bad
+// input exits 2 with a message naming the flag (or file and field).
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	zero := filepath.Join(dir, "zero.yaml")
+	os.WriteFile(zero, []byte("name: zero\nclasses:\n  chat: {input: {dist: fixed, value: 100}, output: {dist: fixed, value: 10}}\nphases:\n  - {duration: 10s, rate: 0}\n"), 0o644)
+	bad := filepath.Join(dir, "malformed.yaml")
+	os.WriteFile(bad, []byte("name: x\nphases: [\n"), 0o644)
+	exp := filepath.Join(dir, "exp.yaml")
+	os.WriteFile(exp, []byte("name: e\ntrace: demo\narms: [static:4P4D]\nrates: [\"1e6\"]\n"), 0o644)
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"sim", "traces/chatdoc.yaml"}, 2, `unexpected argument "traces/chatdoc.yaml"`},
+		{[]string{"export"}, 2, "expected one journal directory"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"sim", "--seed", "-1"}, 2, "seed"},
+		{[]string{"sim", "--rates", "1e6"}, 2, "--rates: 1e+06 req/s"},
+		{[]string{"sim", "--rates", "1e9"}, 2, "expected at most 1e+07 req/s"},
+		{[]string{"sim", "--rates", "0"}, 2, `--rates: rate "0"`},
+		{[]string{"sim", "--speedup", "0"}, 2, "--speedup 0: expected a factor > 0"},
+		{[]string{"sim", "--workers", "-3"}, 2, "--workers: -3"},
+		{[]string{"sim", "--arms", "static:4P4D,static:4P4D"}, 2, "--arms: static:4P4D given twice"},
+		{[]string{"sim", "--trace", zero}, 2, "no phase has arrivals"},
+		{[]string{"sim", "--trace", bad}, 2, "--trace: " + bad + ": invalid YAML at line 2"},
+		{[]string{"sim", "--resume"}, 2, "--resume: only with --journal"},
+		{[]string{"run", "--out", t.TempDir(), exp}, 2, "experiment " + exp + ": field rates: "},
+	}
+	for _, c := range cases {
+		code, _, errs := runCLI(t, c.args...)
+		if code != c.code || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errs, c.code, c.want)
+		}
+		if strings.Contains(errs, "narwhal-bench: --"+filepath.Base(bad)) {
+			t.Errorf("%v: stray -- before a file name: %q", c.args, errs)
+		}
+	}
+	if got := exitCode(errors.New("a run failed")); got != cliexit.Failed {
+		t.Errorf("plain error: exit %d, want 1", got)
+	}
+	if got := exitCode(cliexit.ErrInterrupted); got != cliexit.Interrupted {
+		t.Errorf("interrupted: exit %d, want 130", got)
+	}
+}
+
+// TestBuiltinByFileName: --trace and --fleet take a built-in by its file
+// name from any directory (the tests run in cmd/narwhal-bench, where no
+// chatdoc.yaml exists).
+func TestBuiltinByFileName(t *testing.T) {
+	for _, args := range [][]string{
+		{"--trace", "chatdoc.yaml"},
+		{"--trace", "traces/chatdoc.yaml", "--fleet", "eval8.yaml"},
+		{"--trace", "chatdoc", "--fleet", "fleet/eval8.yaml"},
+	} {
+		code, out, errs := runCLI(t, append([]string{"sim", "--arms", "static:4P4D", "--json"}, args...)...)
+		if code != 0 || !strings.Contains(out, `"trace": "chatdoc"`) || !strings.Contains(out, `"fleet": "eval8"`) {
+			t.Errorf("%v: exit %d: %s", args, code, errs)
+		}
+	}
+}
+
+// TestHelpListsEveryArm: sim --help has one line per arm.
+func TestHelpListsEveryArm(t *testing.T) {
+	_, out, _ := runCLI(t, "sim", "--help")
+	lines := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			lines[f[0]] = true
+		}
+	}
+	for _, arm := range []string{"static:kPmD", "aggregated", "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray", "oracle"} {
+		if !lines[arm] {
+			t.Errorf("sim --help has no line for %s:\n%s", arm, out)
+		}
+	}
+	if strings.Contains(out, "(default: the trace's seed) (default:") {
+		t.Error("doubled default in --seed's help")
+	}
+}
+
+// TestJournalDir: --journal refuses a directory holding runs; --resume
+// keeps whole runs (and refuses another sweep's), redoing partial ones;
+// --force starts over.
+func TestJournalDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	sweepArgs := []string{"sim", "--trace", "demo", "--arms", "static:4P4D,adaptive", "--rates", "1.6,2.4", "--journal", dir}
+	if code, _, errs := runCLI(t, sweepArgs...); code != 0 {
+		t.Fatalf("first sweep: exit %d: %s", code, errs)
+	}
+	code, _, errs := runCLI(t, sweepArgs...)
+	if code != 2 || !strings.Contains(errs, "already holds 4 runs") || !strings.Contains(errs, "--resume") {
+		t.Fatalf("second sweep into the same directory: exit %d: %s", code, errs)
+	}
+	// Damage one run: --resume redoes it and keeps the others untouched.
+	hurt := filepath.Join(dir, "adaptive@2.4")
+	journaltest.Damages[0].Do(t, hurt) // its writer "killed": no end-of-run record
+	keep := filepath.Join(dir, "static-4P4D@1.6", "JOURNAL")
+	before, _ := os.Stat(keep)
+	if code, _, errs := runCLI(t, append(sweepArgs, "--resume")...); code != 0 {
+		t.Fatalf("--resume: exit %d: %s", code, errs)
+	}
+	if after, _ := os.Stat(keep); !after.ModTime().Equal(before.ModTime()) {
+		t.Error("--resume rewrote a whole run")
+	}
+	r, err := journal.Open(hurt)
+	if err != nil {
+		t.Fatalf("--resume did not redo the incomplete run: %v", err)
+	}
+	r.Close()
+	// Another sweep's settings or runs are refused under --resume.
+	if code, _, errs := runCLI(t, append(sweepArgs, "--resume", "--seed", "9")...); code != 2 || !strings.Contains(errs, "other settings") {
+		t.Errorf("--resume with another seed: exit %d: %s", code, errs)
+	}
+	other := []string{"sim", "--trace", "demo", "--arms", "static:4P4D", "--rates", "1.6", "--journal", dir}
+	if code, _, errs := runCLI(t, append(other, "--resume")...); code != 2 || !strings.Contains(errs, "does not make") {
+		t.Errorf("--resume with other arms: exit %d: %s", code, errs)
+	}
+	if code, _, errs := runCLI(t, append(other, "--force")...); code != 0 {
+		t.Fatalf("--force: exit %d: %s", code, errs)
+	}
+	runs, _ := journal.Runs(dir)
+	if len(runs) != 1 {
+		t.Errorf("after --force: %d runs, want 1: %v", len(runs), runs)
+	}
+}
+
+// TestInterrupt: an interrupted sweep exits 130 and leaves only whole runs
+// or runs marked partial, never one without its end-of-run record.
+func TestInterrupt(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cliexit.ErrInterrupted)
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"narwhal-bench", "sim", "--trace", "chatdoc", "--arms", "static:4P4D,adaptive,arrow", "--rates", "1x,2x", "--workers", "2", "--journal", dir}, &out, &errb)
+	if code != cliexit.Interrupted {
+		t.Fatalf("exit %d, want 130: %s", code, errb.String())
+	}
+	runs, err := journal.Runs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range runs {
+		r, err := journal.OpenWith(d, journal.OpenOptions{Partial: true})
+		if err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+		if _, ok := r.End(); !ok {
+			t.Errorf("%s: no end-of-run record after an interrupt", d)
+		}
+		r.Close()
+	}
+	if _, err := os.Stat(filepath.Join(dir, "parquet")); err == nil {
+		t.Error("an interrupted sweep exported")
+	}
+}
+
+// TestExportDamageExit2: export exits 2 on every kind of damage, naming the
+// run and the damage.
+func TestExportDamageExit2(t *testing.T) {
+	for _, d := range journaltest.Damages {
+		t.Run(d.Name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "j")
+			if code, _, errs := runCLI(t, "sim", "--trace", "demo", "--arms", "static:4P4D,adaptive", "--rates", "1.6", "--journal", dir, "--no-parquet"); code != 0 {
+				t.Fatalf("sim: exit %d: %s", code, errs)
+			}
+			d.Do(t, filepath.Join(dir, "static-4P4D@1.6"))
+			code, out, errs := runCLI(t, "export", dir)
+			if code != 2 || !strings.Contains(errs, d.Want) || !strings.Contains(errs, "static-4P4D@1.6") || strings.Contains(out, "exported") {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 naming the run and %q", code, out, errs, d.Want)
+			}
+		})
+	}
+}

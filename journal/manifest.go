@@ -1,0 +1,114 @@
+package journal
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// manifestFormat names the export layout; ReadExport refuses any other.
+const manifestFormat = "narwhal-bench parquet export 1"
+
+// manifest is manifest.json: what a complete export holds.
+type manifest struct {
+	Format string          `json:"format"`
+	Runs   int64           `json:"runs"`
+	Files  []manifestEntry `json:"files"`
+}
+
+type manifestEntry struct {
+	Name   string `json:"name"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// writeManifest writes manifest.json durably (temporary file, fsync,
+// rename, directory fsync).
+func writeManifest(dir string, m manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+ManifestFile+".tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(append(b, '\n')); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, ManifestFile))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	return syncDir(dir)
+}
+
+// checkManifest reads manifest.json and checks that every table it lists
+// is there with its size and SHA-256 sum. Every failure names the file.
+func checkManifest(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no %s: the export is incomplete (interrupted while it was written) or not written by this narwhal-bench; export the journals again", ManifestFile)
+	}
+	if err != nil {
+		return err
+	}
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	if m.Format != manifestFormat {
+		return fmt.Errorf("%s: format %q: this narwhal-bench reads %q", ManifestFile, m.Format, manifestFormat)
+	}
+	listed := map[string]bool{}
+	for _, e := range m.Files {
+		listed[e.Name] = true
+	}
+	for _, name := range TableFiles {
+		if !listed[name] {
+			return fmt.Errorf("%s does not list %s", ManifestFile, name)
+		}
+	}
+	for _, e := range m.Files {
+		if err := checkFile(filepath.Join(dir, e.Name), e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkFile(path string, e manifestEntry) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: missing (%s lists it)", e.Name, ManifestFile)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.Name, err)
+	}
+	if n != e.Bytes {
+		return fmt.Errorf("%s: damaged: %d bytes, %s says %d", e.Name, n, ManifestFile, e.Bytes)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != e.SHA256 {
+		return fmt.Errorf("%s: damaged: SHA-256 %s, %s says %s", e.Name, got[:16], ManifestFile, e.SHA256[:min(16, len(e.SHA256))])
+	}
+	return nil
+}
