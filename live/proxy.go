@@ -405,13 +405,16 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(l.r.cfg.FirstTokenTimeout, func() { timedOut.Store(true); lcancel() })
 	defer timer.Stop()
-	resp, err := l.post(lctx, e, body)
-	if err != nil {
+	failed := func(err error) {
 		if timedOut.Load() {
 			l.fail(event.KindFail, event.CauseTimeout, nil)
 			return
 		}
 		l.legError(e, lctx, err)
+	}
+	resp, err := l.post(lctx, e, body)
+	if err != nil {
+		failed(err)
 		return
 	}
 	defer resp.Body.Close()
@@ -425,11 +428,7 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 		timer.Reset(l.r.cfg.RequestTimeout)
 		rb, err := io.ReadAll(io.LimitReader(resp.Body, maxLegBody))
 		if err != nil {
-			if timedOut.Load() {
-				l.fail(event.KindFail, event.CauseTimeout, nil)
-				return
-			}
-			l.legError(e, lctx, err)
+			failed(err)
 			return
 		}
 		if single && !l.prefilled() {

@@ -90,21 +90,11 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				if opts.Model == "" {
 					opts.Model = "stub"
 				}
-				insts, err := stub.FromFleet(spec, base, &opts)
+				sf, err := startStubs(spec, base, opts, stderr)
 				if err != nil {
-					return usageError{err}
-				}
-				sf, err := stub.NewFleet(opts, insts)
-				if err != nil {
-					return usageError{err}
-				}
-				if err := sf.Start(); err != nil {
 					return err
 				}
 				defer sf.Close()
-				for _, s := range sf.Servers() {
-					fmt.Fprintf(stderr, "narwhal-bench: stub %s at %s\n", s.ID(), s.URL())
-				}
 			}
 			if base > 0 {
 				cfg.URLs = make([]string, spec.Size())

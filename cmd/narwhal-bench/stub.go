@@ -48,21 +48,11 @@ func stubCommand(stderr io.Writer) *cli.Command {
 				KVLoadFailurePolicy: c.String("kv-load-failure-policy"), MaxModelLen: int(c.Int("max-model-len")),
 				MeanOutput: int(c.Int("mean-output")), AllowFaults: c.Bool("allow-faults"),
 				Logf: func(format string, args ...any) { fmt.Fprintf(stderr, "narwhal-bench: "+format+"\n", args...) }}
-			insts, err := stub.FromFleet(spec, int(c.Int("base-port")), &opts)
+			f, err := startStubs(spec, int(c.Int("base-port")), opts, stderr)
 			if err != nil {
-				return usageError{err}
-			}
-			f, err := stub.NewFleet(opts, insts)
-			if err != nil {
-				return usageError{err}
-			}
-			if err := f.Start(); err != nil {
 				return err
 			}
 			defer f.Close()
-			for _, s := range f.Servers() {
-				fmt.Fprintf(stderr, "narwhal-bench: stub %s at %s\n", s.ID(), s.URL())
-			}
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			<-ctx.Done()
@@ -70,4 +60,24 @@ func stubCommand(stderr io.Writer) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// startStubs starts one stub engine per fleet instance (at basePort+i, or
+// the instances' urls when basePort is 0) and names each on stderr.
+func startStubs(spec *fleet.Spec, basePort int, opts stub.Options, stderr io.Writer) (*stub.Fleet, error) {
+	insts, err := stub.FromFleet(spec, basePort, &opts)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	f, err := stub.NewFleet(opts, insts)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if err := f.Start(); err != nil {
+		return nil, err
+	}
+	for _, s := range f.Servers() {
+		fmt.Fprintf(stderr, "narwhal-bench: stub %s at %s\n", s.ID(), s.URL())
+	}
+	return f, nil
 }

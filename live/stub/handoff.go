@@ -96,21 +96,31 @@ func (h *handoffs) pin(id string, tokens int, now time.Time) [][]int {
 	return [][]int{blocks}
 }
 
+// held returns id's handoff while its blocks are still pinned, or why
+// they are not (unknown, taken, expired). h.mu is held.
+func (h *handoffs) held(id string, now time.Time) (*handoff, error) {
+	h.sweep(now)
+	e, ok := h.entries[id]
+	switch {
+	case !ok:
+		return nil, ErrUnknownHandoff
+	case e.state == taken:
+		return nil, ErrTakenHandoff
+	case e.state == expired || now.After(e.expires):
+		return nil, ErrExpiredHandoff
+	}
+	return e, nil
+}
+
 // take claims a handoff for a pull: it frees the blocks and returns the
 // KV's size and how long its transfer takes on this engine's egress link
 // (model seconds, before any time scale).
 func (h *handoffs) take(id string, now time.Time) (tokens int, delay float64, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.sweep(now)
-	e, ok := h.entries[id]
-	switch {
-	case !ok:
-		return 0, 0, ErrUnknownHandoff
-	case e.state == taken:
-		return 0, 0, ErrTakenHandoff
-	case e.state == expired || now.After(e.expires):
-		return 0, 0, ErrExpiredHandoff
+	e, err := h.held(id, now)
+	if err != nil {
+		return 0, 0, err
 	}
 	e.state = taken
 	h.expireAt(id, e, now.Add(h.lease))
@@ -124,15 +134,9 @@ func (h *handoffs) take(id string, now time.Time) (tokens int, delay float64, er
 func (h *handoffs) renew(id string, now time.Time) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.sweep(now)
-	e, ok := h.entries[id]
-	switch {
-	case !ok:
-		return ErrUnknownHandoff
-	case e.state == taken:
-		return ErrTakenHandoff
-	case e.state == expired || now.After(e.expires):
-		return ErrExpiredHandoff
+	e, err := h.held(id, now)
+	if err != nil {
+		return err
 	}
 	h.expireAt(id, e, now.Add(h.lease))
 	return nil
