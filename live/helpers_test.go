@@ -87,7 +87,13 @@ func startRig(t testing.TB, o rigOpts) *rig {
 	if o.n == 0 {
 		o.n = 2
 	}
-	spec := testFleet(t, o.n)
+	return startRigSpec(t, testFleet(t, o.n), o)
+}
+
+// startRigSpec is startRig on a fleet spec of the caller's.
+func startRigSpec(t testing.TB, spec *fleet.Spec, o rigOpts) *rig {
+	t.Helper()
+	o.n = spec.Size()
 	insts, err := stub.FromFleet(spec, 0, &o.stub)
 	if err != nil {
 		t.Fatal(err)

@@ -71,7 +71,10 @@ type SSEReader struct {
 
 // NewSSEReader reads events from r.
 func NewSSEReader(r io.Reader) *SSEReader {
-	return &SSEReader{r: bufio.NewReaderSize(r, 64<<10)}
+	// A small buffer: most events are a few hundred bytes, and readLine
+	// joins longer lines (up to MaxEventBytes) itself. Thousands of
+	// streams are open at once in a router.
+	return &SSEReader{r: bufio.NewReaderSize(r, 4<<10)}
 }
 
 // ErrEventTooLarge is returned for an event over MaxEventBytes.

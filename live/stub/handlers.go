@@ -139,7 +139,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	}
 	w.Header().Set("X-Request-Id", rid)
 	ans := makeAnswer(req, s.opts.Seed, s.opts.MeanOutput)
-	l := newLive(s.nextID.Add(1), prompt, len(ans.tokens))
+	l := newLive(s.nextID.Add(1), prompt, ans.n())
 	s.metrics.prompt.Add(float64(prompt))
 
 	ctx, cancel := s.closing(r.Context())
@@ -285,7 +285,7 @@ func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
 	if last {
 		finish = o.ans.finish
 	}
-	text := o.ans.tokens[k-1]
+	text := o.ans.token(k - 1)
 	if !o.chat {
 		return sse.Send(o.response([]api.Choice{api.TextChoice(text, finish)}, nil))
 	}

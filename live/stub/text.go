@@ -18,11 +18,37 @@ var vocab = [...]string{
 
 // answer is a request's whole answer, decided when it arrives.
 type answer struct {
-	tokens []string // each token's text (the last one cut at a stop string)
-	finish string   // api.FinishLength or api.FinishStop
+	// words holds each token as an index into spacedVocab (a byte a
+	// token, so a 20,000-token answer costs 20 KB); tokens, when set,
+	// holds the texts instead (an answer cut at a stop string).
+	words  []uint8
+	tokens []string
+	finish string // api.FinishLength or api.FinishStop
 }
 
-func (a *answer) text() string { return strings.Join(a.tokens, "") }
+// n is the answer's length in tokens.
+func (a *answer) n() int {
+	if a.tokens != nil {
+		return len(a.tokens)
+	}
+	return len(a.words)
+}
+
+// token is the text of the answer's token i (0-based).
+func (a *answer) token(i int) string {
+	if a.tokens != nil {
+		return a.tokens[i]
+	}
+	return spacedVocab[a.words[i]]
+}
+
+func (a *answer) text() string {
+	var b strings.Builder
+	for i := range a.n() {
+		b.WriteString(a.token(i))
+	}
+	return b.String()
+}
 
 // promptHash keys an answer to its prompt, so the same prompt always gets
 // the same answer (on either leg of a handoff too).
@@ -46,6 +72,20 @@ func promptHash(r *api.Request) uint64 {
 // stop string, finish "stop"); with meanOutput > 0 an end-of-sequence
 // comes after a drawn natural length (1 to 2·meanOutput tokens) unless
 // ignore_eos. Neither can end it before min_tokens (as vLLM).
+// answer.words indexes spacedVocab with a byte: the vocabulary must stay
+// within 256 words (this fails to compile otherwise).
+var _ [256 - len(vocab)]struct{}
+
+// spacedVocab is vocab with each word's leading space: the tokens of an
+// answer share these strings.
+var spacedVocab = func() []string {
+	out := make([]string, len(vocab))
+	for i, w := range vocab {
+		out[i] = " " + w
+	}
+	return out
+}()
+
 func makeAnswer(r *api.Request, seed uint64, meanOutput int) answer {
 	h := promptHash(r)
 	rng := rand.New(rand.NewPCG(seed, h))
@@ -60,11 +100,24 @@ func makeAnswer(r *api.Request, seed uint64, meanOutput int) answer {
 	for _, s := range r.Stop {
 		longest = max(longest, len(s))
 	}
+	if len(r.Stop) == 0 {
+		// No stop strings: the answer is word indices.
+		a.words = make([]uint8, 0, min(limit, 1<<16))
+		for k := 1; k <= limit; k++ {
+			a.words = append(a.words, uint8(rng.IntN(len(spacedVocab))))
+			if k == natural && k < limit && k >= r.MinTokens {
+				a.finish = api.FinishStop
+				return a
+			}
+		}
+		return a
+	}
+	a.tokens = make([]string, 0, min(limit, 1<<16))
 	for k := 1; k <= limit; k++ {
-		w := " " + vocab[rng.IntN(len(vocab))]
+		w := spacedVocab[rng.IntN(len(spacedVocab))]
+		a.tokens = append(a.tokens, w)
 		start := text.Len()
 		text.WriteString(w)
-		a.tokens = append(a.tokens, w)
 		if k < r.MinTokens {
 			continue
 		}
