@@ -567,15 +567,19 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 	for {
 		payload, done, err := sr.ReadEvent()
 		if err != nil {
+			if l.q.Context().Err() != nil {
+				l.r.endFlight(l.f, event.KindFinish, event.CauseCancel)
+				return
+			}
 			cause := event.CauseBadGateway
 			if timedOut.Load() {
 				cause = event.CauseTimeout
 			}
-			if l.q.Context().Err() == nil {
-				_ = sw.Send(map[string]any{"error": map[string]any{"message": "the engine's stream broke before its end",
-					"type": api.TypeServer, "code": http.StatusBadGateway}})
-			}
-			l.fail(event.KindFail, cause, nil)
+			// Journal the cause before the client reads the error event
+			// (it may hang up at once, which is not a cancel).
+			l.r.endFlight(l.f, event.KindFail, cause)
+			_ = sw.Send(map[string]any{"error": map[string]any{"message": "the engine's stream broke before its end",
+				"type": api.TypeServer, "code": http.StatusBadGateway}})
 			return
 		}
 		if done {
@@ -584,8 +588,8 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		timer.Reset(l.r.cfg.ReadTimeout)
 		if c, ok := readChunk(payload); ok {
 			if c.err {
+				l.r.endFlight(l.f, event.KindFail, event.CauseBadGateway)
 				_ = sw.SendRaw(payload)
-				l.fail(event.KindFail, event.CauseBadGateway, nil)
 				return
 			}
 			n := c.tokens

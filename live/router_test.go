@@ -225,14 +225,22 @@ func TestHotSwapUnderLoad(t *testing.T) {
 				errs <- fmt.Errorf("request %d: %w", i, err)
 			}
 		}(i)
-		time.Sleep(4 * time.Millisecond)
+		time.Sleep(8 * time.Millisecond) // 200 sends over at least 1.6 s: every step falls inside the load
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	st, _ := r.router.State()
+	// Read /state once the schedule's last step is past.
+	var st State
+	for {
+		st, _ = r.router.State()
+		if st.NowSeconds > 1.3 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	r.stop()
 	rows := checkJournal(t, r.jr.records())
 	if len(rows) != 200 {

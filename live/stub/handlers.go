@@ -231,7 +231,7 @@ func (o *output) run(ctx context.Context) bool {
 				if o.breakAfter > 0 && sent > o.breakAfter {
 					panic(http.ErrAbortHandler)
 				}
-				if err := o.chunk(sse, sent, done && sent == o.l.want); err != nil {
+				if err := o.chunk(sse, sent, sent == o.l.want); err != nil {
 					return false
 				}
 			}
