@@ -293,7 +293,7 @@ func TestKVMarshalEveryField(t *testing.T) {
 	if got := Handoff([]byte(`{"choices":[{"kv_transfer_params":{"a":1}}]}`)); string(got) != `{"a":1}` {
 		t.Errorf("choice handoff = %s", got)
 	}
-	for _, body := range []string{`{"choices":[]}`, `{"kv_transfer_params":null}`, `{"kv_transfer_params":{}}`, `nope`} {
+	for _, body := range []string{`{"choices":[]}`, `{"kv_transfer_params":null}`, `{"kv_transfer_params":{}}`, `{"kv_transfer_params":{ }}`, `{"kv_transfer_params":"x"}`, `{"kv_transfer_params":[1]}`, `nope`} {
 		if got := Handoff([]byte(body)); got != nil {
 			t.Errorf("Handoff(%s) = %s, want nil", body, got)
 		}

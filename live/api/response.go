@@ -1,6 +1,9 @@
 package api
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // Object names of the four response shapes.
 const (
@@ -125,10 +128,13 @@ func Handoff(body []byte) json.RawMessage {
 	return nil
 }
 
+// usable reports whether v (already valid JSON: it came out of a decoded
+// body) is an object with at least one key, without decoding it again: an
+// object whose first non-space byte after '{' is not '}' has a key.
 func usable(v json.RawMessage) bool {
-	if len(v) == 0 || isNull(v) {
+	v = bytes.TrimSpace(v)
+	if len(v) < 2 || v[0] != '{' {
 		return false
 	}
-	var m map[string]json.RawMessage
-	return json.Unmarshal(v, &m) == nil && len(m) > 0
+	return bytes.TrimSpace(v[1:])[0] != '}'
 }
