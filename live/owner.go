@@ -51,6 +51,7 @@ type flight struct {
 	single    bool          // one ordinary request does both phases (set by the owner)
 	noDecode  bool          // the answer is its first token
 	noHandoff bool          // the prefill leg returned no usable handoff
+	queued    bool          // waiting in the core's admission queue (owner only)
 	reply     chan placement
 	// Set by the owner.
 	prefill, decode event.Instance
@@ -98,7 +99,10 @@ type Counts struct {
 	Cancelled int `json:"cancelled"`
 	// NoHandoff counts prefill legs that returned no usable KV handoff.
 	NoHandoff int `json:"no_handoff"`
-	InFlight  int `json:"in_flight"`
+	// InFlight is the requests not ended, Queued those of them waiting in
+	// the admission queue.
+	InFlight int `json:"in_flight"`
+	Queued   int `json:"queued"`
 }
 
 func newOwner(r *Router, c *core.Core) *owner {
@@ -284,6 +288,7 @@ func (o *owner) apply(rd core.Ready) {
 		}
 		switch d.Kind {
 		case core.PlacePrefill:
+			o.unqueue(f)
 			f.prefill, f.decode, f.stage = d.Inst, event.NoInstance, core.StagePrefill
 			// One ordinary request when the engine runs both phases in
 			// one batch (aggregated), or when there is no decode.
@@ -316,10 +321,13 @@ func (o *owner) apply(rd core.Ready) {
 			}
 			delete(o.active, f.id)
 			o.counts.InFlight--
+			o.unqueue(f)
 			f.stage = core.StageQueued
 			o.emitReq(now, kind, f, event.NoInstance, event.NoInstance, 0, d.Cause)
 			f.reply <- placement{inst: event.NoInstance, cause: d.Cause, fail: d.Kind != core.Refuse}
 		case core.Queue:
+			f.queued = true
+			o.counts.Queued++
 			o.emitReq(now, event.KindQueue, f, event.NoInstance, event.NoInstance, int64(d.Depth), event.CauseNone)
 		case core.Move:
 			// A role is a router label (protocol §1): new legs follow it
@@ -334,6 +342,14 @@ func (o *owner) apply(rd core.Ready) {
 		o.emit(&r)
 	}
 	o.arm(rd.NextTick)
+}
+
+// unqueue notes that f left the admission queue (placed or ended).
+func (o *owner) unqueue(f *flight) {
+	if f.queued {
+		f.queued = false
+		o.counts.Queued--
+	}
 }
 
 // arm sets the tick timer for the core's next wake-up.
@@ -380,6 +396,7 @@ func (o *owner) onTick() {
 func (o *owner) end(now event.Time, f *flight, kind event.Kind, cause event.Cause) {
 	delete(o.active, f.id)
 	o.counts.InFlight--
+	o.unqueue(f)
 	if cause == event.CauseNoHandoff {
 		o.counts.NoHandoff++
 	}

@@ -458,6 +458,9 @@ func TestAdmissionQueue(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if st, _ := r.router.State(); st.Counts.Queued != 0 || st.Counts.InFlight != 0 {
+		t.Errorf("after the burst /state counts %+v: expected nothing queued or in flight", st.Counts)
+	}
 	r.stop()
 	recs := r.jr.records()
 	rows := checkJournal(t, recs)
