@@ -46,10 +46,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
-		Commands:       []*cli.Command{simCommand(stderr), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr)},
+		Commands:       []*cli.Command{simCommand(stderr), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr), liveCommand(stderr)},
 	}
 	if err := cmd.Run(ctx, args); err != nil {
 		fmt.Fprintf(stderr, "narwhal-bench: %v\n", err)
+		if ec, ok := errors.AsType[exitCode](err); ok {
+			return ec.code
+		}
 		var ue usageError
 		if errors.As(err, &ue) || strings.Contains(err.Error(), "flag provided but not defined") {
 			return 2
