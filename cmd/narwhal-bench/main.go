@@ -89,8 +89,12 @@ func simCommand(stderr io.Writer) *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (see docs/sim.md)"},
 			&cli.StringFlag{Name: "journal", Usage: "write every run's records to a Pebble journal under this directory (one run directory per arm and rate), then export them to Parquet in DIR/parquet"},
 			&cli.BoolFlag{Name: "no-parquet", Usage: "with --journal: skip the Parquet export"},
+			replayFlag,
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
+			if c.String("replay") != "" {
+				return replayAction(c, stderr)
+			}
 			cfg, err := simConfig(c)
 			if err != nil {
 				return usageError{err}
