@@ -340,7 +340,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	cfg := lc.lg
 	cfg.Progress = progressBar(stderr)
 	var (
-		res  *loadgen.Result
+		res   *loadgen.Result
 		fold  event.Fold
 		moves moveCount
 		tmp   *journal.Writer
