@@ -63,7 +63,7 @@ func liveCLI(t *testing.T, ctx context.Context, args ...string) (int, string, st
 // TestLiveStubAgainstReplay runs a short trace through the router on stub
 // engines, journals and exports it, reports it, replays it through the
 // simulator and checks the two agree (docs/live.md's bounds: 2 points of
-// attainment, 10% of p50 TTFT; TPOT within 10% too).
+// attainment, 10% of p50 TTFT; p50 TPOT within 20%).
 func TestLiveStubAgainstReplay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a live run of a few seconds")
@@ -130,10 +130,16 @@ func TestLiveStubAgainstReplay(t *testing.T) {
 	if m, _ := p.Get("offered"); m.Diff != 0 {
 		t.Errorf("offered live %v, replay %v", m.A, m.B)
 	}
-	for _, name := range []string{"ttft_p50", "tpot_p50"} {
-		m, _ := p.Get(name)
-		if m.Rel == nil || *m.Rel > 0.10 || *m.Rel < -0.10 {
-			t.Errorf("%s live %.4g, sim %.4g: over 10%% apart", name, m.A, m.B)
+	// TTFT within the 10%; TPOT within 20%: the stubs' iterations
+	// each sleep on a timer, and every wake-up is late by tens of
+	// microseconds to a millisecond on a loaded machine (docs/live.md).
+	for _, c := range []struct {
+		name  string
+		bound float64
+	}{{"ttft_p50", 0.10}, {"tpot_p50", 0.20}} {
+		m, _ := p.Get(c.name)
+		if m.Rel == nil || *m.Rel > c.bound || *m.Rel < -c.bound {
+			t.Errorf("%s live %.4g, sim %.4g: over %.0f%% apart", c.name, m.A, m.B, 100*c.bound)
 		}
 	}
 	var txt bytes.Buffer
