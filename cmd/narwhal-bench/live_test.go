@@ -16,28 +16,30 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/report"
 )
 
-// liveFleetYAML is a two-engine fleet slow enough that loopback overheads
-// (well under a millisecond) are small against its times: a 400-token
-// prompt prefills in about 100 ms, a decode step takes about 10 ms.
+// liveFleetYAML is a three-engine fleet slow enough that loopback
+// overheads and late timer wake-ups (a millisecond or more while the whole
+// test suite shares two cores) are small against its times: a 400-token
+// prompt prefills in about 400 ms, a decode step takes about 30 ms.
 const liveFleetYAML = `name: livecmp
 instances:
-  count: 2
-  profile: {a: 0, b: 2.5e-4, c: 0.001, slope: 1.0e-8, intercept: 0.010}
-slo: {ttft: 2s, tpot: 50ms}
+  count: 3
+  profile: {a: 0, b: 1.0e-3, c: 0.002, slope: 1.0e-8, intercept: 0.030}
+slo: {ttft: 3s, tpot: 100ms}
 kv: {latency: 2ms}
 `
 
-// liveTraceYAML is a short trace: 4 s at 4 req/s, short answers.
+// liveTraceYAML is a short trace: DURATION at 3 req/s, short answers.
 const liveTraceYAML = `name: livetiny
 seed: 3
-slo: {ttft: 2s, tpot: 50ms}
+slo: {ttft: 3s, tpot: 100ms}
 arrival: {process: poisson}
 classes:
   chat:
     input:  {dist: uniform, min: 200, max: 500}
     output: {dist: uniform, min: 8, max: 24}
 phases:
-  - {name: one, duration: DURATION, rate: 4, mix: {chat: 1}}
+  - {name: one, duration: DURATION, rate: 3, mix: {chat: 1}}
+
 `
 
 func liveFiles(t *testing.T, duration string) (fleetPath, tracePath string) {
@@ -71,11 +73,11 @@ func TestLiveStubAgainstReplay(t *testing.T) {
 	fleetPath, tracePath := liveFiles(t, "4s")
 	dir := filepath.Join(t.TempDir(), "live")
 	code, out, errs := liveCLI(t, context.Background(), "live", "--fleet", fleetPath, "--stub", "--trace", tracePath,
-		"--arm", "static:1P1D", "--journal", dir)
+		"--arm", "static:2P1D", "--journal", dir)
 	if code != 0 {
 		t.Fatalf("live: exit %d\n%s\n%s", code, out, errs)
 	}
-	for _, want := range []string{"static:1P1D", "sustained", "schedule lag p50/p90/p99", "TPOT = (e2e - TTFT)/(n - 1)"} {
+	for _, want := range []string{"static:2P1D", "sustained", "schedule lag p50/p90/p99", "TPOT = (e2e - TTFT)/(n - 1)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("live output lacks %q:\n%s", want, out)
 		}
@@ -124,6 +126,14 @@ func TestLiveStubAgainstReplay(t *testing.T) {
 		t.Fatalf("compare: %+v", cmp)
 	}
 	p := cmp.Pairs[0]
+	var txt bytes.Buffer
+	if err := cmp.Write(&txt, report.FormatText); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sim vs live:\n%s", txt.String())
+	if raceEnabled {
+		t.Skip("the race detector slows the router and the stubs several times: the bounds hold only without it")
+	}
 	if m, _ := p.Get("attainment"); m.Diff > 2 || m.Diff < -2 {
 		t.Errorf("attainment live %.1f%%, sim %.1f%%: over 2 points apart", m.A, m.B)
 	}
@@ -142,11 +152,6 @@ func TestLiveStubAgainstReplay(t *testing.T) {
 			t.Errorf("%s live %.4g, sim %.4g: over %.0f%% apart", c.name, m.A, m.B, 100*c.bound)
 		}
 	}
-	var txt bytes.Buffer
-	if err := cmp.Write(&txt, report.FormatText); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("sim vs live:\n%s", txt.String())
 }
 
 // TestLiveTarget drives one stub engine as a plain OpenAI endpoint (chat),
@@ -201,7 +206,7 @@ func TestLiveInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(1500*time.Millisecond, cancel)
 	code, out, errs := liveCLI(t, ctx, "live", "--fleet", fleetPath, "--stub", "--trace", tracePath,
-		"--arm", "static:1P1D", "--drain-timeout", "200ms", "--journal", dir)
+		"--arm", "static:2P1D", "--drain-timeout", "200ms", "--journal", dir)
 	if code != 130 {
 		t.Fatalf("interrupted live: exit %d, expected 130\n%s\n%s", code, out, errs)
 	}
