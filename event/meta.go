@@ -30,6 +30,21 @@ type RunMeta struct {
 	TPOTSLO    float64 `json:"tpot_slo_s"`
 	// StartUnixNano is the wall-clock start of a live run; 0 in simulations.
 	StartUnixNano int64 `json:"start_unix_nano,omitempty"`
+	// Live load generator (narwhal-bench live) and replays; zero otherwise.
+	// Target is the endpoint a --target run drove; Replay, the journal a
+	// sim --replay run re-drove. Partial: the run stopped before its whole
+	// trace was sent (Ctrl-C); Planned and Sent count the trace's requests
+	// and those sent. LagP50/P90/P99 are the schedule lag (actual minus
+	// scheduled send, seconds); Degraded: LagP99 over 0.5 s.
+	Target   string  `json:"target,omitempty"`
+	Replay   string  `json:"replay,omitempty"`
+	Partial  bool    `json:"partial,omitempty"`
+	Planned  int     `json:"planned,omitempty"`
+	Sent     int     `json:"sent,omitempty"`
+	LagP50   float64 `json:"lag_p50_s,omitempty"`
+	LagP90   float64 `json:"lag_p90_s,omitempty"`
+	LagP99   float64 `json:"lag_p99_s,omitempty"`
+	Degraded bool    `json:"degraded,omitempty"`
 }
 
 // Encode returns m as JSON.

@@ -48,10 +48,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
-		Commands:       []*cli.Command{simCommand(stderr), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr)},
+		Commands:       []*cli.Command{simCommand(stderr), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr), liveCommand(stderr)},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if c.Args().Len() > 0 {
-				return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub or serve (see --help)", c.Args().First())}
+				return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub, serve or live (see --help)", c.Args().First())}
 			}
 			return cli.ShowAppHelp(c)
 		},
@@ -93,10 +93,14 @@ func simCommand(stderr io.Writer) *cli.Command {
 			&cli.BoolFlag{Name: "resume", Usage: "with --journal: keep the whole runs already in DIR (this sweep's, same settings) and redo partial ones"},
 			&cli.BoolFlag{Name: "force", Usage: "with --journal: delete the runs and the Parquet export already in DIR first"},
 			&cli.BoolFlag{Name: "no-parquet", Usage: "with --journal: skip the Parquet export"},
+			replayFlag,
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if err := noArgs(c, "did you mean --trace %s?"); err != nil {
 				return err
+			}
+			if c.String("replay") != "" {
+				return replayAction(c, stderr)
 			}
 			cfg, err := simConfig(c)
 			if err != nil {

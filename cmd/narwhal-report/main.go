@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 			&cli.StringFlag{Name: "ttft-slo", Usage: "judge every run by this TTFT SLO (e.g. 2.1s) instead of its metadata's"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "judge every run by this TPOT SLO (e.g. 45ms) instead of its metadata's"},
 			&cli.StringFlag{Name: "plots", Usage: "write the plots (PNG and SVG) to this directory"},
+			compareFlag,
 			&cli.StringFlag{Name: "plot-rate", Usage: "with --plots: rate (req/s) of the per-arm plots", DefaultText: "the highest rate at which the best non-oracle arm still has attainment >= 50%"},
 			&cli.BoolFlag{Name: "partial", Usage: "score runs that are not whole too (interrupted, or a journal without its end-of-run record); every table and plot is labelled partial"},
 		},
@@ -78,6 +79,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 }
 
 func action(ctx context.Context, c *cli.Command) error {
+	if c.Bool("compare") {
+		return compareFlagged(c)
+	}
 	if c.Args().Len() != 1 {
 		return usageError(fmt.Errorf("expected one directory (a journal root, a run, or a Parquet export), got %d arguments", c.Args().Len()))
 	}

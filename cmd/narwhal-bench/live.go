@@ -1,0 +1,702 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
+	"github.com/narwhal-bench/narwhal-bench/journal"
+	"github.com/narwhal-bench/narwhal-bench/live"
+	"github.com/narwhal-bench/narwhal-bench/live/loadgen"
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+	"github.com/narwhal-bench/narwhal-bench/report"
+	"github.com/narwhal-bench/narwhal-bench/sweep"
+	"github.com/narwhal-bench/narwhal-bench/traces"
+)
+
+// liveCommand is `narwhal-bench live`: a trace replayed open loop against
+// the live router on a fleet (or stub engines), or against any
+// OpenAI-compatible endpoint, scored like a simulation.
+func liveCommand(stderr io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:  "live",
+		Usage: "replay a trace open loop against the live router on a fleet (--fleet, --stub) or any OpenAI endpoint (--target), scored like sim (docs/live.md)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "fleet", Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file: the router runs in this process in front of its engines"},
+			&cli.StringFlag{Name: "target", Usage: "drive this OpenAI-compatible base URL instead (a bare vLLM, Dynamo, Ray Serve LLM, a remote serve); journaled on the client side"},
+			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), a trace YAML file, a Mooncake .jsonl or Azure .csv file"},
+			&cli.StringFlag{Name: "trace-format", Usage: "force the trace format: spec, mooncake or azure"},
+			&cli.StringFlag{Name: "rate", Usage: "one mean arrival rate: req/s (2.4) or a multiple of the trace's rate (1.5x)"},
+			&cli.StringFlag{Name: "rates", Usage: "several rates, as sim's --rates; one live run per rate, one after another"},
+			&cli.StringFlag{Name: "arm", Usage: "controller with --fleet (static:kPmD, aggregated, adaptive, arrow, planner, coldswap, dynamo, ray; default adaptive); with --target, the label of the system driven (default target)"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed of the trace's draws and the prompts (default: the trace's seed)"},
+			&cli.StringFlag{Name: "journal", Usage: "write each run's journal to DIR/ARM@RATE, the client's own timings to DIR/client/ARM@RATE.csv, and the Parquet export to DIR/parquet"},
+			&cli.BoolFlag{Name: "no-parquet", Usage: "with --journal: skip the Parquet export"},
+			&cli.BoolFlag{Name: "stub", Usage: "with --fleet: first start stub engines for the fleet in this process (loopback, free ports): a whole live run without a GPU"},
+			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost; anything but 1 makes times disagree with sim)"},
+			&cli.IntFlag{Name: "base-port", Usage: "with --fleet: engines at 127.0.0.1:P+i instead of the fleet file's urls"},
+			&cli.StringFlag{Name: "model", Usage: "the model field of every request (default: stub with --stub, else the first model GET /v1/models lists)"},
+			&cli.StringFlag{Name: "endpoint", Value: loadgen.EndpointCompletions, Usage: "completions (/v1/completions) or chat (/v1/chat/completions)"},
+			&cli.StringFlag{Name: "api-key", Usage: "bearer token for --target (default: $NARWHAL_API_KEY)"},
+			&cli.IntFlag{Name: "max-concurrency", Usage: "at most this many requests in flight (0: no bound, pure open loop); a send waiting for a slot is late and its lag says so"},
+			&cli.StringFlag{Name: "request-timeout", Value: "600s", Usage: "bound on one request end to end"},
+			&cli.StringFlag{Name: "first-token-timeout", Usage: "bound on the wait for a request's first token (default: the request timeout)"},
+			&cli.StringFlag{Name: "drain-timeout", Value: "10s", Usage: "after Ctrl-C, how long requests in flight may finish before they are cancelled"},
+			&cli.StringFlag{Name: "duration", Usage: "play only the trace's first D of (scaled) time, e.g. 20s"},
+			&cli.IntFlag{Name: "limit", Usage: "send only the first N requests"},
+			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
+			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+		},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			lc, err := liveConfig(c)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return lc.run(ctx, c.Root().Writer, stderr)
+		},
+	}
+}
+
+// liveRun is a resolved `live` command line.
+type liveRun struct {
+	trace      *traces.Trace
+	spec       *fleet.Spec // nil with --target
+	target     string
+	arm        string
+	rates      []float64
+	seed       uint64
+	slo        event.SLO
+	dir        string
+	noParquet  bool
+	stub       bool
+	timeScale  float64
+	basePort   int
+	model      string
+	lg         loadgen.Config
+	duration   time.Duration
+	limit      int
+	json       bool
+	progressTo io.Writer
+}
+
+func liveConfig(c *cli.Command) (*liveRun, error) {
+	if c.Args().Len() > 0 {
+		return nil, fmt.Errorf("live: unexpected argument %q: every input is a flag", c.Args().First())
+	}
+	lc := &liveRun{target: c.String("target"), dir: c.String("journal"), noParquet: c.Bool("no-parquet"),
+		stub: c.Bool("stub"), timeScale: c.Float64("stub-time-scale"), basePort: int(c.Int("base-port")),
+		model: c.String("model"), limit: int(c.Int("limit")), json: c.Bool("json")}
+	switch {
+	case lc.target == "" && c.String("fleet") == "":
+		return nil, errors.New("live: expected --fleet FILE (the router in this process) or --target URL (any OpenAI endpoint)")
+	case lc.target != "" && c.String("fleet") != "":
+		return nil, errors.New("live: --fleet and --target: expected one of them")
+	case lc.target != "" && lc.stub:
+		return nil, errors.New("--stub: needs --fleet (it starts the fleet's engines as stubs)")
+	}
+	tr, err := traces.Open(c.String("trace"), c.String("trace-format"))
+	if err != nil {
+		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	lc.trace, lc.seed = tr, tr.Seed
+	if c.IsSet("seed") {
+		lc.seed = c.Uint64("seed")
+	}
+	if lc.target != "" {
+		if !strings.HasPrefix(lc.target, "http://") && !strings.HasPrefix(lc.target, "https://") {
+			return nil, fmt.Errorf("--target %q: expected http://HOST:PORT or https://...", lc.target)
+		}
+		lc.arm = c.String("arm")
+		if lc.arm == "" {
+			lc.arm = "target"
+		}
+		if strings.ContainsAny(lc.arm, "/@ ") {
+			return nil, fmt.Errorf("--arm %q: a label without '/', '@' or spaces", lc.arm)
+		}
+		name := tr.Fleet
+		if name == "" {
+			name = "demo"
+		}
+		if f, err := fleet.Load(name); err == nil {
+			lc.slo = f.CoreSLO()
+		}
+	} else {
+		if lc.spec, err = fleet.Load(c.String("fleet")); err != nil {
+			return nil, fmt.Errorf("--fleet: %w", err)
+		}
+		lc.slo = lc.spec.CoreSLO()
+		lc.arm = c.String("arm")
+		if lc.arm == "" {
+			lc.arm = "adaptive"
+		}
+		if lc.arm == "oracle" {
+			return nil, errors.New("--arm oracle: the oracle needs hindsight and runs only in sim")
+		}
+		if _, err := core.NewController(lc.arm, lc.spec.Size()); err != nil {
+			return nil, fmt.Errorf("--arm: %w", err)
+		}
+	}
+	if tr.SLO.TTFT > 0 {
+		lc.slo.TTFT = event.Time(tr.SLO.TTFT)
+	}
+	if tr.SLO.TPOT > 0 {
+		lc.slo.TPOT = event.Time(tr.SLO.TPOT)
+	}
+	for _, f := range []struct {
+		name string
+		dst  *event.Time
+	}{{"ttft-slo", &lc.slo.TTFT}, {"tpot-slo", &lc.slo.TPOT}} {
+		if s := c.String(f.name); s != "" {
+			d, err := sweep.ParseDuration(s)
+			if err != nil {
+				return nil, fmt.Errorf("--%s: %w", f.name, err)
+			}
+			*f.dst = d
+		}
+	}
+	if c.String("rate") != "" && c.String("rates") != "" {
+		return nil, errors.New("--rate and --rates: expected one of them")
+	}
+	rs := c.String("rates")
+	if rs == "" {
+		rs = c.String("rate")
+	}
+	if rs == "" {
+		lc.rates = []float64{tr.MeanRate()}
+	} else if lc.rates, err = sweep.ParseRates(rs, tr.MeanRate()); err != nil {
+		return nil, fmt.Errorf("--rates: %w", err)
+	}
+	key := c.String("api-key")
+	if key == "" {
+		key = os.Getenv("NARWHAL_API_KEY")
+	}
+	lc.lg = loadgen.Config{Endpoint: c.String("endpoint"), APIKey: key, Seed: lc.seed,
+		MaxConcurrency: int(c.Int("max-concurrency")), KeepTokenTimes: true}
+	if lc.lg.Endpoint != loadgen.EndpointChat && lc.lg.Endpoint != loadgen.EndpointCompletions {
+		return nil, fmt.Errorf("--endpoint %q: expected completions or chat", lc.lg.Endpoint)
+	}
+	for _, d := range []struct {
+		flag string
+		dst  *time.Duration
+	}{{"request-timeout", &lc.lg.RequestTimeout}, {"first-token-timeout", &lc.lg.FirstTokenTimeout},
+		{"drain-timeout", &lc.lg.Drain}, {"duration", &lc.duration}} {
+		if s := c.String(d.flag); s != "" {
+			v, err := time.ParseDuration(s)
+			if err != nil || v <= 0 {
+				return nil, fmt.Errorf("--%s %q: expected a positive duration such as 30s", d.flag, s)
+			}
+			*d.dst = v
+		}
+	}
+	if lc.limit < 0 || c.Int("max-concurrency") < 0 {
+		return nil, errors.New("--limit and --max-concurrency: expected >= 0")
+	}
+	return lc, nil
+}
+
+// plan is the trace at one rate as the load generator's requests, and the
+// trace's requests themselves.
+func (lc *liveRun) plan(rate float64) ([]loadgen.Item, error) {
+	reqs, err := lc.trace.Generate(lc.seed, rate/lc.trace.MeanRate())
+	if err != nil {
+		return nil, fmt.Errorf("trace %s at %v req/s: %w", lc.trace.Name, rate, err)
+	}
+	var plan []loadgen.Item
+	for _, q := range reqs {
+		if lc.duration > 0 && time.Duration(q.At) >= lc.duration {
+			break
+		}
+		if lc.limit > 0 && len(plan) >= lc.limit {
+			break
+		}
+		plan = append(plan, planItem(q))
+	}
+	return plan, nil
+}
+
+// planItem asks for exactly the trace's answer length (min_tokens =
+// max_tokens), or, when the trace caps the answer below it, for the cap
+// with min_tokens one lower, so the answer stops at the cap with reason
+// length and is journaled as cut, as the simulator scores it.
+func planItem(q traces.Request) loadgen.Item {
+	it := loadgen.Item{At: time.Duration(q.At), Class: q.Class, Input: q.InputTokens, Output: q.OutputTokens, MinTokens: q.OutputTokens}
+	if q.OutputCap > 0 && q.OutputTokens > q.OutputCap {
+		it.Output, it.MinTokens = q.OutputCap, q.OutputCap-1
+	}
+	return it
+}
+
+// liveResult is one rate's run.
+type liveResult struct {
+	Run     string          `json:"run"`
+	Rate    float64         `json:"rate"`
+	Meta    event.RunMeta   `json:"meta"`
+	Score   sweep.Run       `json:"score"`
+	Client  loadgen.Summary `json:"client"`
+	Journal string          `json:"journal,omitempty"`
+}
+
+func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if lc.dir != "" {
+		if err := os.MkdirAll(lc.dir, 0o755); err != nil {
+			return usageError{fmt.Errorf("--journal %s: %w", lc.dir, err)}
+		}
+		for _, rate := range lc.rates {
+			p := filepath.Join(lc.dir, sweep.RunName(lc.arm, rate))
+			if _, err := os.Stat(p); err == nil {
+				return usageError{fmt.Errorf("--journal %s: run %s already exists: choose another directory", lc.dir, filepath.Base(p))}
+			}
+		}
+	}
+	var results []liveResult
+	stopped := false
+	for _, rate := range lc.rates {
+		if ctx.Err() != nil {
+			stopped = true
+			break
+		}
+		res, err := lc.one(ctx, rate, stderr)
+		if err != nil {
+			return err
+		}
+		results = append(results, *res)
+		if res.Meta.Partial {
+			stopped = true
+			break
+		}
+	}
+	if lc.dir != "" && !lc.noParquet && len(results) > 0 {
+		out := filepath.Join(lc.dir, "parquet")
+		_ = os.RemoveAll(out)
+		// A run cut short by Ctrl-C is exported too, marked partial in
+		// runs.parquet (its journal's end-of-run record says so).
+		st, err := journal.ExportWith(lc.dir, out, journal.ExportOptions{Partial: stopped})
+		if err != nil {
+			return fmt.Errorf("export %s: %w", lc.dir, err)
+		}
+		fmt.Fprintf(stderr, "narwhal-bench: journal: %d runs, %d records in %s; Parquet in %s\n", st.Runs, st.Records, lc.dir, out)
+	}
+	if lc.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			return err
+		}
+	} else if err := lc.writeTable(stdout, results); err != nil {
+		return err
+	}
+	if stopped {
+		return fmt.Errorf("live: stopped before the whole trace was sent: the run is marked partial: %w", cliexit.ErrInterrupted)
+	}
+	return nil
+}
+
+// one runs the trace at one rate.
+func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*liveResult, error) {
+	plan, err := lc.plan(rate)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	name := sweep.RunName(lc.arm, rate)
+	meta := event.RunMeta{Schema: event.SchemaVersion, Version: version, Driver: "live", Arm: lc.arm, Rate: rate,
+		Seed: lc.seed, Trace: lc.trace.Name, TraceHash: lc.trace.Hash(), TTFTSLO: lc.slo.TTFT.Seconds(),
+		TPOTSLO: lc.slo.TPOT.Seconds(), Planned: len(plan), Target: lc.target}
+	if lc.spec != nil {
+		meta.Fleet, meta.Instances, meta.GPUs = lc.spec.Name, lc.spec.Size(), lc.spec.Size()*lc.spec.GPUsPerInstance
+	} else {
+		meta.Fleet, meta.Instances = "target", 1
+	}
+	meta.ConfigHash = liveConfigHash(lc, meta)
+	cfg := lc.lg
+	cfg.Progress = progressBar(stderr)
+	var (
+		res   *loadgen.Result
+		fold  event.Fold
+		moves moveCount
+		tmp   *journal.Writer
+	)
+	tmpDir := ""
+	if lc.target != "" {
+		cfg.URL = lc.target
+		if cfg.Model = lc.model; cfg.Model == "" {
+			if cfg.Model, err = firstModel(ctx, lc.target, cfg.APIKey); err != nil {
+				return nil, usageError{fmt.Errorf("--target %s: %w (or name it with --model)", lc.target, err)}
+			}
+		}
+		meta.StartUnixNano = time.Now().UnixNano()
+		fmt.Fprintf(stderr, "narwhal-bench: live: %d requests at %s req/s to %s (model %s)\n", len(plan), fmtRate(rate), lc.target, cfg.Model)
+		if res, err = loadgen.Run(ctx, cfg, plan); err != nil {
+			return nil, err
+		}
+		for _, r := range loadgen.Records(res, plan) {
+			fold.Record(&r)
+		}
+	} else {
+		fl, err := lc.startFleet(stderr)
+		if err != nil {
+			return nil, err
+		}
+		defer fl.close()
+		var rec event.Recorder = event.Tee{&fold, &moves}
+		if lc.dir != "" {
+			tmpDir = filepath.Join(lc.dir, name+".partial")
+			_ = os.RemoveAll(tmpDir)
+			m := meta
+			m.Partial = true // until the run ends and its journal is copied
+			if tmp, err = journal.Create(tmpDir, m, journal.Options{}); err != nil {
+				return nil, usageError{fmt.Errorf("--journal: %w", err)}
+			}
+			rec = event.Tee{&fold, &moves, tmp}
+		}
+		ctrl, err := core.NewController(lc.arm, lc.spec.Size())
+		if err != nil {
+			return nil, usageError{err}
+		}
+		rt, err := live.New(live.Config{Fleet: lc.spec, URLs: fl.urls, Controller: ctrl, Recorder: rec})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		meta.StartUnixNano = rt.Start().UnixNano()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		rctx, rcancel := context.WithCancel(context.Background())
+		runErr := make(chan error, 1)
+		go func() { runErr <- rt.Run(rctx) }()
+		srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		flushCtx, stopFlush := context.WithCancel(context.Background())
+		if tmp != nil {
+			go flushEvery(flushCtx, tmp, time.Second)
+		}
+		cfg.URL, cfg.RouterStart = "http://"+ln.Addr().String(), rt.Start()
+		if cfg.Model = lc.model; cfg.Model == "" {
+			cfg.Model = "stub"
+		}
+		fmt.Fprintf(stderr, "narwhal-bench: live: %d requests at %s req/s through the router (%s, %s, %d engines)\n",
+			len(plan), fmtRate(rate), lc.arm, lc.spec.Name, lc.spec.Size())
+		res, err = loadgen.Run(ctx, cfg, plan)
+		stopFlush()
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		scancel()
+		rcancel()
+		rerr := <-runErr
+		if err == nil {
+			err = rerr
+		}
+		if tmp != nil {
+			err = errors.Join(err, tmp.Close())
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	sum := loadgen.Summarize(res, time.Duration(lc.slo.TTFT), time.Duration(lc.slo.TPOT))
+	meta.Partial, meta.Sent = res.Partial, len(res.Outcomes)
+	meta.LagP50, meta.LagP90, meta.LagP99, meta.Degraded = sum.Lag.P50, sum.Lag.P90, sum.Lag.P99, sum.Degraded
+	if err := fold.Err(); err != nil {
+		return nil, fmt.Errorf("live %s: journal inconsistent: %w", name, err)
+	}
+	rows := fold.Rows()
+	s := report.Summarize(rows, lc.slo)
+	out := &liveResult{Run: name, Rate: rate, Meta: meta, Client: sum,
+		Score: sweep.Run{Arm: lc.arm, Rate: rate, Offered: s.Offered, Completed: s.Completed, SLOOK: s.Qualified,
+			Attainment: s.Attainment(), Refused: s.Refused, Expired: s.Expired,
+			MissTTFT: s.Misses[event.CheckTTFT], MissTPOT: s.Misses[event.CheckTPOT], Moves: int(moves),
+			SimSeconds: res.Elapsed.Seconds()}}
+	if lc.dir == "" {
+		return out, nil
+	}
+	final := filepath.Join(lc.dir, name)
+	w, err := journal.Create(final, meta, journal.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if tmpDir != "" {
+		err = copyRecords(tmpDir, w)
+	} else {
+		for _, r := range loadgen.Records(res, plan) {
+			w.Record(&r)
+		}
+	}
+	closeJournal := w.Close
+	if res.Partial {
+		// Interrupted: the journal's end-of-run record says so, and every
+		// reader refuses it unless asked to score a partial run.
+		closeJournal = func() error { return w.ClosePartial("interrupted: stopped before the whole trace was sent") }
+	}
+	if err = errors.Join(err, closeJournal()); err != nil {
+		return nil, fmt.Errorf("journal %s: %w", final, err)
+	}
+	if tmpDir != "" {
+		if err := os.RemoveAll(tmpDir); err != nil {
+			return nil, err
+		}
+	}
+	out.Journal = final
+	if err := writeClientCSV(filepath.Join(lc.dir, "client", name+".csv"), res); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// copyRecords replays the journal in src (but its metadata) into w.
+func copyRecords(src string, w *journal.Writer) error {
+	r, err := journal.Open(src)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.Replay(func(rec *event.Record) error {
+		if rec.Kind != event.KindRunMeta {
+			w.Record(rec)
+		}
+		return w.Err()
+	})
+}
+
+// stubFleet is what one live run started: stub engines (with --stub) and
+// the engines' URLs.
+type stubFleet struct {
+	urls  []string
+	stubs *stub.Fleet
+}
+
+func (f *stubFleet) close() {
+	if f.stubs != nil {
+		f.stubs.Close()
+	}
+}
+
+func (lc *liveRun) startFleet(stderr io.Writer) (*stubFleet, error) {
+	out := &stubFleet{}
+	n := lc.spec.Size()
+	if lc.basePort > 0 {
+		out.urls = make([]string, n)
+		for i := range out.urls {
+			out.urls[i] = fmt.Sprintf("http://127.0.0.1:%d", lc.basePort+i)
+		}
+	}
+	if !lc.stub {
+		return out, nil
+	}
+	ts := lc.timeScale
+	opts := stub.Options{Model: lc.model, TimeScale: &ts, Seed: lc.seed}
+	if opts.Model == "" {
+		opts.Model = "stub"
+	}
+	insts, err := stub.FromFleet(lc.spec, lc.basePort, &opts)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if lc.basePort == 0 {
+		for i := range insts {
+			insts[i].Addr = "127.0.0.1:0" // free ports: several runs may share a machine
+		}
+	}
+	sf, err := stub.NewFleet(opts, insts)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if err := sf.Start(); err != nil {
+		return nil, err
+	}
+	out.stubs = sf
+	out.urls = make([]string, n)
+	for i, s := range sf.Servers() {
+		out.urls[i] = s.URL()
+	}
+	return out, nil
+}
+
+// firstModel asks an endpoint which model it serves.
+func firstModel(ctx context.Context, base, key string) (string, error) {
+	base = strings.TrimSuffix(strings.TrimRight(base, "/"), "/v1")
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hq, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	if key != "" {
+		hq.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(hq)
+	if err != nil {
+		return "", fmt.Errorf("GET /v1/models: %w", err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /v1/models: HTTP %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil || len(v.Data) == 0 || v.Data[0].ID == "" {
+		return "", errors.New("GET /v1/models lists no model")
+	}
+	return v.Data[0].ID, nil
+}
+
+// writeClientCSV writes the client's own timings of every sent request:
+// times in ns from the run's start (the router clock's scheduled time is
+// the journal's; join on the request index, which is the journal's request
+// id with --target and the send order with --fleet).
+func writeClientCSV(path string, res *loadgen.Result) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"index", "class", "input_tokens", "max_tokens", "scheduled_ns", "sent_ns", "first_token_ns",
+		"end_ns", "output_tokens", "chunks", "status", "finish_reason", "error", "chunk_us_after_send"})
+	for i := range res.Outcomes {
+		o := &res.Outcomes[i]
+		tok := make([]string, len(o.TokenAt))
+		for k, t := range o.TokenAt {
+			tok[k] = strconv.Itoa(int(t))
+		}
+		_ = w.Write([]string{strconv.Itoa(o.Index), o.Class, strconv.Itoa(o.Input), strconv.Itoa(o.Output),
+			strconv.FormatInt(int64(o.Scheduled), 10), strconv.FormatInt(int64(o.Sent), 10),
+			strconv.FormatInt(int64(o.FirstToken), 10), strconv.FormatInt(int64(o.End), 10),
+			strconv.Itoa(o.Tokens), strconv.Itoa(o.Chunks), strconv.Itoa(o.Status), o.Finish, o.Err, strings.Join(tok, " ")})
+	}
+	w.Flush()
+	return errors.Join(w.Error(), f.Close())
+}
+
+// writeTable prints sim's table for the live runs, then what only a live
+// run has: the schedule lag, and the client's latencies under the names
+// vllm bench serve and AIPerf use.
+func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
+	fleetName, n := "target "+lc.target, 1
+	if lc.spec != nil {
+		fleetName, n = lc.spec.Name, lc.spec.Size()
+	}
+	r := &sweep.Result{Trace: lc.trace.Name, Fleet: fleetName, Instances: n, Seed: lc.seed,
+		SLO: sweep.SLOJSON{TTFT: lc.slo.TTFT.Seconds(), TPOT: lc.slo.TPOT.Seconds()}, BaseRate: lc.trace.MeanRate(),
+		Arms: []string{lc.arm}, Sustained: map[string]*float64{}}
+	var att []float64
+	for _, x := range results {
+		r.Rates = append(r.Rates, x.Rate)
+		r.Runs = append(r.Runs, x.Score)
+		att = append(att, x.Score.Attainment)
+	}
+	if s, ok := report.Sustained(r.Rates, att, report.AttainmentTarget); ok {
+		r.Sustained[lc.arm] = &s
+	}
+	if len(results) > 0 {
+		if err := sweep.WriteTable(w, r); err != nil {
+			return err
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nclient side (seconds; TTFT from the actual send, TPOT = (e2e - TTFT)/(n - 1), ITL = every gap between chunks; docs/live.md):\n")
+	fmt.Fprintf(&b, "%-8s %9s %26s %15s %15s %15s %15s %10s  %s\n", "rate", "sent", "schedule lag p50/p90/p99", "TTFT p50/p99", "TPOT p50/p99", "ITL p50/p99", "E2E p50/p99", "goodput", "status")
+	for _, x := range results {
+		s := x.Client
+		status := "ok"
+		var notes []string
+		if s.Degraded {
+			notes = append(notes, "DEGRADED")
+		}
+		if s.Partial {
+			notes = append(notes, "PARTIAL")
+		}
+		if s.Errors > 0 {
+			notes = append(notes, fmt.Sprintf("%d errors", s.Errors))
+		}
+		if len(notes) > 0 {
+			status = strings.Join(notes, ", ")
+		}
+		fmt.Fprintf(&b, "%-8s %9s %26s %15s %15s %15s %15s %10s  %s\n", fmtRate(x.Rate), fmt.Sprintf("%d/%d", s.Sent, s.Planned),
+			fmt.Sprintf("%s/%s/%s ms", ms(s.Lag.P50), ms(s.Lag.P90), ms(s.Lag.P99)),
+			pair(s.TTFT), pair(s.TPOT), pair(s.ITL), pair(s.E2E), fmt.Sprintf("%.3g/s", s.GoodputRPS), status)
+	}
+	for _, x := range results {
+		if x.Client.Degraded {
+			fmt.Fprintf(&b, "DEGRADED at %s req/s: p99 schedule lag %s ms > %d ms: the load generator did not offer the planned load; do not compare this run\n",
+				fmtRate(x.Rate), ms(x.Client.Lag.P99), loadgen.DegradedLag.Milliseconds())
+		}
+		if x.Client.Partial {
+			fmt.Fprintf(&b, "PARTIAL at %s req/s: stopped after %d of %d requests\n", fmtRate(x.Rate), x.Client.Sent, x.Client.Planned)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ms(s float64) string { return strconv.FormatFloat(s*1000, 'f', 1, 64) }
+
+func pair(q loadgen.Quantiles) string {
+	if q.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3g/%.3g", q.P50, q.P99)
+}
+
+func fmtRate(r float64) string {
+	s := strconv.FormatFloat(r, 'f', 2, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}
+
+// liveConfigHash fingerprints what determines a live run: the fleet's
+// engines, the run's metadata (arm, rate, seed, trace, SLOs, target) and
+// the load generator's settings.
+func liveConfigHash(lc *liveRun, meta event.RunMeta) string {
+	var profiles any
+	if lc.spec != nil {
+		profiles = lc.spec.Profiles()
+	}
+	b, _ := json.Marshal(struct {
+		Profiles any
+		Meta     event.RunMeta
+		Endpoint string
+		MaxConc  int
+		Stub     bool
+		Scale    float64
+	}{profiles, meta, lc.lg.Endpoint, lc.lg.MaxConcurrency, lc.stub, lc.timeScale})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// moveCount counts role moves, opening roles not included.
+type moveCount int
+
+// Record implements event.Recorder.
+func (m *moveCount) Record(r *event.Record) {
+	if r.Kind == event.KindRoleMove && !r.Opening() {
+		*m++
+	}
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/engine"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/journal"
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+	"github.com/narwhal-bench/narwhal-bench/report"
+)
+
+// liveFleetYAML is a three-engine fleet slow enough that loopback
+// overheads and late timer wake-ups (a millisecond or more while the whole
+// test suite shares two cores) are small against its times: a 400-token
+// prompt prefills in about 400 ms, a decode step takes about 30 ms.
+const liveFleetYAML = `name: livecmp
+instances:
+  count: 3
+  profile: {a: 0, b: 1.0e-3, c: 0.002, slope: 1.0e-8, intercept: 0.030}
+slo: {ttft: 3s, tpot: 100ms}
+kv: {latency: 2ms}
+`
+
+// liveTraceYAML is a short trace: DURATION at 3 req/s, short answers.
+const liveTraceYAML = `name: livetiny
+seed: 3
+slo: {ttft: 3s, tpot: 100ms}
+arrival: {process: poisson}
+classes:
+  chat:
+    input:  {dist: uniform, min: 200, max: 500}
+    output: {dist: uniform, min: 8, max: 24}
+phases:
+  - {name: one, duration: DURATION, rate: 3, mix: {chat: 1}}
+
+`
+
+func liveFiles(t *testing.T, duration string) (fleetPath, tracePath string) {
+	t.Helper()
+	dir := t.TempDir()
+	fleetPath, tracePath = filepath.Join(dir, "fleet.yaml"), filepath.Join(dir, "trace.yaml")
+	if err := os.WriteFile(fleetPath, []byte(liveFleetYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tracePath, []byte(strings.ReplaceAll(liveTraceYAML, "DURATION", duration)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return fleetPath, tracePath
+}
+
+func liveCLI(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(ctx, append([]string{"narwhal-bench"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestLiveStubAgainstReplay runs a short trace through the router on stub
+// engines, journals and exports it, reports it, replays it through the
+// simulator and checks the two agree (docs/live.md's bounds: 2 points of
+// attainment, 10% of p50 TTFT; p50 TPOT within 20%).
+func TestLiveStubAgainstReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a live run of a few seconds")
+	}
+	fleetPath, tracePath := liveFiles(t, "4s")
+	dir := filepath.Join(t.TempDir(), "live")
+	code, out, errs := liveCLI(t, context.Background(), "live", "--fleet", fleetPath, "--stub", "--trace", tracePath,
+		"--arm", "static:2P1D", "--journal", dir)
+	if code != 0 {
+		t.Fatalf("live: exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{"static:2P1D", "sustained", "schedule lag p50/p90/p99", "TPOT = (e2e - TTFT)/(n - 1)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("live output lacks %q:\n%s", want, out)
+		}
+	}
+	runs, err := journal.Runs(dir)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("journal runs %v, %v: expected one (the .partial copy removed)", runs, err)
+	}
+	r, err := journal.Open(runs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := r.Meta()
+	r.Close()
+	if meta.Driver != "live" || meta.Partial || meta.Sent != meta.Planned || meta.Planned == 0 || meta.Degraded {
+		t.Fatalf("run metadata %+v: expected a whole, undegraded live run", meta)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "client", filepath.Base(runs[0])+".csv")); err != nil {
+		t.Errorf("client timings: %v", err)
+	}
+	// The report reads the journal and its Parquet export alike.
+	for _, d := range []string{dir, filepath.Join(dir, "parquet")} {
+		rep, err := report.Load(d, report.Options{})
+		if err != nil {
+			t.Fatalf("report %s: %v", d, err)
+		}
+		if len(rep.Runs) != 1 || rep.Runs[0].Offered != meta.Planned || rep.Runs[0].Completed != meta.Planned {
+			t.Fatalf("report %s: %+v: expected %d offered and completed", d, rep.Runs, meta.Planned)
+		}
+	}
+	simDir := filepath.Join(t.TempDir(), "sim")
+	code, out, errs = liveCLI(t, context.Background(), "sim", "--replay", dir, "--fleet", fleetPath, "--journal", simDir)
+	if code != 0 {
+		t.Fatalf("sim --replay: exit %d\n%s\n%s", code, out, errs)
+	}
+	la, err := report.Load(dir, report.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := report.Load(simDir, report.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmp := report.Compare(la, lb, dir, simDir)
+	if len(cmp.Pairs) != 1 {
+		t.Fatalf("compare: %+v", cmp)
+	}
+	p := cmp.Pairs[0]
+	var txt bytes.Buffer
+	if err := cmp.Write(&txt, report.FormatText); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sim vs live:\n%s", txt.String())
+	if raceEnabled {
+		t.Skip("the race detector slows the router and the stubs several times: the bounds hold only without it")
+	}
+	if m, _ := p.Get("attainment"); m.Diff > 2 || m.Diff < -2 {
+		t.Errorf("attainment live %.1f%%, sim %.1f%%: over 2 points apart", m.A, m.B)
+	}
+	if m, _ := p.Get("offered"); m.Diff != 0 {
+		t.Errorf("offered live %v, replay %v", m.A, m.B)
+	}
+	// TTFT within the issue's 10%; TPOT within 20%: the stubs' iterations
+	// each sleep on a timer, and every wake-up is late by tens of
+	// microseconds to a millisecond on a loaded machine (docs/live.md).
+	for _, c := range []struct {
+		name  string
+		bound float64
+	}{{"ttft_p50", 0.10}, {"tpot_p50", 0.20}} {
+		m, _ := p.Get(c.name)
+		if m.Rel == nil || *m.Rel > c.bound || *m.Rel < -c.bound {
+			t.Errorf("%s live %.4g, sim %.4g: over %.0f%% apart", c.name, m.A, m.B, 100*c.bound)
+		}
+	}
+}
+
+// TestLiveTarget drives one stub engine as a plain OpenAI endpoint (chat),
+// journaled on the client side.
+func TestLiveTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a live run of a few seconds")
+	}
+	fleetPath, tracePath := liveFiles(t, "2s")
+	spec, err := fleet.Load(fleetPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := 0.0
+	sf, err := stub.NewFleet(stub.Options{Model: "m1", TimeScale: &zero},
+		[]stub.Instance{{ID: "e0", Addr: "127.0.0.1:0", Engine: engine.Config{Profile: spec.Profiles()[0]}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sf.Close()
+	dir := filepath.Join(t.TempDir(), "target")
+	t.Setenv("NARWHAL_API_KEY", "secret")
+	code, out, errs := liveCLI(t, context.Background(), "live", "--target", sf.Servers()[0].URL()+"/v1", "--trace", tracePath,
+		"--endpoint", "chat", "--arm", "bare-stub", "--max-concurrency", "64", "--journal", dir)
+	if code != 0 {
+		t.Fatalf("live --target: exit %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(errs, "(model m1)") {
+		t.Errorf("the model was not taken from /v1/models: %s", errs)
+	}
+	rep, err := report.Load(dir, report.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 1 || rep.Runs[0].Arm != "bare-stub" || rep.Runs[0].Offered == 0 ||
+		rep.Runs[0].Completed != rep.Runs[0].Offered || rep.Runs[0].Attainment != 1 {
+		t.Fatalf("report: %+v", rep.Runs)
+	}
+}
+
+// TestLiveInterrupted stops a run mid-trace, as Ctrl-C does: the command
+// exits 130 and leaves a readable journal marked partial.
+func TestLiveInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a live run of a few seconds")
+	}
+	fleetPath, tracePath := liveFiles(t, "30s")
+	dir := filepath.Join(t.TempDir(), "live")
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(1500*time.Millisecond, cancel)
+	code, out, errs := liveCLI(t, ctx, "live", "--fleet", fleetPath, "--stub", "--trace", tracePath,
+		"--arm", "static:2P1D", "--drain-timeout", "200ms", "--journal", dir)
+	if code != 130 {
+		t.Fatalf("interrupted live: exit %d, expected 130\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(out, "PARTIAL") {
+		t.Errorf("the table does not mark the run partial:\n%s", out)
+	}
+	runs, err := journal.Runs(dir)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("journal runs %v, %v", runs, err)
+	}
+	// The journal is marked partial: readers refuse it unless asked.
+	if _, err := journal.Open(runs[0]); err == nil {
+		t.Fatal("the interrupted run's journal reads as a whole run")
+	}
+	r, err := journal.OpenWith(runs[0], journal.OpenOptions{Partial: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := r.Meta()
+	r.Close()
+	if !meta.Partial || meta.Sent == 0 || meta.Sent >= meta.Planned {
+		t.Fatalf("metadata %+v: expected partial, some of the planned requests sent", meta)
+	}
+	if _, err := report.Load(dir, report.Options{}); err == nil {
+		t.Fatal("narwhal-report scored the partial run without --partial")
+	}
+	rep, err := report.Load(dir, report.Options{Partial: true})
+	if err != nil {
+		t.Fatalf("the partial journal does not read: %v", err)
+	}
+	if rep.Runs[0].Offered != meta.Sent {
+		t.Fatalf("report offered %d, sent %d", rep.Runs[0].Offered, meta.Sent)
+	}
+}

@@ -1,0 +1,484 @@
+// Package loadgen is narwhal-bench live's load generator: it replays a
+// plan of requests open loop on a fixed schedule against an
+// OpenAI-compatible endpoint (the live router, a bare vLLM, any server),
+// streams every answer and times its tokens on the client side.
+//
+// Open loop: a request is sent at its scheduled time whatever the earlier
+// answers do. One scheduler goroutine sleeps until each send time and
+// starts one goroutine per request; the request's body is built before its
+// time comes, so nothing but the sleep's own wake-up sits between the
+// schedule and the send. The schedule lag (actual minus scheduled send) of
+// every request is measured and summarised (Lag); a run whose p99 lag is
+// over DegradedLag did not offer the load it claims and is marked degraded.
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+)
+
+// Headers the generator sets (the live router's names, live.HeaderScheduled
+// and live.HeaderClass; repeated here so this package needs no router).
+const (
+	HeaderScheduled = "X-Narwhal-Scheduled-Ns"
+	HeaderClass     = "X-Narwhal-Class"
+	HeaderRequestID = "X-Request-Id"
+)
+
+// DegradedLag is the p99 schedule lag above which a run is degraded: the
+// generator could not keep the schedule, so the offered load was not the
+// planned one.
+const DegradedLag = 500 * time.Millisecond
+
+// Item is one planned request.
+type Item struct {
+	// At is the scheduled send time, from the run's start.
+	At    time.Duration
+	Class string
+	// Input is the prompt length in tokens; the prompt is Prompt when set,
+	// else PromptText(seed, index, Input).
+	Input  int
+	Prompt string
+	// Output is the answer length the request asks for: max_tokens =
+	// Output. MinTokens is min_tokens (normally Output, so that an engine
+	// produces exactly the planned answer; see Plan).
+	Output    int
+	MinTokens int
+}
+
+// Endpoints.
+const (
+	EndpointCompletions = "completions"
+	EndpointChat        = "chat"
+)
+
+// Config configures a Run.
+type Config struct {
+	// URL is the endpoint's base URL (http://host:port, with or without a
+	// trailing /v1).
+	URL string
+	// Endpoint is EndpointCompletions (POST /v1/completions, default) or
+	// EndpointChat (POST /v1/chat/completions).
+	Endpoint string
+	// Model is the body's model field (default "stub").
+	Model string
+	// APIKey, when set, is sent as "Authorization: Bearer <key>".
+	APIKey string
+	// Seed makes the generated prompts (PromptText).
+	Seed uint64
+	// RouterStart, when set, is the receiving router's clock zero
+	// (live.Router.Start): each request then carries X-Narwhal-Scheduled-Ns,
+	// its scheduled send time in nanoseconds of that clock, so the
+	// router's journal measures TTFT from the schedule. Zero: no header.
+	RouterStart time.Time
+	// MaxConcurrency bounds the requests in flight (0: no bound). A send
+	// waiting for a slot is late, and its lag says so (vllm bench serve's
+	// --max-concurrency).
+	MaxConcurrency int
+	// RequestTimeout bounds one request end to end (default 600 s);
+	// FirstTokenTimeout bounds the wait for its first token (default
+	// RequestTimeout).
+	RequestTimeout, FirstTokenTimeout time.Duration
+	// Drain is how long, after a stop (ctx cancelled), requests in flight
+	// may still finish before they are cancelled (default 10 s).
+	Drain time.Duration
+	// Lead is how long after Run is called the schedule's time 0 is
+	// (default 20 ms), so the first sends are not late by the setup.
+	Lead time.Duration
+	// Transport carries the requests (default: a pooled transport sized
+	// for thousands of concurrent streams).
+	Transport http.RoundTripper
+	// KeepTokenTimes keeps every token's arrival time per request
+	// (Outcome.TokenAt); the summary's ITL needs them. Default on via Run's
+	// callers; off saves memory on long runs.
+	KeepTokenTimes bool
+	// Progress, when set, is called after each request ends with the
+	// requests ended and the plan's size.
+	Progress func(done, total int)
+}
+
+// Outcome is one request as the client saw it. Times are from the run's
+// start (Result.Start); FirstToken and End are -1 when they never came.
+type Outcome struct {
+	Index     int
+	Class     string
+	Input     int
+	Output    int // max_tokens asked
+	Scheduled time.Duration
+	Sent      time.Duration
+	// FirstToken is when the first chunk with content arrived.
+	FirstToken time.Duration
+	End        time.Duration
+	// Tokens counts output tokens: the final usage when the server sent
+	// it, else the chunks with content.
+	Tokens int
+	// Chunks counts the chunks with content (ITL's denominator).
+	Chunks int
+	// TokenAt is when each chunk with content arrived, microseconds after
+	// Sent (KeepTokenTimes).
+	TokenAt []int32
+	// Status is the HTTP status (0: no response).
+	Status int
+	Finish string // the last finish_reason seen
+	// Err says why the request did not finish; "" when it did.
+	Err string
+	// Cancelled: the run stopped it (Ctrl-C after the drain).
+	Cancelled bool
+	// TimedOut: a timeout ended it.
+	TimedOut bool
+}
+
+// OK reports whether the request streamed to its end.
+func (o *Outcome) OK() bool { return o.Err == "" && o.Status == http.StatusOK }
+
+// Result is a run.
+type Result struct {
+	// Start is the wall-clock time of the schedule's time 0.
+	Start time.Time
+	// Planned is the plan's size; Outcomes holds the requests sent, in
+	// plan order (a stopped run sends fewer).
+	Planned  int
+	Outcomes []Outcome
+	// Partial is true when the run stopped before sending every request.
+	Partial bool
+	// Elapsed is from time 0 to the last request's end.
+	Elapsed time.Duration
+}
+
+// NewTransport is the generator's default transport.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 8192,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+}
+
+func (c *Config) defaults() error {
+	if c.URL == "" {
+		return errors.New("loadgen: no URL")
+	}
+	c.URL = strings.TrimSuffix(strings.TrimRight(c.URL, "/"), "/v1")
+	switch c.Endpoint {
+	case "":
+		c.Endpoint = EndpointCompletions
+	case EndpointCompletions, EndpointChat:
+	default:
+		return fmt.Errorf("loadgen: endpoint %q: expected completions or chat", c.Endpoint)
+	}
+	if c.Model == "" {
+		c.Model = "stub"
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 600 * time.Second
+	}
+	if c.FirstTokenTimeout <= 0 {
+		c.FirstTokenTimeout = c.RequestTimeout
+	}
+	if c.Drain <= 0 {
+		c.Drain = 10 * time.Second
+	}
+	if c.Lead <= 0 {
+		c.Lead = 20 * time.Millisecond
+	}
+	if c.Transport == nil {
+		c.Transport = NewTransport()
+	}
+	return nil
+}
+
+// runner is one Run's shared state.
+type runner struct {
+	cfg    Config
+	client *http.Client
+	path   string
+	start  time.Time
+	out    []Outcome
+	done   atomic.Int64
+	total  int
+	// reqCtx is cancelled once the drain after a stop ran out.
+	reqCtx context.Context
+}
+
+// Run sends plan (sorted by At) open loop and returns every sent request's
+// outcome. When ctx ends, sending stops; requests in flight get cfg.Drain
+// to finish, then are cancelled; the result is marked Partial. Run returns
+// an error only for a bad configuration.
+func Run(ctx context.Context, cfg Config, plan []Item) (*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(plan); i++ {
+		if plan[i].At < plan[i-1].At {
+			return nil, fmt.Errorf("loadgen: plan item %d at %v before item %d at %v: expected the plan sorted by time", i, plan[i].At, i-1, plan[i-1].At)
+		}
+	}
+	r := &runner{cfg: cfg, client: &http.Client{Transport: cfg.Transport}, total: len(plan),
+		out: make([]Outcome, len(plan))}
+	r.path = "/v1/completions"
+	if cfg.Endpoint == EndpointChat {
+		r.path = "/v1/chat/completions"
+	}
+	reqCtx, cancelReqs := context.WithCancel(context.Background())
+	defer cancelReqs()
+	r.reqCtx = reqCtx
+	r.start = time.Now().Add(cfg.Lead)
+	var sem chan struct{}
+	if cfg.MaxConcurrency > 0 {
+		sem = make(chan struct{}, cfg.MaxConcurrency)
+	}
+	var wg sync.WaitGroup
+	sent := 0
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+send:
+	for i := range plan {
+		body, err := r.body(i, &plan[i])
+		if err != nil {
+			return nil, err
+		}
+		if d := time.Until(r.start.Add(plan[i].At)); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				break send
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			break send
+		}
+		if sem != nil {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				break send
+			}
+		}
+		sent++
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r.one(i, &plan[i], body)
+			if sem != nil {
+				<-sem
+			}
+			if cfg.Progress != nil {
+				cfg.Progress(int(r.done.Add(1)), r.total)
+			}
+		}(i)
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	if ctx.Err() != nil {
+		select {
+		case <-finished:
+		case <-time.After(cfg.Drain):
+			cancelReqs()
+			<-finished
+		}
+	} else {
+		<-finished
+	}
+	res := &Result{Start: r.start, Planned: len(plan), Outcomes: r.out[:sent], Partial: sent < len(plan)}
+	for i := range res.Outcomes {
+		if e := res.Outcomes[i].End; e > res.Elapsed {
+			res.Elapsed = e
+		}
+	}
+	return res, nil
+}
+
+// wireBody is the request body: completions or chat, streamed with usage,
+// max_tokens and min_tokens (vLLM's extension) set.
+type wireBody struct {
+	Model         string        `json:"model"`
+	Prompt        *string       `json:"prompt,omitempty"`
+	Messages      []wireMessage `json:"messages,omitempty"`
+	MaxTokens     int           `json:"max_tokens"`
+	MinTokens     int           `json:"min_tokens,omitempty"`
+	Stream        bool          `json:"stream"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+type wireMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+func (r *runner) body(i int, it *Item) ([]byte, error) {
+	if it.Input < 1 || it.Output < 1 {
+		return nil, fmt.Errorf("loadgen: plan item %d: input %d, output %d: expected both >= 1", i, it.Input, it.Output)
+	}
+	text := it.Prompt
+	if text == "" {
+		text = PromptText(r.cfg.Seed, i, it.Input)
+	}
+	b := wireBody{Model: r.cfg.Model, MaxTokens: it.Output, MinTokens: it.MinTokens, Stream: true}
+	b.StreamOptions.IncludeUsage = true
+	if r.cfg.Endpoint == EndpointChat {
+		b.Messages = []wireMessage{{Role: "user", Content: text}}
+	} else {
+		b.Prompt = &text
+	}
+	return json.Marshal(b)
+}
+
+// chunk is what the generator reads of a streamed chunk.
+type chunk struct {
+	Choices []struct {
+		Text  *string `json:"text"`
+		Delta *struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// since is the time from the run's start.
+func (r *runner) since() time.Duration { return time.Since(r.start) }
+
+// one sends request i and reads its stream.
+func (r *runner) one(i int, it *Item, body []byte) {
+	o := &r.out[i]
+	*o = Outcome{Index: i, Class: it.Class, Input: it.Input, Output: it.Output, Scheduled: it.At, FirstToken: -1, End: -1}
+	ctx, cancel := context.WithTimeout(r.reqCtx, r.cfg.RequestTimeout)
+	defer cancel()
+	var firstTimeout atomic.Bool
+	ft := time.AfterFunc(r.cfg.FirstTokenTimeout, func() { firstTimeout.Store(true); cancel() })
+	defer ft.Stop()
+	hq, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.URL+r.path, bytes.NewReader(body))
+	if err != nil {
+		o.Err, o.End = err.Error(), r.since()
+		return
+	}
+	hq.Header.Set("Content-Type", "application/json")
+	hq.Header.Set("Accept", "text/event-stream")
+	hq.Header.Set(HeaderRequestID, "nwb-live-"+strconv.Itoa(i))
+	if it.Class != "" {
+		hq.Header.Set(HeaderClass, it.Class)
+	}
+	if !r.cfg.RouterStart.IsZero() {
+		hq.Header.Set(HeaderScheduled, strconv.FormatInt(int64(r.start.Add(it.At).Sub(r.cfg.RouterStart)), 10))
+	}
+	if r.cfg.APIKey != "" {
+		hq.Header.Set("Authorization", "Bearer "+r.cfg.APIKey)
+	}
+	sent := time.Now()
+	o.Sent = sent.Sub(r.start)
+	resp, err := r.client.Do(hq)
+	if err != nil {
+		r.failed(o, ctx, &firstTimeout, err)
+		return
+	}
+	defer resp.Body.Close()
+	o.Status = resp.StatusCode
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
+		if e := api.ParseError(resp.StatusCode, b); e != nil && e.Message != "" {
+			msg += ": " + e.Message
+		}
+		o.Err, o.End = msg, r.since()
+		return
+	}
+	sr := api.NewSSEReader(resp.Body)
+	usage := -1
+	for {
+		payload, done, err := sr.ReadEvent()
+		if err != nil {
+			if errors.Is(err, io.EOF) && !strings.Contains(resp.Header.Get("Content-Type"), "event-stream") {
+				err = errors.New("the answer was not a stream (text/event-stream)")
+			}
+			r.failed(o, ctx, &firstTimeout, err)
+			return
+		}
+		if done {
+			break
+		}
+		var c chunk
+		if json.Unmarshal(payload, &c) != nil {
+			continue
+		}
+		if len(c.Error) > 0 && string(c.Error) != "null" {
+			o.Err, o.End = "error event: "+shorten(string(c.Error)), r.since()
+			return
+		}
+		n := 0
+		for _, ch := range c.Choices {
+			if (ch.Text != nil && *ch.Text != "") || (ch.Delta != nil && ch.Delta.Content != nil && *ch.Delta.Content != "") {
+				n++
+			}
+			if ch.FinishReason != nil {
+				o.Finish = *ch.FinishReason
+			}
+		}
+		if c.Usage != nil {
+			usage = c.Usage.CompletionTokens
+		}
+		if n > 0 {
+			now := time.Now()
+			if o.Chunks == 0 {
+				o.FirstToken = now.Sub(r.start)
+				ft.Stop()
+			}
+			o.Chunks++
+			if r.cfg.KeepTokenTimes {
+				o.TokenAt = append(o.TokenAt, int32(min(now.Sub(sent)/time.Microsecond, 1<<31-1)))
+			}
+		}
+	}
+	o.End = r.since()
+	o.Tokens = o.Chunks
+	if usage > 0 {
+		o.Tokens = usage
+	}
+}
+
+// failed records a request that ended without its stream's end.
+func (r *runner) failed(o *Outcome, ctx context.Context, firstTimeout *atomic.Bool, err error) {
+	o.End = r.since()
+	o.Tokens = o.Chunks
+	switch {
+	case r.reqCtx.Err() != nil:
+		o.Cancelled = true
+		o.Err = "cancelled: the run stopped"
+	case firstTimeout.Load():
+		o.TimedOut = true
+		o.Err = "no first token within the first-token timeout"
+	case ctx.Err() != nil:
+		o.TimedOut = true
+		o.Err = "request timeout"
+	default:
+		o.Err = shorten(err.Error())
+	}
+}
+
+func shorten(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}

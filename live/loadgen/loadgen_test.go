@@ -1,0 +1,180 @@
+package loadgen
+
+import (
+	"context"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/live"
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+)
+
+func TestPromptText(t *testing.T) {
+	for _, n := range []int{1, 7, 300, 9000, 300000} {
+		a, b := PromptText(1, 5, n), PromptText(1, 5, n)
+		if a != b || len(a) != 4*n {
+			t.Fatalf("%d tokens: %d bytes (want %d), deterministic %v", n, len(a), 4*n, a == b)
+		}
+	}
+	if PromptText(1, 5, 50) == PromptText(1, 6, 50) || PromptText(1, 5, 50) == PromptText(2, 5, 50) {
+		t.Fatal("prompts do not depend on seed and index")
+	}
+}
+
+func TestQuantiles(t *testing.T) {
+	xs := make([]float64, 100)
+	for i := range xs {
+		xs[i] = float64(100 - i)
+	}
+	q := quantiles(xs)
+	if q.N != 100 || q.P50 != 50 || q.P99 != 99 || q.P90 != 90 || math.Abs(q.Mean-50.5) > 1e-9 {
+		t.Fatalf("%+v", q)
+	}
+}
+
+// rig is a zero-cost stub fleet behind the live router on loopback.
+func rig(t testing.TB, arm string) (string, time.Time, func()) {
+	t.Helper()
+	spec, err := fleet.Parse([]byte(`name: lg
+instances:
+  count: 2
+  profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}
+slo: {ttft: 2s, tpot: 100ms}
+`), "lg.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := 0.0
+	opts := stub.Options{TimeScale: &zero}
+	insts, err := stub.FromFleet(spec, 0, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range insts {
+		insts[i].Addr = "127.0.0.1:0"
+	}
+	sf, err := stub.NewFleet(opts, insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	urls := []string{sf.Servers()[0].URL(), sf.Servers()[1].URL()}
+	ctrl, err := core.NewController(arm, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := live.New(live.Config{Fleet: spec, URLs: urls, Controller: ctrl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = rt.Run(ctx); close(done) }()
+	srv := &http.Server{Handler: rt.Handler()}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), rt.Start(), func() {
+		_ = srv.Close()
+		cancel()
+		<-done
+		sf.Close()
+	}
+}
+
+// evenPlan is n requests at rate req/s, evenly spaced.
+func evenPlan(n int, rate float64, input, output int) []Item {
+	plan := make([]Item, n)
+	for i := range plan {
+		plan[i] = Item{At: time.Duration(float64(i) / rate * 1e9), Class: "c", Input: input, Output: output, MinTokens: output}
+	}
+	return plan
+}
+
+// TestRunThroughRouter sends a few requests through the router and checks
+// every outcome, the records and the summary.
+func TestRunThroughRouter(t *testing.T) {
+	url, start, stop := rig(t, "static:1P1D")
+	defer stop()
+	plan := evenPlan(20, 200, 50, 5)
+	res, err := Run(context.Background(), Config{URL: url, RouterStart: start, KeepTokenTimes: true}, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Partial || len(res.Outcomes) != 20 {
+		t.Fatalf("partial %v, %d outcomes", res.Partial, len(res.Outcomes))
+	}
+	for _, o := range res.Outcomes {
+		if !o.OK() || o.Tokens != 5 || o.Chunks != 5 || len(o.TokenAt) != 5 || o.FirstToken < o.Sent || o.End < o.FirstToken {
+			t.Fatalf("outcome %+v", o)
+		}
+	}
+	s := Summarize(res, 2*time.Second, 100*time.Millisecond)
+	if s.OK != 20 || s.Good != 20 || s.TPOT.N != 20 || s.ITL.N != 80 || s.Degraded {
+		t.Fatalf("summary %+v", s)
+	}
+	var f event.Fold
+	for _, r := range Records(res, plan) {
+		f.Record(&r)
+	}
+	if err := f.Err(); err != nil || f.Len() != 20 {
+		t.Fatalf("records fold: %v, %d rows", err, f.Len())
+	}
+}
+
+// TestStopDrains cancels a run: sending stops, the result is partial.
+func TestStopDrains(t *testing.T) {
+	url, start, stop := rig(t, "aggregated")
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	res, err := Run(ctx, Config{URL: url, RouterStart: start, Drain: 100 * time.Millisecond}, evenPlan(1000, 100, 10, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Partial || len(res.Outcomes) == 0 || len(res.Outcomes) >= 1000 {
+		t.Fatalf("partial %v, %d sent", res.Partial, len(res.Outcomes))
+	}
+}
+
+// BenchmarkScheduleLag offers NWB_LAG_RATE (default 2,000) requests/s for
+// NWB_LAG_SECONDS (default 2) to a zero-cost stub fleet through the router
+// (aggregated: one leg per request; 64-token prompts, 2-token answers) and
+// reports the schedule lag's percentiles. The target is p99 <= 5 ms.
+//
+//	go test ./live/loadgen -run '^$' -bench ScheduleLag -benchtime 1x
+func BenchmarkScheduleLag(b *testing.B) {
+	rate, secs := 2000.0, 2.0
+	if v, err := strconv.ParseFloat(os.Getenv("NWB_LAG_RATE"), 64); err == nil && v > 0 {
+		rate = v
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("NWB_LAG_SECONDS"), 64); err == nil && v > 0 {
+		secs = v
+	}
+	url, start, stop := rig(b, "aggregated")
+	defer stop()
+	for b.Loop() {
+		res, err := Run(context.Background(), Config{URL: url, RouterStart: start}, evenPlan(int(rate*secs), rate, 64, 2))
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := Summarize(res, 0, 0)
+		b.ReportMetric(s.Lag.P50*1e3, "lag-p50-ms")
+		b.ReportMetric(s.Lag.P90*1e3, "lag-p90-ms")
+		b.ReportMetric(s.Lag.P99*1e3, "lag-p99-ms")
+		b.ReportMetric(float64(s.Errors), "errors")
+		b.ReportMetric(float64(s.Sent)/secs, "offered-rps")
+	}
+}

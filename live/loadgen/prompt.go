@@ -1,0 +1,77 @@
+package loadgen
+
+import (
+	"math/rand/v2"
+	"strings"
+	"sync"
+
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+)
+
+// promptWords are the words prompts are made of.
+var promptWords = strings.Fields(`the of and to in is that for it as was with be by on not he this are or his
+from at which but have an they you were her she there one all we their has been would when who will more if
+no out so said what up its about into than them can only other new some could time these two may then do
+first any my now such like our over man me even most made after also did many before must through back years
+where much your way well down should because each just those people how too little state good very make world
+still own see men work long get here between both life being under never day same another know while last
+might us great old year off come since against go came right used take three`)
+
+// baseLen is the length of each seed's base text that prompts are cut
+// from (1 MiB: 262,144 tokens).
+const baseLen = 1 << 20
+
+var bases sync.Map // seed -> string
+
+// base is seed's base text: words drawn by a PCG seeded with seed,
+// separated by single spaces.
+func base(seed uint64) string {
+	if b, ok := bases.Load(seed); ok {
+		return b.(string)
+	}
+	r := rand.New(rand.NewPCG(seed, 0x6e617277))
+	var b strings.Builder
+	b.Grow(baseLen + 16)
+	for b.Len() < baseLen {
+		b.WriteString(promptWords[r.IntN(len(promptWords))])
+		b.WriteByte(' ')
+	}
+	s := b.String()[:baseLen]
+	bases.Store(seed, s)
+	return s
+}
+
+// PromptText is request index's prompt of the given length in tokens: a
+// deterministic function of (seed, index, tokens), English words, exactly
+// tokens·api.CharsPerToken bytes, so the router's and the stubs' estimate
+// (live/api: bytes/4, rounded) is exactly tokens. A real tokenizer counts
+// these words at about one token per 4-5 bytes.
+func PromptText(seed uint64, index, tokens int) string {
+	n := tokens * int(api.CharsPerToken)
+	b := base(seed)
+	off := int(mix(seed, uint64(index)) % uint64(baseLen))
+	if off+n <= baseLen {
+		return b[off : off+n]
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	for sb.Len() < n {
+		chunk := b[off:]
+		if rest := n - sb.Len(); len(chunk) > rest {
+			chunk = chunk[:rest]
+		}
+		sb.WriteString(chunk)
+		off = 0
+	}
+	return sb.String()
+}
+
+// mix is SplitMix64 over (seed, index).
+func mix(seed, index uint64) uint64 {
+	x := seed*0x9e3779b97f4a7c15 + index + 1
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}

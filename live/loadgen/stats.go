@@ -1,0 +1,143 @@
+package loadgen
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// Quantiles are nearest-rank percentiles of a sample, in seconds (the
+// report's rule); all zero when N is 0.
+type Quantiles struct {
+	N    int     `json:"n"`
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
+}
+
+// quantiles sorts xs (seconds) in place and summarises it.
+func quantiles(xs []float64) Quantiles {
+	q := Quantiles{N: len(xs)}
+	if len(xs) == 0 {
+		return q
+	}
+	sort.Float64s(xs)
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	q.Mean = sum / float64(len(xs))
+	at := func(p float64) float64 {
+		k := int(math.Ceil(p/100*float64(len(xs)))) - 1
+		return xs[min(max(k, 0), len(xs)-1)]
+	}
+	q.P50, q.P90, q.P95, q.P99 = at(50), at(90), at(95), at(99)
+	return q
+}
+
+// Lag is the schedule lag of every sent request: actual minus scheduled
+// send time.
+func Lag(res *Result) Quantiles {
+	xs := make([]float64, 0, len(res.Outcomes))
+	for i := range res.Outcomes {
+		o := &res.Outcomes[i]
+		xs = append(xs, (o.Sent - o.Scheduled).Seconds())
+	}
+	return quantiles(xs)
+}
+
+// Summary is a run as the client measured it. Latencies are in seconds;
+// the names are vllm bench serve's and AIPerf's (docs/live.md has the
+// table):
+//
+//   - TTFT: first content chunk − actual send (both tools' TTFT);
+//     TTFTScheduled counts from the scheduled send instead (the journal's
+//     TTFT, which the SLO rule uses).
+//   - TPOT: (e2e − TTFT)/(n − 1) per request with n ≥ 2 output tokens
+//     (vLLM's TPOT, AIPerf's inter_token_latency, GuideLLM's ITL).
+//   - ITL: every gap between two content chunks (vLLM's ITL).
+//   - E2E: end − actual send (vLLM's E2EL, AIPerf's request_latency).
+type Summary struct {
+	Planned   int  `json:"planned"`
+	Sent      int  `json:"sent"`
+	OK        int  `json:"ok"`     // streamed to their end
+	Errors    int  `json:"errors"` // HTTP errors, broken streams, timeouts
+	Cancelled int  `json:"cancelled"`
+	Partial   bool `json:"partial"`
+	// Lag is the schedule lag; Degraded is Lag.P99 > DegradedLag.
+	Lag      Quantiles `json:"schedule_lag_s"`
+	Degraded bool      `json:"degraded"`
+
+	TTFT          Quantiles `json:"ttft_s"`
+	TTFTScheduled Quantiles `json:"ttft_from_scheduled_s"`
+	TPOT          Quantiles `json:"tpot_s"`
+	ITL           Quantiles `json:"itl_s"`
+	E2E           Quantiles `json:"e2e_s"`
+
+	// DurationS is from time 0 to the last end.
+	DurationS float64 `json:"duration_s"`
+	// Good counts requests that streamed to their end with >= 2 tokens,
+	// TTFT from the scheduled send <= the TTFT SLO and TPOT <= the TPOT
+	// SLO. GoodputRPS is Good / DurationS (vLLM's and AIPerf's goodput);
+	// GoodShare is Good / Sent, errors counted in the denominator as
+	// AIPerf counts them.
+	Good             int     `json:"good"`
+	GoodputRPS       float64 `json:"goodput_rps"`
+	GoodShare        float64 `json:"good_share"`
+	RequestRPS       float64 `json:"request_throughput_rps"`
+	OutputTokensRPS  float64 `json:"output_token_throughput_tps"`
+	TotalOutputToken int     `json:"total_output_tokens"`
+}
+
+// Summarize scores res against the SLOs (zero: no SLO on that latency).
+func Summarize(res *Result, ttftSLO, tpotSLO time.Duration) Summary {
+	s := Summary{Planned: res.Planned, Sent: len(res.Outcomes), Partial: res.Partial, Lag: Lag(res)}
+	s.Degraded = s.Lag.P99 > DegradedLag.Seconds()
+	var ttft, ttfts, tpot, itl, e2e []float64
+	for i := range res.Outcomes {
+		o := &res.Outcomes[i]
+		switch {
+		case o.OK():
+			s.OK++
+		case o.Cancelled:
+			s.Cancelled++
+		default:
+			s.Errors++
+		}
+		if !o.OK() {
+			continue
+		}
+		s.TotalOutputToken += o.Tokens
+		e2e = append(e2e, (o.End - o.Sent).Seconds())
+		if o.FirstToken < 0 {
+			continue
+		}
+		t := (o.FirstToken - o.Sent).Seconds()
+		ts := (o.FirstToken - o.Scheduled).Seconds()
+		ttft, ttfts = append(ttft, t), append(ttfts, ts)
+		tp := math.Inf(1)
+		if o.Tokens >= 2 {
+			tp = (o.End - o.FirstToken).Seconds() / float64(o.Tokens-1)
+			tpot = append(tpot, tp)
+		}
+		for k := 1; k < len(o.TokenAt); k++ {
+			itl = append(itl, float64(o.TokenAt[k]-o.TokenAt[k-1])/1e6)
+		}
+		if o.Tokens >= 2 && (ttftSLO <= 0 || ts <= ttftSLO.Seconds()) && (tpotSLO <= 0 || tp <= tpotSLO.Seconds()) {
+			s.Good++
+		}
+	}
+	s.TTFT, s.TTFTScheduled, s.TPOT, s.ITL, s.E2E = quantiles(ttft), quantiles(ttfts), quantiles(tpot), quantiles(itl), quantiles(e2e)
+	s.DurationS = res.Elapsed.Seconds()
+	if s.DurationS > 0 {
+		s.GoodputRPS = float64(s.Good) / s.DurationS
+		s.RequestRPS = float64(s.OK) / s.DurationS
+		s.OutputTokensRPS = float64(s.TotalOutputToken) / s.DurationS
+	}
+	if s.Sent > 0 {
+		s.GoodShare = float64(s.Good) / float64(s.Sent)
+	}
+	return s
+}
