@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net"
 	"os"
-	"runtime"
-	"runtime/pprof"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,33 +119,162 @@ func (byPrompt) PlaceDecode(_ *core.View, r core.Request) event.Instance { retur
 func (byPrompt) Tick(*core.View) bool                                    { return false }
 func (byPrompt) NextTick() event.Time                                    { return event.Never }
 
-// BenchmarkRouterOverhead: the router's added TTFT with N streams open
-// through it. Engine 1 holds N-1 long streams, paced as a real decode is
-// (one token per stream every 50 ms), relayed through the router; engine 0
-// costs nothing and answers the probes, sent one at a time, alternately
-// through the router and straight to the engine, so both paths see the
-// same background. Reported: added TTFT at p50 and p99 (router minus
-// direct), the router's CPU per 1,000 probe requests (CPU of the routed
-// probes minus the direct ones), and the process RSS with the streams open.
-// b.N is the probes per path (at least 2,000, so that p99 is the 20th
-// worst, not the 4th).
-func BenchmarkRouterOverhead(b *testing.B) {
-	for _, streams := range []int{1, 64, 1000} {
-		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
-			spec, err := fleet.Parse([]byte(`name: overhead
+// overheadFleet is the overhead benchmark's two engines: "probe" costs
+// nothing, "paced" runs one decode iteration every 50 ms.
+const overheadFleet = `name: overhead
 instances:
   list:
     - {name: probe, profile: {a: 0, b: 0, c: 1.0e-9, slope: 0, intercept: 1.0e-9}}
     - {name: paced, profile: {a: 0, b: 0, c: 1.0e-9, slope: 0, intercept: 0.05}}
 slo: {ttft: 2s, tpot: 100ms}
 batch: {chunk_tokens: 2048, budget_tokens: 65536}
-`), "overhead.yaml")
+`
+
+// TestMain lets the overhead benchmark run its stub engines as a separate
+// process (as vllm-project/router's method runs its mock workers): with
+// NWB_BENCH_STUB_PORT set, this binary serves overheadFleet's stubs at
+// that port and the next, says "ready" on stdout, and exits when stdin
+// closes.
+func TestMain(m *testing.M) {
+	if port := os.Getenv("NWB_BENCH_STUB_PORT"); port != "" {
+		os.Exit(stubChild(port))
+	}
+	os.Exit(m.Run())
+}
+
+func stubChild(port string) int {
+	base, err := strconv.Atoi(port)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	spec, err := fleet.Parse([]byte(overheadFleet), "overhead.yaml")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	opts := stub.Options{Model: "stub", TimeScale: one()}
+	insts, err := stub.FromFleet(spec, base, &opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	f, err := stub.NewFleet(opts, insts)
+	if err == nil {
+		err = f.Start()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer f.Close()
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin) // until the parent closes it (or dies)
+	return 0
+}
+
+// stubProcess starts the overhead fleet's stubs in a child process and
+// returns their base URLs.
+func stubProcess(b *testing.B) []string {
+	b.Helper()
+	var base int
+	for try := 0; ; try++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		base = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+1)); err == nil {
+			l2.Close()
+			break
+		}
+		if try > 50 {
+			b.Fatal("no two free ports")
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("NWB_BENCH_STUB_PORT=%d", base), "GOMAXPROCS=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "ready\n" {
+		b.Fatalf("stub process: %q %v", line, err)
+	}
+	return []string{fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)}
+}
+
+// running reads vllm:num_requests_running from an engine's /metrics.
+func running(c *http.Client, url string) int {
+	resp, err := c.Get(url + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "vllm:num_requests_running") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			return int(v)
+		}
+	}
+	return -1
+}
+
+// BenchmarkRouterOverhead: the router's added TTFT with N streams open
+// through it, following vllm-project/router's router-overhead method: mock
+// engines in their own process (the stub engines of overheadFleet), the
+// router and the clients in this one. Engine "paced" holds N-1 long
+// streams, one token per stream every 50 ms as a real decode paces them,
+// relayed through the router; engine "probe" costs nothing and answers
+// the probes, sent one at a time, alternately through the router and
+// straight to the engine, so both paths see the same background. Reported:
+// added TTFT at p50 and p99 (router minus direct), the router's CPU per
+// 1,000 probe requests (this process's CPU during the routed probes minus
+// during the direct ones), and this process's RSS with the streams open
+// (router and clients). b.N is the probes per path (at least 2,000, so
+// that p99 is the 20th worst, not the 4th).
+func BenchmarkRouterOverhead(b *testing.B) {
+	for _, streams := range []int{1, 64, 1000} {
+		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
+			spec, err := fleet.Parse([]byte(overheadFleet), "overhead.yaml")
 			if err != nil {
 				b.Fatal(err)
 			}
-			r := startRigSpec(b, spec, rigOpts{ctrl: byPrompt{}, stub: stub.Options{TimeScale: one()},
-				configure: func(c *Config) { c.Transport = benchClient(streams).Transport }})
+			urls := stubProcess(b)
 			c := benchClient(streams)
+			rt, err := New(Config{Fleet: spec, URLs: urls, Controller: byPrompt{}, Model: "stub",
+				Transport: benchClient(streams).Transport})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan error, 1)
+			go func() { ran <- rt.Run(ctx) }()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := &http.Server{Handler: rt.Handler()}
+			go srv.Serve(ln)
+			routerURL := "http://" + ln.Addr().String()
+			defer func() {
+				srv.Close()
+				cancel()
+				<-ran
+			}()
 			bgCtx, stopBG := context.WithCancel(context.Background())
 			var bg sync.WaitGroup
 			long := []byte(`{"model":"stub","prompt":"` + strings.Repeat("back ground ", 40) + `","max_tokens":20000,"min_tokens":20000,"stream":true}`)
@@ -153,7 +282,7 @@ batch: {chunk_tokens: 2048, budget_tokens: 65536}
 				bg.Add(1)
 				go func() {
 					defer bg.Done()
-					q, _ := http.NewRequestWithContext(bgCtx, http.MethodPost, r.url+"/v1/completions", bytes.NewReader(long))
+					q, _ := http.NewRequestWithContext(bgCtx, http.MethodPost, routerURL+"/v1/completions", bytes.NewReader(long))
 					resp, err := c.Do(q)
 					if err != nil {
 						return
@@ -162,26 +291,23 @@ batch: {chunk_tokens: 2048, budget_tokens: 65536}
 					resp.Body.Close()
 				}()
 			}
-			// Wait until every background stream is open.
 			for deadline := time.Now().Add(30 * time.Second); ; {
-				g := r.stubs.Servers()[1].Gauges()
-				if g.Running >= streams-1 {
+				if n := running(c, urls[1]); n >= streams-1 && n >= 0 {
 					break
+				} else if time.Now().After(deadline) {
+					b.Fatalf("the paced engine streams %d of the %d background requests after 30 s", n, streams-1)
 				}
-				if time.Now().After(deadline) {
-					b.Fatalf("the paced engine streams %d of the %d background requests after 30 s", g.Running, streams-1)
-				}
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond)
 			}
 			probe := []byte(`{"model":"stub","prompt":"a probe","max_tokens":4,"stream":true}`)
-			direct := r.stubs.Servers()[0].URL() + "/v1/completions"
-			routed := r.url + "/v1/completions"
+			direct := urls[0] + "/v1/completions"
+			routed := routerURL + "/v1/completions"
 			n := max(b.N, 2000)
 			for i := 0; i < 50; i++ { // warm both paths
 				ttftOnce(c, direct, probe)
 				ttftOnce(c, routed, probe)
 			}
-			var d, rt []time.Duration
+			var d, rts []time.Duration
 			var dcpu, rcpu time.Duration
 			b.ResetTimer()
 			for i := 0; i < n; i++ {
@@ -194,29 +320,22 @@ batch: {chunk_tokens: 2048, budget_tokens: 65536}
 					if path == direct {
 						d, dcpu = append(d, x), dcpu+cpuTime()-c0
 					} else {
-						rt, rcpu = append(rt, x), rcpu+cpuTime()-c0
+						rts, rcpu = append(rts, x), rcpu+cpuTime()-c0
 					}
 				}
 			}
 			b.StopTimer()
 			rss := rssMiB()
-			if f := os.Getenv("NWB_HEAP_PROFILE"); f != "" {
-				if out, err := os.Create(f); err == nil {
-					runtime.GC()
-					pprof.WriteHeapProfile(out)
-					out.Close()
-				}
-			}
-			if st, _ := r.router.State(); st.Counts.InFlight < streams-1 {
+			if st, _ := rt.State(); st.Counts.InFlight < streams-1 {
 				b.Fatalf("background streams ended early: %+v", st.Counts)
 			}
 			stopBG()
 			bg.Wait()
 			ms := func(x time.Duration) float64 { return float64(x) / 1e6 }
-			b.ReportMetric(ms(pct(rt, 0.5)-pct(d, 0.5)), "added-ttft-p50-ms")
-			b.ReportMetric(ms(pct(rt, 0.99)-pct(d, 0.99)), "added-ttft-p99-ms")
+			b.ReportMetric(ms(pct(rts, 0.5)-pct(d, 0.5)), "added-ttft-p50-ms")
+			b.ReportMetric(ms(pct(rts, 0.99)-pct(d, 0.99)), "added-ttft-p99-ms")
 			b.ReportMetric(ms(pct(d, 0.5)), "direct-ttft-p50-ms")
-			b.ReportMetric(ms(pct(rt, 0.5)), "routed-ttft-p50-ms")
+			b.ReportMetric(ms(pct(rts, 0.5)), "routed-ttft-p50-ms")
 			b.ReportMetric(ms(rcpu-dcpu)*1000/float64(n), "router-cpu-ms/1k-req")
 			b.ReportMetric(rss, "rss-MiB")
 		})
