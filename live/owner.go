@@ -142,11 +142,25 @@ func (o *owner) shutdown() {
 	for id := range o.active {
 		ids = append(ids, id)
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	// Requests still waiting for admission end first, so ending the
+	// others (which frees prefill work) places nobody from the queue.
+	sort.Slice(ids, func(i, j int) bool {
+		qi, qj := o.active[ids[i]].queued, o.active[ids[j]].queued
+		if qi != qj {
+			return qi
+		}
+		return ids[i] < ids[j]
+	})
 	now := o.r.now()
 	for _, id := range ids {
 		f := o.active[id]
 		o.end(now, f, event.KindFail, event.CauseEngineError)
+		// Its handler may be waiting for a placement (admission or
+		// decode): answer it now rather than when the router has stopped.
+		select {
+		case f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}:
+		default:
+		}
 	}
 	// Handlers blocked on a reply give up on their context; drain what is
 	// queued so none waits forever.

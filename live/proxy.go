@@ -334,11 +334,6 @@ func (l *leg) twoLegs(pe *engine) {
 		}
 		return
 	}
-	if l.f.noDecode {
-		// The answer is the prefill's one token.
-		l.passThrough(rb)
-		return
-	}
 	de := l.r.engines[d.inst]
 	if d.inst == pe.idx || handoff == nil {
 		l.run(de, l.req.Raw, nil, false)
