@@ -567,7 +567,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 				return
 			}
 			cause := event.CauseBadGateway
-			if timedOut.Load() {
+			if timedOut.Load() || l.ctx.Err() != nil { // a read gap, or the request's own deadline
 				cause = event.CauseTimeout
 			}
 			// Journal the cause before the client reads the error event

@@ -482,3 +482,43 @@ func TestAdmissionQueue(t *testing.T) {
 		t.Fatalf("codes %v, outcomes %v, %d queue records, %d requests admitted after waiting", codes, o, queued, waited)
 	}
 }
+
+// Timeouts: a decode engine that stalls before its first token fails the
+// request with 504 (cause timeout) once the first-token timeout passes; a
+// stream that outlives the request's own deadline ends with an error
+// event, journaled as a timeout.
+func TestTimeouts(t *testing.T) {
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		c.FirstTokenTimeout = 200 * time.Millisecond
+	}})
+	r.stubs.Servers()[1].SetFaults(stub.Faults{Stall: true})
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"stall","max_tokens":4,"stream":true}`, nil)
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("status %d: expected 504 when the decode engine never answers", resp.StatusCode)
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if len(rows) != 1 || rows[0].Terminal != event.KindFail || rows[0].Cause != event.CauseTimeout {
+		t.Fatalf("rows %+v: expected one timeout failure", rows)
+	}
+
+	scale := 1.0
+	r = startRig(t, rigOpts{stub: stub.Options{TimeScale: &scale}, configure: func(c *Config) {
+		c.RequestTimeout = 300 * time.Millisecond
+	}})
+	c := client(r)
+	s := c.Completions.NewStreaming(context.Background(), openai.CompletionNewParams{Model: "stub",
+		Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String("a long answer")},
+		MaxTokens: openai.Int(1000)}, option.WithJSONSet("min_tokens", 1000))
+	for s.Next() {
+	}
+	if s.Err() == nil {
+		t.Fatal("a stream cut by the request deadline looked whole to the client")
+	}
+	r.stop()
+	rows = checkJournal(t, r.jr.records())
+	if len(rows) != 1 || rows[0].Terminal != event.KindFail || rows[0].Cause != event.CauseTimeout || rows[0].OutputTokens == 0 {
+		t.Fatalf("rows %+v: expected a timeout failure after some tokens", rows)
+	}
+}
