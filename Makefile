@@ -8,7 +8,7 @@ DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:
 PKGS      := ./...
 
 
-.PHONY: all build install deps demo test vet fmtcheck lint bench bench-router fuzz clean campaign
+.PHONY: all build install deps demo demo-live test vet fmtcheck lint bench bench-router fuzz clean campaign
 
 all: build
 
@@ -32,6 +32,12 @@ campaign: build
 ## demo: the reference demo sweep (9 arms x 8 rates on 8 instances) and its table.
 demo: build
 	./$(BIN) sim --trace demo --arms $(DEMOARMS) --rates $(DEMORATES)
+
+## demo-live: the live half on one machine without a GPU: stub engines, the
+## router (adaptive) and an open-loop replay of a 20 s trace, with the same
+## table as sim plus the client-side latencies (about 30 s).
+demo-live: build
+	./$(BIN) live --fleet demo --stub --trace cmd/narwhal-bench/testdata/live-short.yaml --arm adaptive --rate 1x
 
 ## deps: the independent Parquet reader the tests use (DuckDB, from npm).
 deps: node_modules/.package-lock.json

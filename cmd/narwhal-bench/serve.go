@@ -35,7 +35,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "address the router serves on"},
 			&cli.StringFlag{Name: "journal", Usage: "write every request, decision and role move to a Pebble journal in this directory"},
 			&cli.StringFlag{Name: "model", Usage: "the model name clients must ask for (default: any, forwarded as sent)"},
-			&cli.IntFlag{Name: "base-port", Usage: "engines at 127.0.0.1:P+i instead of the fleet file's urls"},
+			&cli.IntFlag{Name: "base-port", Usage: "engines at 127.0.0.1:P+i instead of the fleet file's urls", DefaultText: "the urls; 8101 with --stub"},
 			&cli.BoolFlag{Name: "stub", Usage: "first start stub engines for the fleet in this process (at --base-port, default 8101): a whole live fleet without a GPU"},
 			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost)"},
 			&cli.StringFlag{Name: "admission", Usage: "admission gate: open or queue (price each arrival's TTFT; queue it until it fits or its deadline passes); default: the fleet's, else open"},

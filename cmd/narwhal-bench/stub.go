@@ -24,9 +24,9 @@ func stubCommand(stderr io.Writer) *cli.Command {
 		Usage: "serve stub engines that behave as vLLM with the NIXL connector, timed by the fleet's profiles (docs/stub.md)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "fleet", Required: true, Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file"},
-			&cli.IntFlag{Name: "base-port", Usage: "serve instance i on 127.0.0.1:P+i instead of its url (default: each instance's url, else 8101+i)"},
+			&cli.IntFlag{Name: "base-port", Usage: "serve instance i on 127.0.0.1:P+i instead of its url", DefaultText: "each instance's url, else 8101+i"},
 			&cli.StringFlag{Name: "model", Value: "stub", Usage: "the served model name"},
-			&cli.Uint64Flag{Name: "seed", Usage: "seed of the answers' text"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed of the answers' text", DefaultText: "0"},
 			&cli.Float64Flag{Name: "time-scale", Value: 1, Usage: "multiply every modelled duration (0.01 = 100x faster, 0 = zero cost)"},
 			&cli.StringFlag{Name: "lease", Value: "30s", Usage: "how long a prefill engine pins a handoff's KV"},
 			&cli.StringFlag{Name: "kv-load-failure-policy", Value: stub.PolicyFail, Usage: "a failed KV pull: fail (the request errors) or recompute"},
