@@ -17,18 +17,10 @@ const (
 // Config is one engine: its timing profile and its batching.
 type Config struct {
 	Profile timing.Profile
-	// ChunkTokens is the most prompt tokens one prompt advances per
-	// iteration (0 = DefaultChunkTokens).
-	ChunkTokens int
-	// BudgetTokens is the tokens one iteration schedules: one per running
-	// decode stream plus the prefill chunk tokens (0 = DefaultBudgetTokens).
-	BudgetTokens int
-	// MaxSeqs caps the running decode streams (0 = no cap but the budget).
-	MaxSeqs int
-	// KVCapacityTokens bounds the context the running batch may hold when
-	// a stream joins (0 = no bound); the head of the join queue waits
-	// (FCFS) until it fits. Streams may grow past it as they generate.
-	KVCapacityTokens int64
+	// Batch is the engine's batching (zero ChunkTokens or BudgetTokens
+	// take DefaultChunkTokens, DefaultBudgetTokens; the other limits 0
+	// mean none).
+	Batch
 }
 
 // Kind is what happened to a request at the end of an iteration.
@@ -141,17 +133,7 @@ func (c Config) Validate() error {
 	if err := c.Profile.Validate(); err != nil {
 		return fmt.Errorf("profile: %w", err)
 	}
-	switch {
-	case c.ChunkTokens < 1:
-		return fmt.Errorf("chunk_tokens: %d: expected >= 1", c.ChunkTokens)
-	case c.BudgetTokens < 2:
-		return fmt.Errorf("budget_tokens: %d: expected >= 2", c.BudgetTokens)
-	case c.MaxSeqs < 0:
-		return fmt.Errorf("max_seqs: %d: expected >= 0", c.MaxSeqs)
-	case c.KVCapacityTokens < 0:
-		return fmt.Errorf("kv_capacity_tokens: %d: expected >= 0", c.KVCapacityTokens)
-	}
-	return nil
+	return c.Batch.Validate()
 }
 
 // AddPrefill queues a prompt of promptTokens tokens, of which cachedTokens

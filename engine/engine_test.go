@@ -86,7 +86,7 @@ func TestLocalDecodeAndCache(t *testing.T) {
 }
 
 func TestChunkingAndBudget(t *testing.T) {
-	e := New(Config{Profile: timing.Reference, ChunkTokens: 100, BudgetTokens: 150})
+	e := New(Config{Profile: timing.Reference, Batch: Batch{ChunkTokens: 100, BudgetTokens: 150}})
 	_ = e.AddPrefill(1, 250, 0, 1)
 	_ = e.AddPrefill(2, 30, 0, 1)
 	var all []string
@@ -101,7 +101,7 @@ func TestChunkingAndBudget(t *testing.T) {
 }
 
 func TestAddDecodeAndCapacity(t *testing.T) {
-	e := New(Config{Profile: timing.Reference, KVCapacityTokens: 150, MaxSeqs: 8})
+	e := New(Config{Profile: timing.Reference, Batch: Batch{KVCapacityTokens: 150, MaxSeqs: 8}})
 	if err := e.AddDecode(1, 100, 1, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestAddDecodeAndCapacity(t *testing.T) {
 }
 
 func TestCancelEverywhere(t *testing.T) {
-	e := New(Config{Profile: timing.Reference, ChunkTokens: 100})
+	e := New(Config{Profile: timing.Reference, Batch: Batch{ChunkTokens: 100}})
 	_ = e.AddPrefill(1, 300, 0, 5) // prefilling
 	_ = e.AddDecode(2, 50, 1, 9)   // will run
 	_ = e.AddDecode(3, 50, 1, 9)
@@ -183,7 +183,7 @@ func TestDecodeSpanClosedForm(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	if err := (Config{Profile: timing.Reference, ChunkTokens: 1, BudgetTokens: 1}).Validate(); err == nil {
+	if err := (Config{Profile: timing.Reference, Batch: Batch{ChunkTokens: 1, BudgetTokens: 1}}).Validate(); err == nil {
 		t.Error("budget 1 accepted")
 	}
 	defer func() {

@@ -196,8 +196,8 @@ func compare(t *testing.T, want, got tokenTimes, n int) {
 }
 
 func newEngine(b sim.Batch) *engine.Engine {
-	return engine.New(engine.Config{Profile: timing.Reference, ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens,
-		MaxSeqs: b.MaxSeqs, KVCapacityTokens: b.KVCapacityTokens})
+	return engine.New(engine.Config{Profile: timing.Reference, Batch: engine.Batch{ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens,
+		MaxSeqs: b.MaxSeqs, KVCapacityTokens: b.KVCapacityTokens}})
 }
 
 // One engine doing both phases (the aggregated arm): every token of every

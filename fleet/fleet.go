@@ -16,6 +16,7 @@ import (
 	"github.com/goccy/go-yaml"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/engine"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/timing"
 )
@@ -63,11 +64,9 @@ type Admission struct {
 	Depth int `yaml:"depth"`
 }
 
-// PrefixCache is the YAML form of the simulator's prefix-cache sizing.
-type PrefixCache struct {
-	BlockTokens    int   `yaml:"block_tokens"`
-	CapacityTokens int64 `yaml:"capacity_tokens"`
-}
+// PrefixCache is the prefix-cache sizing: engine.PrefixCache, the one type
+// the simulator and the stub engines share.
+type PrefixCache = engine.PrefixCache
 
 // Instances is either {count, profile} or a list of named instances.
 type Instances struct {
@@ -101,13 +100,9 @@ type KV struct {
 	Bandwidth float64 `yaml:"bandwidth"`
 }
 
-// Batch is the YAML form of the simulator's batch settings.
-type Batch struct {
-	ChunkTokens      int   `yaml:"chunk_tokens"`
-	BudgetTokens     int   `yaml:"budget_tokens"`
-	MaxSeqs          int   `yaml:"max_seqs"`
-	KVCapacityTokens int64 `yaml:"kv_capacity_tokens"`
-}
+// Batch is the batching settings: engine.Batch, the one type (and one
+// validation) the simulator and the stub engines share.
+type Batch = engine.Batch
 
 // Builtin returns the names of the built-in fleets.
 func Builtin() []string {
@@ -216,25 +211,13 @@ func (s *Spec) Validate() error {
 		}
 	}
 	if b := s.Batch; b != nil {
-		if b.ChunkTokens < 1 {
-			errs = append(errs, fmt.Errorf("batch.chunk_tokens: %d: expected >= 1", b.ChunkTokens))
-		}
-		if b.BudgetTokens < 2 {
-			errs = append(errs, fmt.Errorf("batch.budget_tokens: %d: expected >= 2", b.BudgetTokens))
-		}
-		if b.MaxSeqs < 0 {
-			errs = append(errs, fmt.Errorf("batch.max_seqs: %d: expected >= 0 (0 = no cap)", b.MaxSeqs))
-		}
-		if b.KVCapacityTokens < 0 {
-			errs = append(errs, fmt.Errorf("batch.kv_capacity_tokens: %d: expected >= 0 (0 = no bound)", b.KVCapacityTokens))
+		if err := b.Validate(); err != nil {
+			errs = append(errs, prefix("batch", err))
 		}
 	}
 	if pc := s.PrefixCache; pc != nil {
-		if pc.BlockTokens < 1 {
-			errs = append(errs, fmt.Errorf("prefix_cache.block_tokens: %d: expected >= 1", pc.BlockTokens))
-		}
-		if pc.CapacityTokens < 1 {
-			errs = append(errs, fmt.Errorf("prefix_cache.capacity_tokens: %d: expected >= 1", pc.CapacityTokens))
+		if err := pc.Validate(); err != nil {
+			errs = append(errs, prefix("prefix_cache", err))
 		}
 	}
 	if a := s.Admission; a != nil {

@@ -1,6 +1,10 @@
 package sim
 
-import "container/list"
+import (
+	"container/list"
+
+	eng "github.com/narwhal-bench/narwhal-bench/engine"
+)
 
 // PrefixCache configures each engine's prefix cache: KV blocks of prompts
 // it prefilled, kept by shared-prefix group, least recently used first out.
@@ -9,17 +13,13 @@ import "container/list"
 type PrefixCache struct {
 	// Enabled turns the cache on for the run.
 	Enabled bool `yaml:"enabled" json:"enabled"`
-	// BlockTokens is the KV block size, tokens (default 16, vLLM's):
-	// cached lengths are whole blocks.
-	BlockTokens int `yaml:"block_tokens" json:"block_tokens"`
-	// CapacityTokens is how many prompt tokens each engine keeps cached
-	// (default 200,000).
-	CapacityTokens int64 `yaml:"capacity_tokens" json:"capacity_tokens"`
+	// PrefixCache sizes it (the fleet file's prefix_cache).
+	eng.PrefixCache
 }
 
 // DefaultPrefixCache is the cache a run gets when it enables one without
 // sizing it.
-var DefaultPrefixCache = PrefixCache{Enabled: true, BlockTokens: 16, CapacityTokens: 200_000}
+var DefaultPrefixCache = PrefixCache{Enabled: true, PrefixCache: eng.DefaultPrefixCache}
 
 // prefixCache is one engine's LRU of prefix groups.
 type prefixCache struct {

@@ -5,50 +5,17 @@ import (
 	"fmt"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
+	eng "github.com/narwhal-bench/narwhal-bench/engine"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/timing"
 )
 
-// Batch configures one engine's continuous batching.
-type Batch struct {
-	// ChunkTokens is the most prompt tokens one prompt advances per
-	// iteration (chunked prefill). Default 2048, as the Narwhal reference.
-	ChunkTokens int `yaml:"chunk_tokens" json:"chunk_tokens"`
-	// BudgetTokens is the tokens one iteration schedules: one per running
-	// decode stream plus the prefill chunk tokens (vLLM's
-	// max_num_batched_tokens). Default 16384, the reference's number; the
-	// reference counted each stream's whole context against it instead.
-	BudgetTokens int `yaml:"budget_tokens" json:"budget_tokens"`
-	// MaxSeqs caps the running decode streams (vLLM's max_num_seqs); 0 means
-	// no cap beyond BudgetTokens. Default 0.
-	MaxSeqs int `yaml:"max_seqs" json:"max_seqs"`
-	// KVCapacityTokens bounds the context tokens an engine's running decode
-	// batch may hold; 0 means no bound. A decode leg that does not fit waits
-	// (FCFS) until streams finish: nothing is preempted. The check is at
-	// admission; streams may grow past it as they generate.
-	KVCapacityTokens int64 `yaml:"kv_capacity_tokens" json:"kv_capacity_tokens"`
-}
+// Batch configures one engine's continuous batching: eng.Batch (package engine), the
+// one type fleet files, the simulator and the stub engines share.
+type Batch = eng.Batch
 
 // DefaultBatch is the reference's chunk and budget.
-var DefaultBatch = Batch{ChunkTokens: 2048, BudgetTokens: 16384}
-
-// Validate reports every bad field.
-func (b Batch) Validate() error {
-	var errs []error
-	if b.ChunkTokens < 1 {
-		errs = append(errs, fmt.Errorf("chunk_tokens: %d: expected >= 1", b.ChunkTokens))
-	}
-	if b.BudgetTokens < 2 {
-		errs = append(errs, fmt.Errorf("budget_tokens: %d: expected >= 2", b.BudgetTokens))
-	}
-	if b.MaxSeqs < 0 {
-		errs = append(errs, fmt.Errorf("max_seqs: %d: expected >= 0 (0 = no cap)", b.MaxSeqs))
-	}
-	if b.KVCapacityTokens < 0 {
-		errs = append(errs, fmt.Errorf("kv_capacity_tokens: %d: expected >= 0 (0 = no bound)", b.KVCapacityTokens))
-	}
-	return errors.Join(errs...)
-}
+var DefaultBatch = eng.DefaultBatch
 
 // Config describes the simulated fleet.
 type Config struct {
@@ -100,9 +67,10 @@ func (c *Config) Validate() error {
 	if err := c.Batch.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("batch: %w", err))
 	}
-	if c.Cache.Enabled && (c.Cache.BlockTokens < 1 || c.Cache.CapacityTokens < 1) {
-		errs = append(errs, fmt.Errorf("prefix_cache: block_tokens %d, capacity_tokens %d: expected both >= 1",
-			c.Cache.BlockTokens, c.Cache.CapacityTokens))
+	if c.Cache.Enabled {
+		if err := c.Cache.PrefixCache.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("prefix_cache: %w", err))
+		}
 	}
 	if c.DrainLimit < 0 {
 		errs = append(errs, fmt.Errorf("drain_limit: %v: expected >= 0", c.DrainLimit))

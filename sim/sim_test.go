@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
+	eng "github.com/narwhal-bench/narwhal-bench/engine"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/timing"
 )
@@ -163,7 +164,7 @@ func BenchmarkRun(b *testing.B) {
 // on another engine, it pays the whole T(n).
 func TestPrefixCache(t *testing.T) {
 	cfg := refConfig(2)
-	cfg.Cache = PrefixCache{Enabled: true, BlockTokens: 16, CapacityTokens: 100000}
+	cfg.Cache = PrefixCache{Enabled: true, PrefixCache: eng.PrefixCache{BlockTokens: 16, CapacityTokens: 100000}}
 	reqs := []Request{
 		{At: 0, InputTokens: 6000, OutputTokens: 1, PrefixGroup: 7, PrefixTokens: 5010},
 		{At: 10 * event.Second, InputTokens: 6500, OutputTokens: 1, PrefixGroup: 7, PrefixTokens: 5010},
@@ -188,7 +189,7 @@ func TestPrefixCache(t *testing.T) {
 // The cache keeps whole blocks, refreshes on use and evicts the least
 // recently used group beyond its capacity.
 func TestPrefixCacheLRU(t *testing.T) {
-	c := newPrefixCache(PrefixCache{Enabled: true, BlockTokens: 10, CapacityTokens: 100})
+	c := newPrefixCache(PrefixCache{Enabled: true, PrefixCache: eng.PrefixCache{BlockTokens: 10, CapacityTokens: 100}})
 	c.insert(1, 45) // 40 tokens
 	c.insert(2, 50) // 50 tokens: 90 used
 	if c.lookup(1, 1000) != 40 {

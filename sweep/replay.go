@@ -165,8 +165,7 @@ func Replay(src *ReplaySource, cfg ReplayConfig) (run Run, err error) {
 func SimConfig(fl *fleet.Spec, slo event.SLO, cache bool) sim.Config {
 	c := sim.Config{Profiles: fl.Profiles(), Pinned: fl.Pins(), SLO: slo, KV: fl.KVModel(), Batch: sim.DefaultBatch}
 	if b := fl.Batch; b != nil {
-		c.Batch = sim.Batch{ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens, MaxSeqs: b.MaxSeqs,
-			KVCapacityTokens: b.KVCapacityTokens}
+		c.Batch = *b
 	}
 	if cache {
 		c.Cache = sim.DefaultPrefixCache

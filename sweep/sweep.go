@@ -214,13 +214,12 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	simCfg := sim.Config{Profiles: cfg.Fleet.Profiles(), Pinned: cfg.Fleet.Pins(), SLO: slo, KV: cfg.Fleet.KVModel(), Batch: sim.DefaultBatch}
 	if b := cfg.Fleet.Batch; b != nil {
-		simCfg.Batch = sim.Batch{ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens, MaxSeqs: b.MaxSeqs,
-			KVCapacityTokens: b.KVCapacityTokens}
+		simCfg.Batch = *b
 	}
 	if cfg.PrefixCache {
 		simCfg.Cache = sim.DefaultPrefixCache
 		if pc := cfg.Fleet.PrefixCache; pc != nil {
-			simCfg.Cache.BlockTokens, simCfg.Cache.CapacityTokens = pc.BlockTokens, pc.CapacityTokens
+			simCfg.Cache.PrefixCache = *pc
 		}
 	}
 	simCfg.DrainLimit = cfg.Fleet.Drain()

@@ -17,19 +17,19 @@ var allowed = map[string][]string{
 	"timing":  {"event"},
 	"core":    {"event", "timing"},
 	"engine":  {"event", "timing"},
-	"sim":     {"core", "event", "timing"},
+	"sim":     {"core", "engine", "event", "timing"},
 	"traces":  {"event"},
-	"fleet":   {"core", "event", "timing"},
+	"fleet":   {"core", "engine", "event", "timing"},
 	"journal": {"event"},
 	"score":   {"event"},
 	"report":  {"event", "journal", "score"},
 	"live":    {"core", "engine", "event", "timing", "fleet", "journal"},
-	"sweep":   {"core", "event", "fleet", "journal", "score", "sim", "timing", "traces"},
+	"sweep":   {"core", "engine", "event", "fleet", "journal", "score", "sim", "timing", "traces"},
 }
 
 // noPlotting are the packages of the simulator's dependency graph: none may
 // reach a plotting library (scoring lives in score/, drawing in report/).
-var noPlotting = []string{"event", "timing", "core", "sim", "traces", "fleet", "journal", "score", "sweep"}
+var noPlotting = []string{"event", "timing", "core", "engine", "sim", "traces", "fleet", "journal", "score", "sweep"}
 
 // forbiddenInCore are imports that would give the core a clock, I/O,
 // global randomness or logging (ARCHITECTURE: "one core, two clocks").

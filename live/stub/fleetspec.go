@@ -24,8 +24,7 @@ func FromFleet(spec *fleet.Spec, basePort int, opts *Options) ([]Instance, error
 	out := make([]Instance, len(profiles))
 	for i, p := range profiles {
 		in := Instance{ID: "e" + strconv.Itoa(i),
-			Engine: engine.Config{Profile: p, ChunkTokens: b.ChunkTokens, BudgetTokens: b.BudgetTokens,
-				MaxSeqs: b.MaxSeqs, KVCapacityTokens: b.KVCapacityTokens}}
+			Engine: engine.Config{Profile: p, Batch: b}}
 		var raw string
 		if i < len(spec.Instances.List) {
 			x := spec.Instances.List[i]

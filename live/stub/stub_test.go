@@ -33,7 +33,7 @@ func startNamed(t *testing.T, prefix string, n int, opts Options) *Fleet {
 	var insts []Instance
 	for i := range n {
 		insts = append(insts, Instance{ID: prefix + string(rune('0'+i)), Addr: "127.0.0.1:0",
-			Engine: engine.Config{Profile: timing.Reference, KVCapacityTokens: 100000}})
+			Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{KVCapacityTokens: 100000}}})
 	}
 	f, err := NewFleet(opts, insts)
 	if err != nil {
