@@ -56,14 +56,31 @@ func (r *Router) health(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte(`{"status":"ok"}`))
 }
 
-func (r *Router) models(w http.ResponseWriter, _ *http.Request) {
-	model := r.cfg.Model
-	if model == "" {
-		model = "narwhal"
+func (r *Router) models(w http.ResponseWriter, q *http.Request) {
+	if r.cfg.Model == "" {
+		// The router serves whatever the engines serve: ask the first
+		// that answers.
+		for _, e := range r.engines {
+			hq, _ := http.NewRequestWithContext(q.Context(), http.MethodGet, e.base+"/v1/models", nil)
+			resp, err := r.client.Do(hq)
+			if err != nil {
+				continue
+			}
+			body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				continue
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(body)
+			return
+		}
+		api.WriteError(w, api.Unavailable("no engine answered GET /v1/models", time.Second))
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{
-		{"id": model, "object": "model", "created": r.start.Unix(), "owned_by": "narwhal-bench"}}})
+		{"id": r.cfg.Model, "object": "model", "created": r.start.Unix(), "owned_by": "narwhal-bench"}}})
 }
 
 func (r *Router) stateHandler(w http.ResponseWriter, _ *http.Request) {

@@ -522,3 +522,23 @@ func TestTimeouts(t *testing.T) {
 		t.Fatalf("rows %+v: expected a timeout failure after some tokens", rows)
 	}
 }
+
+// GET /v1/models names the configured model, or relays the engines' list
+// when the router accepts any model.
+func TestModels(t *testing.T) {
+	for _, model := range []string{"stub", ""} {
+		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) { c.Model = model }})
+		resp, err := http.Get(r.url + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Data []struct{ ID string } `json:"data"`
+		}
+		json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(list.Data) != 1 || list.Data[0].ID != "stub" {
+			t.Fatalf("model %q: status %d, list %+v", model, resp.StatusCode, list)
+		}
+	}
+}
