@@ -464,103 +464,6 @@ func (l *leg) prefilled() bool {
 	return true
 }
 
-// chunkView is what the router reads of a streamed chunk.
-type chunkView struct {
-	Choices []struct {
-		Text  *string `json:"text"`
-		Delta *struct {
-			Content *string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
-	Error json.RawMessage `json:"error"`
-}
-
-// chunkInfo is what one streamed event says: how many choices carry text,
-// its finish reason (last seen), its usage's completion tokens (-1 when
-// none), and whether it is an error event.
-type chunkInfo struct {
-	tokens int
-	finish string
-	usage  int
-	err    bool
-}
-
-var (
-	markText    = []byte(`"text":"`)
-	markContent = []byte(`"content":"`)
-	markFinish  = []byte(`"finish_reason":"`)
-	markUsage   = []byte(`"completion_tokens":`)
-	markError   = []byte(`"error":`)
-	markChoices = []byte(`"choices":[`)
-)
-
-// readChunk reads an event of a vLLM stream. vLLM writes compact JSON, so
-// a byte scan for its keys finds what the router needs without decoding
-// the event (a JSON string cannot hold these keys unescaped, and n is
-// always 1); anything else (another spacing, no choices list) is decoded
-// in full.
-func readChunk(p []byte) (chunkInfo, bool) {
-	c := chunkInfo{usage: -1}
-	if !bytes.Contains(p, markChoices) {
-		return slowChunk(p)
-	}
-	if bytes.Contains(p, markError) {
-		c.err = true
-		return c, true
-	}
-	for _, m := range [][]byte{markText, markContent} {
-		if i := bytes.Index(p, m); i >= 0 && i+len(m) < len(p) && p[i+len(m)] != '"' {
-			c.tokens = 1
-		}
-	}
-	if i := bytes.Index(p, markFinish); i >= 0 {
-		rest := p[i+len(markFinish):]
-		if j := bytes.IndexByte(rest, '"'); j >= 0 {
-			c.finish = string(rest[:j])
-		}
-	}
-	if i := bytes.Index(p, markUsage); i >= 0 {
-		rest := p[i+len(markUsage):]
-		j := 0
-		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
-			j++
-		}
-		if n, err := strconv.Atoi(string(rest[:j])); err == nil {
-			c.usage = n
-		}
-	}
-	return c, true
-}
-
-// slowChunk decodes an event in full; false when it is not JSON.
-func slowChunk(p []byte) (chunkInfo, bool) {
-	c := chunkInfo{usage: -1}
-	var v chunkView
-	if json.Unmarshal(p, &v) != nil {
-		return c, false
-	}
-	if len(v.Error) > 0 && string(v.Error) != "null" {
-		c.err = true
-		return c, true
-	}
-	for _, ch := range v.Choices {
-		if (ch.Text != nil && *ch.Text != "") || (ch.Delta != nil && ch.Delta.Content != nil && *ch.Delta.Content != "") {
-			c.tokens++
-		}
-		if ch.FinishReason != nil {
-			c.finish = *ch.FinishReason
-		}
-	}
-	if v.Usage != nil {
-		c.usage = v.Usage.CompletionTokens
-	}
-	return c, true
-}
-
 // relay copies a streamed answer to the client event by event, timing
 // every token, and journals how it ended. A stream that breaks after the
 // client got its status ends with an error event, never silently.
@@ -598,18 +501,18 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			break
 		}
 		timer.Reset(l.r.cfg.ReadTimeout)
-		if c, ok := readChunk(payload); ok {
-			if c.err {
+		if c, ok := api.ReadChunk(payload); ok {
+			if c.Err != nil {
 				l.r.endFlight(l.f, event.KindFail, event.CauseBadGateway)
 				_ = sw.SendRaw(payload)
 				return
 			}
-			n := c.tokens
-			if c.finish != "" {
-				finish = c.finish
+			n := c.Tokens
+			if c.Finish != "" {
+				finish = c.Finish
 			}
-			if c.usage >= 0 {
-				usage = c.usage
+			if c.Usage >= 0 {
+				usage = c.Usage
 			}
 			if n > 0 {
 				now := time.Now()

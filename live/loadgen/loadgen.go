@@ -342,21 +342,6 @@ func (r *runner) body(i int, it *Item) ([]byte, error) {
 	return json.Marshal(b)
 }
 
-// chunk is what the generator reads of a streamed chunk.
-type chunk struct {
-	Choices []struct {
-		Text  *string `json:"text"`
-		Delta *struct {
-			Content *string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
-	Error json.RawMessage `json:"error"`
-}
-
 // since is the time from the run's start.
 func (r *runner) since() time.Duration { return time.Since(r.start) }
 
@@ -418,25 +403,20 @@ func (r *runner) one(i int, it *Item, body []byte) {
 		if done {
 			break
 		}
-		var c chunk
-		if json.Unmarshal(payload, &c) != nil {
+		c, ok := api.ReadChunk(payload)
+		if !ok {
 			continue
 		}
-		if len(c.Error) > 0 && string(c.Error) != "null" {
-			o.Err, o.End = "error event: "+shorten(string(c.Error)), r.since()
+		if c.Err != nil {
+			o.Err, o.End = "error event: "+shorten(string(c.Err)), r.since()
 			return
 		}
-		n := 0
-		for _, ch := range c.Choices {
-			if (ch.Text != nil && *ch.Text != "") || (ch.Delta != nil && ch.Delta.Content != nil && *ch.Delta.Content != "") {
-				n++
-			}
-			if ch.FinishReason != nil {
-				o.Finish = *ch.FinishReason
-			}
+		n := c.Tokens
+		if c.Finish != "" {
+			o.Finish = c.Finish
 		}
-		if c.Usage != nil {
-			usage = c.Usage.CompletionTokens
+		if c.Usage >= 0 {
+			usage = c.Usage
 		}
 		if n > 0 {
 			now := time.Now()

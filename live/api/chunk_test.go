@@ -1,0 +1,48 @@
+package api
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// The byte scan of a streamed event agrees with decoding it in full, on
+// the shapes vLLM and the stubs write, and falls back to decoding for
+// anything else.
+func TestReadChunk(t *testing.T) {
+	enc := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	fin := "length"
+	word := " engine"
+	empty := ""
+	cases := map[string]string{
+		"completion token":  enc(Response{ID: "cmpl-1", Object: ObjectCompletion, Choices: []Choice{TextChoice(word, "")}}),
+		"completion finish": enc(Response{ID: "cmpl-1", Object: ObjectCompletion, Choices: []Choice{TextChoice(word, fin)}}),
+		"empty text":        enc(Response{ID: "cmpl-1", Object: ObjectCompletion, Choices: []Choice{{Text: &empty}}}),
+		"chat role only":    enc(Response{ID: "c", Object: ObjectChatChunk, Choices: []Choice{DeltaChoice("assistant", "", "")}}),
+		"chat token":        enc(Response{ID: "c", Object: ObjectChatChunk, Choices: []Choice{DeltaChoice("", word, "")}}),
+		"chat finish":       enc(Response{ID: "c", Object: ObjectChatChunk, Choices: []Choice{DeltaChoice("", word, "stop")}}),
+		"usage":             enc(Response{ID: "c", Object: ObjectChatChunk, Choices: []Choice{}, Usage: NewUsage(12, 345)}),
+		"escaped quote":     `{"id":"x","choices":[{"index":0,"text":"say \"text\":\"hi\"","finish_reason":null}]}`,
+		"vllm completion":   `{"id":"cmpl-abc","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" the","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}`,
+		"vllm chat":         `{"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" the"},"logprobs":null,"finish_reason":null}]}`,
+		"spaced":            `{"id": "x", "choices": [{"index": 0, "text": " spaced", "finish_reason": "stop"}]}`,
+		"error event":       `{"error": {"object": "error", "message": "boom", "type": "InternalServerError", "code": 500}}`,
+	}
+	for name, p := range cases {
+		fast, ok1 := ReadChunk([]byte(p))
+		slow, ok2 := decodeChunk([]byte(p))
+		if !ok1 || !ok2 || fast.Tokens != slow.Tokens || fast.Finish != slow.Finish || fast.Usage != slow.Usage || string(fast.Err) != string(slow.Err) {
+			t.Errorf("%s: scan %+v (%v), decode %+v (%v)\n%s", name, fast, ok1, slow, ok2, p)
+		}
+	}
+	if _, ok := ReadChunk([]byte("not json")); ok {
+		t.Error("a payload that is not JSON read as a chunk")
+	}
+}
+
+// An error event's object comes back whole.
+func TestReadChunkError(t *testing.T) {
+	c, ok := ReadChunk([]byte(`{"error": {"message": "boom", "code": 500}}`))
+	if !ok || string(c.Err) != `{"message": "boom", "code": 500}` {
+		t.Fatalf("chunk %+v, %v", c, ok)
+	}
+}
