@@ -136,6 +136,14 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 			cfg.Rates[i] *= speedup
 		}
 	}
+	seenRate := map[float64]bool{}
+	for i, r := range cfg.Rates {
+		cfg.Rates[i] = CanonRate(r)
+		if seenRate[cfg.Rates[i]] {
+			return cfg, nil, optErr("rates", fmt.Errorf("%v req/s given twice (after rounding to %d significant digits): expected each rate once", cfg.Rates[i], RateDigits))
+		}
+		seenRate[cfg.Rates[i]] = true
+	}
 	for _, r := range cfg.Rates {
 		if err := checkScale(tr, r, base); err != nil {
 			name := "rates"

@@ -82,6 +82,7 @@ func simCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "arms", Usage: armsUsage()},
 			&cli.StringFlag{Name: "rates", Usage: "mean arrival rates: req/s (2.4), multiples of the trace's base rate (1.5x), or ranges FROM..TO/STEP (0.5x..2x/0.25x); default: the trace's own rate"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for the trace's random draws, 0 or more", DefaultText: "the trace's seed"},
+			&cli.StringFlag{Name: "seeds", Usage: "run the sweep once per seed and print each cell and sustained rate as mean [95% interval] (min, max under 5 seeds): a count N (the trace's seed, or --seed, and the N-1 after it), a list (1,2,3) or a range (1..5)"},
 			&cli.StringFlag{Name: "fleet", Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file (default: the trace's fleet, else demo)"},
 			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
@@ -109,6 +110,26 @@ func simCommand(stderr io.Writer) *cli.Command {
 			cfg.Progress = progressBar(stderr)
 			cfg.Context = ctx
 			dir := c.String("journal")
+			if c.IsSet("seeds") {
+				if dir != "" {
+					return usageError{fmt.Errorf("--seeds with --journal: journal one seed per sweep, or use an experiment file's seeds: list with narwhal-bench run")}
+				}
+				seeds, err := sweep.ParseSeeds(c.String("seeds"), cfg.Seed)
+				if err != nil {
+					return usageError{fmt.Errorf("--seeds %w", err)}
+				}
+				cfg.Progress = nil
+				m, err := sweep.ExecuteSeeds(cfg, seeds)
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					enc := json.NewEncoder(c.Root().Writer)
+					enc.SetIndent("", "  ")
+					return enc.Encode(m)
+				}
+				return sweep.WriteMultiTable(c.Root().Writer, m)
+			}
 			if dir == "" {
 				for _, f := range []string{"resume", "force", "no-parquet"} {
 					if c.IsSet(f) {
