@@ -32,7 +32,7 @@ type Controller interface {
 	NextTick() event.Time
 }
 
-var staticRE = regexp.MustCompile(`^static:(\d+)P(\d+)D$`)
+var staticRE = regexp.MustCompile(`^static:(\d+)P(\d+)D(/alg1)?$`)
 
 // NewController builds the controller an arm name asks for, for a fleet of n
 // instances. Known arms: "static:kPmD" (k+m must equal n) and "aggregated".
@@ -43,7 +43,7 @@ func NewController(arm string, n int) (Controller, error) {
 		if p < 1 || d < 1 || p+d != n {
 			return nil, fmt.Errorf("arm %q: %dP%dD on %d instances: expected k>=1 prefill and m>=1 decode with k+m = %d", arm, p, d, n, n)
 		}
-		return &Static{Prefill: p}, nil
+		return &Static{Prefill: p, Alg1: m[3] != ""}, nil
 	}
 	switch arm {
 	case "aggregated":
@@ -60,10 +60,10 @@ func NewController(arm string, n int) (Controller, error) {
 		return &Dynamo{Cfg: DefaultDynamo}, nil
 	case "ray":
 		return &Ray{Cfg: DefaultRay}, nil
-	case "oracle":
+	case "oracle", "phase-oracle":
 		return nil, fmt.Errorf("arm %q: the oracle needs a schedule chosen in hindsight; the sweep builds it (core.Scheduled)", arm)
 	}
-	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, dynamo, ray, oracle, aggregated, static:kPmD (e.g. static:3P5D)", arm)
+	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, dynamo, ray, oracle, phase-oracle, aggregated, static:kPmD/alg1, static:kPmD (e.g. static:3P5D)", arm)
 }
 
 // StaticArms lists static:1P(n-1)D through static:(n-1)P1D.
@@ -79,9 +79,13 @@ func StaticArms(n int) []string {
 // rest decode, forever. Prefill goes to the prefill instance with the fewest
 // resident prompt tokens, decode to the decode instance with the fewest
 // resident context tokens (ties to the lowest index), as the Narwhal
-// reference's static arms do.
+// reference's static arms do. With Alg1 (the arm static:kPmD/alg1) both
+// legs are placed by Algorithm 1 without inline flips instead, as the
+// adaptive arm and the oracle place them: the same split with the
+// controllers' placement, so routing and role control can be told apart.
 type Static struct {
 	Prefill int
+	Alg1    bool
 }
 
 // Name implements Controller.
@@ -105,11 +109,17 @@ func (s *Static) Init(c *View) error {
 
 // PlacePrefill implements Controller.
 func (s *Static) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
+	if s.Alg1 {
+		return owned{}.PlacePrefill(c, r)
+	}
 	return argmin(c, event.RolePrefill, func(in *Instance) int64 { return in.PrefillTokens }), event.CauseNone
 }
 
 // PlaceDecode implements Controller.
 func (s *Static) PlaceDecode(c *View, r Request) event.Instance {
+	if s.Alg1 {
+		return owned{}.PlaceDecode(c, r)
+	}
 	return argmin(c, event.RoleDecode, func(in *Instance) int64 { return in.DecodeTokens })
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,9 +106,9 @@ func (s *stopper) Record(*event.Record) {
 	}
 }
 
-// RunName names a run: the arm with ':' as '-', '@', the rate.
+// RunName names a run: the arm with ':' and '/' as '-', '@', the rate.
 func RunName(arm string, rate float64) string {
-	return strings.ReplaceAll(arm, ":", "-") + "@" + fmtRate(rate)
+	return strings.NewReplacer(":", "-", "/", "-").Replace(arm) + "@" + fmtRate(rate)
 }
 
 // Run is one (arm, rate) cell's result.
@@ -147,10 +148,21 @@ type Run struct {
 	SimSeconds float64 `json:"sim_seconds"`
 }
 
-// OracleSplits is the hindsight split chosen for each phase at one rate.
+// OracleSplits is the hindsight split chosen for each phase at one rate
+// (the phase-oracle's schedule, and the yardstick of adaptation lag) and,
+// when the oracle arm is in the sweep, what the oracle plays there.
 type OracleSplits struct {
 	Rate    float64 `json:"rate"`
 	Prefill []int   `json:"prefill"`
+	// Source is "window search" when the oracle plays its searched
+	// schedule (Windows, one split per window of WindowSeconds, cut at
+	// phase bounds too), or "arm NAME" when a rival arm qualified more
+	// requests than any schedule found, so the oracle plays that arm.
+	Source        string  `json:"source,omitempty"`
+	WindowSeconds float64 `json:"window_s,omitempty"`
+	Windows       []int   `json:"windows,omitempty"`
+	// Replays is how many whole-trace replays the window search made.
+	Replays int `json:"replays,omitempty"`
 }
 
 // Result is a whole sweep.
@@ -247,10 +259,11 @@ func Execute(cfg Config) (*Result, error) {
 		ctx = context.Background()
 	}
 	n := cfg.Fleet.Size()
-	needOracle := false
+	needOracle, needBound := false, false
 	for _, a := range cfg.Arms {
-		if a == "oracle" {
+		if a == "oracle" || a == "phase-oracle" {
 			needOracle = true
+			needBound = needBound || a == "oracle"
 			continue
 		}
 		if _, err := core.NewController(a, n); err != nil {
@@ -309,6 +322,9 @@ func Execute(cfg Config) (*Result, error) {
 	if needOracle {
 		total += len(rates)
 	}
+	if needBound {
+		total += len(rates)
+	}
 	var done atomic.Int64
 	tick := func() {
 		if cfg.Progress != nil {
@@ -336,6 +352,37 @@ func Execute(cfg Config) (*Result, error) {
 			res.Oracle = append(res.Oracle, o)
 		}
 	}
+	plans := make([]*boundPlan, len(rates))
+	if needBound {
+		rivals := BoundRivals(n)
+		for _, a := range cfg.Arms {
+			if a != "oracle" && a != "phase-oracle" && !slices.Contains(rivals, a) {
+				rivals = append(rivals, a)
+			}
+		}
+		err := parallel(ctx, len(rates), workers, func(i int) error {
+			p, err := bound(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals)
+			plans[i] = p
+			tick()
+			return err
+		})
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (during the oracle's search): %w", ErrInterrupted, context.Cause(ctx))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sweep: oracle: %w", err)
+		}
+		for i, p := range plans {
+			o := &res.Oracle[i]
+			o.Replays = p.evals
+			if p.arm != "" {
+				o.Source = "arm " + p.arm
+				continue
+			}
+			o.Source, o.Windows = "window search", p.splits
+			o.WindowSeconds = BoundWindow(cfg.Trace.Bounds(rates[i]/base)[len(cfg.Trace.Bounds(rates[i]/base))-1]).Seconds()
+		}
+	}
 	jobs := make(chan int)
 	errs := make([]error, len(res.Runs))
 	var wg sync.WaitGroup
@@ -351,7 +398,7 @@ func Execute(cfg Config) (*Result, error) {
 					Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
 				meta.ConfigHash = configHash(simCfg, meta)
 				errs[k] = guard(func() (err error) {
-					res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
+					res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], plans[ri], &fold, cfg.Journal, meta)
 					return err
 				})
 				tick()
@@ -384,15 +431,23 @@ dispatch:
 }
 
 func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo event.SLO,
-	targets []score.PhaseTarget, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
+	targets []score.PhaseTarget, plan *boundPlan, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
 	var ctrl core.Controller
-	if arm == "oracle" {
+	switch {
+	case arm == "phase-oracle":
 		steps := make([]core.ScheduleStep, len(targets))
 		for i, t := range targets {
 			steps[i] = core.ScheduleStep{At: t.Start, Prefill: t.Prefill}
 		}
-		ctrl = &core.Scheduled{Arm: "oracle", Steps: steps}
-	} else {
+		ctrl = &core.Scheduled{Arm: "phase-oracle", Steps: steps}
+	case arm == "oracle" && plan.arm != "":
+		var err error
+		if ctrl, err = core.NewController(plan.arm, n); err != nil {
+			return Run{}, err
+		}
+	case arm == "oracle":
+		ctrl = &core.Scheduled{Arm: "oracle", Steps: plan.steps()}
+	default:
 		var err error
 		if ctrl, err = core.NewController(arm, n); err != nil {
 			return Run{}, err
@@ -505,7 +560,7 @@ feed:
 
 // CheckArm reports whether arm names a known arm for a fleet of n.
 func CheckArm(arm string, n int) error {
-	if arm == "oracle" {
+	if arm == "oracle" || arm == "phase-oracle" {
 		if n < 2 {
 			return fmt.Errorf("arm oracle: %d instance: expected at least 2", n)
 		}
