@@ -380,7 +380,7 @@ func Execute(cfg Config) (*Result, error) {
 				continue
 			}
 			o.Source, o.Windows = "window search", p.splits
-			o.WindowSeconds = BoundWindow(cfg.Trace.Bounds(rates[i]/base)[len(cfg.Trace.Bounds(rates[i]/base))-1]).Seconds()
+			o.WindowSeconds = BoundWindow(cfg.Trace.Bounds(rates[i] / base)[len(cfg.Trace.Bounds(rates[i]/base))-1]).Seconds()
 		}
 	}
 	jobs := make(chan int)

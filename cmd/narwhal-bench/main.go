@@ -79,6 +79,8 @@ func simCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), a trace YAML file, a Mooncake .jsonl or Azure .csv file, or files joined with + to play one after another"},
 			&cli.StringFlag{Name: "trace-format", Usage: "force the trace format: spec, mooncake or azure (default: by file extension)"},
 			&cli.Float64Flag{Name: "speedup", Value: 1, Usage: "multiply every rate by this factor (2 plays a trace twice as fast)"},
+			&cli.Float64Flag{Name: "arrival-cv", Usage: "redraw a synthetic trace's arrivals from a gamma process with this coefficient of variation of the gaps (1 = as bursty as Poisson, 2 and 4 burstier)"},
+			&cli.Float64Flag{Name: "batch-mean", Usage: "send arrivals in batches at one instant, batch sizes geometric with this mean (> 1; synthetic and imported traces)"},
 			&cli.StringFlag{Name: "arms", Usage: armsUsage()},
 			&cli.StringFlag{Name: "rates", Usage: "mean arrival rates: req/s (2.4), multiples of the trace's base rate (1.5x), or ranges FROM..TO/STEP (0.5x..2x/0.25x); default: the trace's own rate"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for the trace's random draws, 0 or more", DefaultText: "the trace's seed"},
@@ -204,7 +206,8 @@ func exportCommand() *cli.Command {
 func simConfig(c *cli.Command) (sweep.Config, error) {
 	o := sweep.Options{Trace: c.String("trace"), TraceFormat: c.String("trace-format"), Fleet: c.String("fleet"),
 		TTFT: c.String("ttft-slo"), TPOT: c.String("tpot-slo"), Rates: c.String("rates"), Speedup: c.Float64("speedup"),
-		PrefixCache: c.Bool("prefix-cache"), Admission: c.String("admission"), Workers: int(c.Int("workers")), Version: version}
+		PrefixCache: c.Bool("prefix-cache"), Admission: c.String("admission"), Workers: int(c.Int("workers")), Version: version,
+		ArrivalCV: c.Float64("arrival-cv"), BatchMean: c.Float64("batch-mean")}
 	if c.IsSet("speedup") && !(o.Speedup > 0) {
 		return sweep.Config{}, usageError{fmt.Errorf("--speedup %v: expected a factor > 0", o.Speedup)}
 	}
