@@ -191,7 +191,9 @@ func (m *Multi) summarise() {
 				cross = append(cross, *c)
 			}
 		}
-		m.Sustained[a] = StatOf(sus)
+		st := StatOf(sus)
+		st.Lo = max(st.Lo, 0) // a rate: the interval is clipped at 0
+		m.Sustained[a] = st
 		if len(cross) > 0 {
 			m.Crossing[a] = StatOf(cross)
 		}
