@@ -21,7 +21,7 @@ build:
 install:
 	$(GO) install ./cmd/narwhal-bench ./cmd/narwhal-report
 
-## campaign: the seed evaluation (chatdoc and mixed x prefix caching off/on x
+## campaign: the seed evaluation (chatdoc and mixed x prefix caching off/on x seeds 1-5 x
 ## adaptive, dynamo, ray), regenerating docs/evaluation.md and its plots.
 campaign: build
 	campaigns/seed-eval.sh out/seed-eval

@@ -86,7 +86,7 @@ func (d *Dynamo) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) 
 		return event.NoInstance, event.CauseOverload
 	}
 	i := c.algorithm1(r, false, placeOptions{})
-	if c.inst[i].PrefillWork > d.Cfg.BusyTTFT*c.ttftS {
+	if d.Cfg.BusyTTFT > 0 && c.inst[i].PrefillWork > d.Cfg.BusyTTFT*c.ttftS {
 		return event.NoInstance, event.CauseOverload
 	}
 	return i, event.CauseNone
@@ -170,24 +170,53 @@ func (d *Dynamo) throughputTarget(c *View) (int, string) {
 	return p, fmt.Sprintf("ISL %.0f, OSL %.0f, %d requests: need %.0fP %.0fD", isl, osl, d.reqs, needP, needD)
 }
 
-// startWorkers moves engines one at a time toward want prefill engines,
-// the least busy first; each moved engine serves again only after delay.
+// startWorkers moves engines one at a time toward want prefill engines;
+// each moved engine serves again only after delay. As Kubernetes removes
+// pods on a scale-down, a worker still starting goes first (it serves
+// nothing yet); a serving worker is removed only when another worker of its
+// role serves, so a pool never loses its last serving worker while the
+// others are still starting.
 func (c *View) startWorkers(want int, delay event.Time, why string) {
 	for {
 		P := c.Count(event.RolePrefill)
 		if P == want {
 			return
 		}
-		to := event.RolePrefill
+		to, from := event.RolePrefill, event.RoleDecode
 		if P > want {
-			to = event.RoleDecode
+			to, from = event.RoleDecode, event.RolePrefill
 		}
-		m := pickMover(c, to)
-		if m == event.NoInstance || c.Count(c.inst[m].Role) <= 1 {
+		if c.Count(from) <= 1 {
 			return
+		}
+		m := event.NoInstance
+		for i := range c.inst {
+			if in := &c.inst[i]; in.Role == from && !in.Online(c.now) && !in.Pinned {
+				m = event.Instance(i)
+				break
+			}
+		}
+		if m == event.NoInstance {
+			if c.onlineCount(from) <= 1 {
+				return
+			}
+			if m = pickMover(c, to); m == event.NoInstance {
+				return
+			}
 		}
 		c.Move(m, to, c.now+delay, event.CauseController, why)
 	}
+}
+
+// onlineCount is how many instances of role r serve now.
+func (c *View) onlineCount(r event.Role) int {
+	n := 0
+	for i := range c.inst {
+		if c.inst[i].Role == r && c.inst[i].Online(c.now) {
+			n++
+		}
+	}
+	return n
 }
 
 // ratioRange returns the smallest and largest ratio over the online
@@ -234,8 +263,9 @@ type RayConfig struct {
 	// MinReplicas per deployment (default 1).
 	MinReplicas int
 	// MaxOngoing is max_ongoing_requests per replica: beyond it a request
-	// finds no replica and fails with HTTP 503 (default 64, an assumption
-	// for LLM replicas; Ray Serve's generic default is 5).
+	// finds no replica and fails with HTTP 503. 0, the default, is no cap:
+	// Ray Serve LLM's builder sets it to 1e9
+	// (RAY_SERVE_LLM_DEFAULT_MAX_ONGOING_REQUESTS).
 	MaxOngoing int
 	// StartupDelay is how long a new replica takes to serve.
 	StartupDelay event.Time
@@ -243,7 +273,7 @@ type RayConfig struct {
 
 // DefaultRay is the Ray Serve LLM model's configuration.
 var DefaultRay = RayConfig{TargetOngoing: 2, UpscaleDelay: 30 * event.Second, DownscaleDelay: 600 * event.Second,
-	LookBack: 30 * event.Second, Metrics: 10 * event.Second, MinReplicas: 1, MaxOngoing: 64,
+	LookBack: 30 * event.Second, Metrics: 10 * event.Second, MinReplicas: 1, MaxOngoing: 0,
 	StartupDelay: DefaultStartupDelay}
 
 // Ray models Ray Serve LLM's prefill/decode deployment: the prefill and
@@ -300,7 +330,7 @@ func (r *Ray) least(c *View, role event.Role) event.Instance {
 		if role == event.RoleDecode {
 			n = in.DecodeCount
 		}
-		if n >= r.Cfg.MaxOngoing {
+		if r.Cfg.MaxOngoing > 0 && n >= r.Cfg.MaxOngoing {
 			continue
 		}
 		if best == event.NoInstance || n < bestN {
@@ -363,9 +393,13 @@ func (r *Ray) Tick(c *View) bool {
 				r.upSince[k] = c.now
 			}
 			if c.now-r.upSince[k] >= r.Cfg.UpscaleDelay {
-				if i := c.firstRole(event.RoleNone); i != event.NoInstance {
+				for add := desired - cur; add > 0; add-- {
+					i := c.firstRole(event.RoleNone)
+					if i == event.NoInstance {
+						break
+					}
 					c.Move(i, role, c.now+r.Cfg.StartupDelay, event.CauseController,
-						fmt.Sprintf("ray: %s ongoing %.1f per replica over target %.0f", role, avg/float64(cur), r.Cfg.TargetOngoing))
+						fmt.Sprintf("ray: %s ongoing %.1f per replica over target %g: %d replicas wanted", role, avg/float64(cur), r.Cfg.TargetOngoing, desired))
 				}
 				r.upSince[k] = c.now
 			}
@@ -375,7 +409,11 @@ func (r *Ray) Tick(c *View) bool {
 				r.dnSince[k] = c.now
 			}
 			if c.now-r.dnSince[k] >= r.Cfg.DownscaleDelay {
-				if i := pickIdlest(c, role); i != event.NoInstance {
+				for drop := cur - desired; drop > 0; drop-- {
+					i := pickIdlest(c, role)
+					if i == event.NoInstance {
+						break
+					}
 					c.Move(i, event.RoleNone, c.now, event.CauseController, fmt.Sprintf("ray: %s ongoing %.1f, %d replicas wanted", role, avg, desired))
 				}
 				r.dnSince[k] = c.now

@@ -41,8 +41,8 @@ func TestRayStartupAndDelays(t *testing.T) {
 		}
 	}
 	c.Tick(40 * event.Second)
-	if c.v.Count(event.RolePrefill) != 2 {
-		t.Fatalf("no upscale after the delay: %d prefill replicas", c.v.Count(event.RolePrefill))
+	if c.v.Count(event.RolePrefill) != 3 { // desire 5, two idle GPUs: both start at once
+		t.Fatalf("no upscale to the desired count after the delay: %d prefill replicas", c.v.Count(event.RolePrefill))
 	}
 	var started event.Instance = event.NoInstance
 	for i, in := range c.v.Instances() {
@@ -59,7 +59,7 @@ func TestRayStartupAndDelays(t *testing.T) {
 // HTTP 503 (a failure, not a refusal).
 func TestRayOverloadFails(t *testing.T) {
 	cfg := DefaultRay
-	cfg.MaxOngoing = 2
+	cfg.MaxOngoing = 2 // a cap set by the user (the builder's default is none)
 	c := baselineCore(t, &Ray{Cfg: cfg})
 	var fails int
 	for id := 1; id <= 3; id++ {
@@ -110,5 +110,48 @@ func TestDynamoMoveStartsWorker(t *testing.T) {
 		if in.Moved && in.OfflineUntil != 10*event.Second+DefaultStartupDelay {
 			t.Fatalf("moved worker online at %v", in.OfflineUntil)
 		}
+	}
+}
+
+// Ray goes straight to the desired replica count once the upscale delay
+// has held, not one replica per delay.
+func TestRayScalesToDesired(t *testing.T) {
+	r := &Ray{Cfg: DefaultRay}
+	c := baselineCore(t, r)
+	for id := 1; id <= 40; id++ { // 40 ongoing prefills: desire 20, capped by the 2 idle GPUs
+		c.Arrive(0, Request{ID: event.RequestID(id), InputTokens: 100})
+	}
+	c.Ready()
+	for t0 := event.Time(10); t0 <= 40; t0 += 10 {
+		c.Tick(t0 * event.Second)
+	}
+	if c.v.Count(event.RolePrefill) != 3 || c.v.Count(event.RoleNone) != 0 {
+		t.Fatalf("after the delay: %d prefill, %d idle: want every idle GPU started at once", c.v.Count(event.RolePrefill), c.v.Count(event.RoleNone))
+	}
+}
+
+// Dynamo never stops the last serving worker of a role, and removes a
+// worker that is still starting before a serving one.
+func TestDynamoKeepsLastServingWorker(t *testing.T) {
+	d := &Dynamo{Cfg: DefaultDynamo}
+	c := baselineCore(t, d) // 2P2D
+	c.advance(10 * event.Second)
+	c.v.startWorkers(3, d.Cfg.StartupDelay, "test") // 3P1D, one prefill starting
+	c.advance(20 * event.Second)
+	c.v.startWorkers(1, d.Cfg.StartupDelay, "test") // back down: the starting one goes first
+	var serving int
+	for _, in := range c.v.Instances() {
+		if in.Role == event.RolePrefill && in.Online(c.Now()) {
+			serving++
+		}
+	}
+	if serving != 1 || c.v.Count(event.RolePrefill) != 1 {
+		t.Fatalf("%d prefill, %d serving: want 1 serving prefill worker kept", c.v.Count(event.RolePrefill), serving)
+	}
+	// Now one prefill serves and the pool is 1P3D with two decode workers
+	// starting: asking for 3P must not stop the only serving decode worker.
+	c.v.startWorkers(3, d.Cfg.StartupDelay, "test")
+	if c.v.onlineCount(event.RoleDecode) < 1 {
+		t.Fatal("the last serving decode worker was stopped")
 	}
 }

@@ -2,8 +2,10 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
@@ -32,7 +34,7 @@ type Controller interface {
 	NextTick() event.Time
 }
 
-var staticRE = regexp.MustCompile(`^static:(\d+)P(\d+)D$`)
+var staticRE = regexp.MustCompile(`^static:(\d+)P(\d+)D(/alg1)?$`)
 
 // NewController builds the controller an arm name asks for, for a fleet of n
 // instances. Known arms: "static:kPmD" (k+m must equal n) and "aggregated".
@@ -43,7 +45,10 @@ func NewController(arm string, n int) (Controller, error) {
 		if p < 1 || d < 1 || p+d != n {
 			return nil, fmt.Errorf("arm %q: %dP%dD on %d instances: expected k>=1 prefill and m>=1 decode with k+m = %d", arm, p, d, n, n)
 		}
-		return &Static{Prefill: p}, nil
+		return &Static{Prefill: p, Alg1: m[3] != ""}, nil
+	}
+	if name, params, ok := strings.Cut(arm, ":"); ok && (name == "dynamo" || name == "ray") {
+		return baselineWith(arm, name, params)
 	}
 	switch arm {
 	case "aggregated":
@@ -60,10 +65,85 @@ func NewController(arm string, n int) (Controller, error) {
 		return &Dynamo{Cfg: DefaultDynamo}, nil
 	case "ray":
 		return &Ray{Cfg: DefaultRay}, nil
-	case "oracle":
+	case "oracle", "phase-oracle":
 		return nil, fmt.Errorf("arm %q: the oracle needs a schedule chosen in hindsight; the sweep builds it (core.Scheduled)", arm)
 	}
-	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, dynamo, ray, oracle, aggregated, static:kPmD (e.g. static:3P5D)", arm)
+	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, dynamo, ray, oracle, phase-oracle, aggregated, static:kPmD/alg1, static:kPmD (e.g. static:3P5D), or dynamo:KEY=V/... and ray:KEY=V/... (baselines with a parameter changed)", arm)
+}
+
+// baselineWith builds dynamo or ray with parameters changed from their
+// defaults, for sensitivity sweeps: "dynamo:start=30s",
+// "ray:start=0s/target=8". Keys: start (worker start-up, a duration) for
+// both; dynamo: busy (refusal threshold in TTFT SLOs of queued prefill
+// work, 0 = never refuse), interval (throughput adjustment interval);
+// ray: target (target_ongoing_requests), maxongoing (max_ongoing_requests,
+// 0 = no cap), upscale (upscale delay).
+func baselineWith(arm, name, params string) (Controller, error) {
+	d, r := DefaultDynamo, DefaultRay
+	for _, kv := range strings.Split(params, "/") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("arm %q: %q: expected KEY=VALUE, e.g. %s:start=30s", arm, kv, name)
+		}
+		dur := func() (event.Time, error) {
+			t, err := event.ParseDuration(v)
+			if err == nil && t < 0 {
+				err = fmt.Errorf("%q: expected a duration of 0 or more", v)
+			}
+			return t, err
+		}
+		num := func() (float64, error) {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+				return 0, fmt.Errorf("%q: expected a number of 0 or more", v)
+			}
+			return x, nil
+		}
+		var err error
+		var x float64
+		switch {
+		case k == "start":
+			var t event.Time
+			if t, err = dur(); err == nil {
+				d.StartupDelay, r.StartupDelay = t, t
+			}
+		case name == "dynamo" && k == "busy":
+			if x, err = num(); err == nil {
+				d.BusyTTFT = x
+			}
+		case name == "dynamo" && k == "interval":
+			var t event.Time
+			if t, err = dur(); err == nil && t > 0 {
+				d.Interval = t
+			}
+		case name == "ray" && k == "target":
+			if x, err = num(); err == nil && x > 0 {
+				r.TargetOngoing = x
+			}
+		case name == "ray" && k == "maxongoing":
+			if x, err = num(); err == nil {
+				r.MaxOngoing = int(x)
+			}
+		case name == "ray" && k == "upscale":
+			var t event.Time
+			if t, err = dur(); err == nil {
+				r.UpscaleDelay = t
+			}
+		default:
+			keys := "start, busy, interval"
+			if name == "ray" {
+				keys = "start, target, maxongoing, upscale"
+			}
+			return nil, fmt.Errorf("arm %q: unknown key %q: expected one of %s", arm, k, keys)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("arm %q: %s: %w", arm, k, err)
+		}
+	}
+	if name == "dynamo" {
+		return &Dynamo{Cfg: d}, nil
+	}
+	return &Ray{Cfg: r}, nil
 }
 
 // StaticArms lists static:1P(n-1)D through static:(n-1)P1D.
@@ -79,9 +159,13 @@ func StaticArms(n int) []string {
 // rest decode, forever. Prefill goes to the prefill instance with the fewest
 // resident prompt tokens, decode to the decode instance with the fewest
 // resident context tokens (ties to the lowest index), as the Narwhal
-// reference's static arms do.
+// reference's static arms do. With Alg1 (the arm static:kPmD/alg1) both
+// legs are placed by Algorithm 1 without inline flips instead, as the
+// adaptive arm and the oracle place them: the same split with the
+// controllers' placement, so routing and role control can be told apart.
 type Static struct {
 	Prefill int
+	Alg1    bool
 }
 
 // Name implements Controller.
@@ -105,11 +189,17 @@ func (s *Static) Init(c *View) error {
 
 // PlacePrefill implements Controller.
 func (s *Static) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
+	if s.Alg1 {
+		return owned{}.PlacePrefill(c, r)
+	}
 	return argmin(c, event.RolePrefill, func(in *Instance) int64 { return in.PrefillTokens }), event.CauseNone
 }
 
 // PlaceDecode implements Controller.
 func (s *Static) PlaceDecode(c *View, r Request) event.Instance {
+	if s.Alg1 {
+		return owned{}.PlaceDecode(c, r)
+	}
 	return argmin(c, event.RoleDecode, func(in *Instance) int64 { return in.DecodeTokens })
 }
 

@@ -50,6 +50,11 @@ func Moves(moves []event.Record) int {
 // DefaultThrashWindow is how soon a reversed move counts as thrash.
 const DefaultThrashWindow = 30 * event.Second
 
+// ReversalWindow is how soon a reversed change of the split counts as a
+// reversal in the sweep's robustness figures (issue 10: reversals within
+// 60 s at most 10% of moves).
+const ReversalWindow = 60 * event.Second
+
 // Thrash counts moves reversed within window: a change of the prefill pool
 // size followed, within window, by a change in the other direction.
 func Thrash(splits []SplitChange, window event.Time) int {

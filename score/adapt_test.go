@@ -1,6 +1,7 @@
 package score
 
 import (
+	"math"
 	"reflect"
 	"testing"
 
@@ -54,8 +55,15 @@ func TestLag(t *testing.T) {
 
 func TestSustained(t *testing.T) {
 	r, ok := Sustained([]float64{1, 2, 3, 4}, []float64{1, 0.95, 0.89, 0.9}, 0.9)
-	if !ok || r != 4 {
-		t.Fatalf("Sustained = %v %v, want 4 (highest passing rate, not monotone)", r, ok)
+	if !ok || r != 2 {
+		t.Fatalf("Sustained = %v %v, want 2 (the last rate before the first failure, not the rebound at 4)", r, ok)
+	}
+	s := SustainedOf([]float64{3, 1, 2}, []float64{0.8, 1, 0.95}, 0.9)
+	if !s.OK || s.Rate != 2 || s.GridTop || math.Abs(s.Crossing-2.333333333) > 1e-6 {
+		t.Fatalf("SustainedOf = %+v, want rate 2, crossing 2.33 (unsorted grid)", s)
+	}
+	if s := SustainedOf([]float64{1, 2}, []float64{1, 0.95}, 0.9); !s.GridTop || s.Rate != 2 || !math.IsNaN(s.Crossing) {
+		t.Fatalf("SustainedOf all passing = %+v, want grid top 2", s)
 	}
 	if _, ok := Sustained([]float64{1}, []float64{0.5}, 0.9); ok {
 		t.Fatal("no passing rate must report none")

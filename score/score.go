@@ -1,6 +1,9 @@
 package score
 
 import (
+	"math"
+	"sort"
+
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
@@ -53,14 +56,52 @@ func Summarize(rows []event.Row, slo event.SLO) Summary {
 // rate to count as sustained (DistServe, Arrow §6.1).
 const AttainmentTarget = 0.90
 
-// Sustained returns the highest rate whose attainment is at least target,
-// and false when no rate reaches it. rates and attainment are parallel.
+// Sustained returns the sustained rate the standard way: the highest grid
+// rate such that it and every lower rate meet target, and false when the
+// lowest rate already fails. A rate that passes above a failing one does
+// not count (a rebound past a collapse is noise, not capacity). rates need
+// not be sorted; attainment is parallel to rates.
 func Sustained(rates, attainment []float64, target float64) (float64, bool) {
-	best, ok := 0.0, false
-	for i, r := range rates {
-		if attainment[i] >= target && (!ok || r > best) {
-			best, ok = r, true
-		}
+	s := SustainedOf(rates, attainment, target)
+	return s.Rate, s.OK
+}
+
+// SustainedRate is the sustained rate with what the grid can and cannot
+// say about it.
+type SustainedRate struct {
+	// Rate is the highest grid rate such that it and every lower grid rate
+	// meet the target; OK is false when the lowest rate fails.
+	Rate float64
+	OK   bool
+	// GridTop is true when every grid rate passes: the sustained rate is
+	// at least Rate, the grid's top, and the grid says nothing above it.
+	GridTop bool
+	// Crossing is where attainment crosses the target, interpolated
+	// linearly between Rate and the first failing rate above it; NaN when
+	// GridTop or !OK.
+	Crossing float64
+}
+
+// SustainedOf computes the standard sustained rate and its crossing.
+func SustainedOf(rates, attainment []float64, target float64) SustainedRate {
+	idx := make([]int, len(rates))
+	for i := range idx {
+		idx[i] = i
 	}
-	return best, ok
+	sort.SliceStable(idx, func(a, b int) bool { return rates[idx[a]] < rates[idx[b]] })
+	out := SustainedRate{Crossing: math.NaN()}
+	for k, i := range idx {
+		if attainment[i] >= target {
+			out.Rate, out.OK = rates[i], true
+			continue
+		}
+		if out.OK {
+			prev := idx[k-1]
+			a0, a1 := attainment[prev], attainment[i]
+			out.Crossing = rates[prev] + (a0-target)/(a0-a1)*(rates[i]-rates[prev])
+		}
+		return out
+	}
+	out.GridTop = out.OK
+	return out
 }

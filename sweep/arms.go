@@ -3,6 +3,7 @@ package sweep
 // ArmHelp is one line about each arm, in the order --help lists them.
 var ArmHelp = []struct{ Arm, Help string }{
 	{"static:kPmD", "a fixed split: k prefill and m decode engines, k+m = the fleet's size (static:3P5D)"},
+	{"static:kPmD/alg1", "the same fixed split, with both legs placed by Algorithm 1 as adaptive and the oracles place them"},
 	{"aggregated", "every engine runs prefill and decode in one batch (no disaggregation)"},
 	{"adaptive", "the project's role controller: adjacent-split moves scored on projected SLO ratios"},
 	{"arrow", "the Arrow paper's reactive Algorithms 1-3"},
@@ -10,5 +11,6 @@ var ArmHelp = []struct{ Arm, Help string }{
 	{"coldswap", "the planner, with each move taking the engine offline for 300 s (drain and reprovision)"},
 	{"dynamo", "a model of NVIDIA Dynamo Planner (scales by starting workers; refusals and failures modelled)"},
 	{"ray", "a model of Ray Serve LLM autoscaling (scales by starting workers)"},
-	{"oracle", "the best split per traffic phase, chosen in hindsight: the yardstick for every controller"},
+	{"phase-oracle", "the best split per traffic phase, chosen in hindsight (moves free, at phase starts only)"},
+	{"oracle", "the hindsight bound: the best split schedule per window found by search, or the best shipped arm where none beats it"},
 }

@@ -23,9 +23,7 @@ func TestArmHelpCoversEveryArm(t *testing.T) {
 	for _, h := range ArmHelp {
 		help[h.Arm] = true
 		arm := h.Arm
-		if arm == "static:kPmD" {
-			arm = "static:3P5D"
-		}
+		arm = strings.Replace(arm, "static:kPmD", "static:3P5D", 1)
 		if err := CheckArm(arm, 8); err != nil {
 			t.Errorf("ArmHelp lists %s: %v", h.Arm, err)
 		}

@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -12,8 +13,15 @@ func TestExperimentFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(e.Arms) != 3 || len(e.PrefixCache) != 2 {
-			t.Fatalf("%s: %+v", p, e)
+		// Every evaluation table shows the best static split and aggregated
+		// beside the controllers, and the bound (issue 10).
+		for _, a := range []string{"adaptive", "dynamo", "ray", "aggregated", "static:4P4D", "oracle"} {
+			if !slices.Contains(e.Arms, a) {
+				t.Errorf("%s: arms %v: expected %s among them", p, e.Arms, a)
+			}
+		}
+		if len(e.PrefixCache) != 2 || len(e.Seeds) < 5 {
+			t.Fatalf("%s: %+v: expected caching off and on, at least 5 seeds", p, e)
 		}
 		cfg, _, err := Resolve(Options{Trace: e.Trace, Fleet: e.Fleet, Arms: e.Arms, Rates: strings.Join(e.Rates, ",")})
 		if err != nil || cfg.Fleet.Size() != 8 {

@@ -73,11 +73,24 @@ func oneRate(s string, base float64) (float64, error) {
 // generates (traces.MaxRequests) usually binds first.
 const MaxRate = 1e7
 
-// round9 rounds to 9 significant decimals so grids print cleanly.
-func round9(x float64) float64 {
-	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 9, 64), 64)
+// RateDigits is how many significant decimal digits a rate keeps.
+const RateDigits = 6
+
+// CanonRate is a rate's canonical value: rounded to RateDigits significant
+// decimal digits. Every rate a sweep runs is canonical, so --speedup 0.3
+// and --rates 0.3x (0.72 and 0.7199999999999999 req/s on demo) are the
+// same run, and a change of a rate below the sixth digit (1e-9 req/s,
+// float noise) changes nothing: the generated trace depends on the rate
+// only through its canonical value.
+func CanonRate(x float64) float64 {
+	if !(x > 0) || math.IsInf(x, 0) {
+		return x
+	}
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', RateDigits, 64), 64)
 	return v
 }
+
+func round9(x float64) float64 { return CanonRate(x) }
 
 func firstErr(errs ...error) error {
 	for _, e := range errs {

@@ -24,8 +24,11 @@ type Options struct {
 	// Seed overrides the trace's seed when non-nil.
 	Seed *uint64
 	// Speedup multiplies every rate (0 means 1).
-	Speedup     float64
-	PrefixCache bool
+	Speedup float64
+	// ArrivalCV and BatchMean make the trace's arrivals bursty
+	// (traces.Trace.WithBurst); 0 keeps them.
+	ArrivalCV, BatchMean float64
+	PrefixCache          bool
 	// Admission overrides the fleet's admission mode ("open" or "queue";
 	// "" keeps the fleet's).
 	Admission string
@@ -53,6 +56,20 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	tr, err := traces.Open(o.Trace, o.TraceFormat)
 	if err != nil {
 		return cfg, nil, optErr("trace", err)
+	}
+	if o.ArrivalCV < 0 || (o.BatchMean != 0 && o.BatchMean < 1) {
+		name := "arrival-cv"
+		if o.ArrivalCV >= 0 {
+			name = "batch-mean"
+		}
+		return cfg, nil, optErr(name, fmt.Errorf("cv %v, batch mean %v: expected a cv > 0 and a mean batch size >= 1", o.ArrivalCV, o.BatchMean))
+	}
+	if tr, err = tr.WithBurst(o.ArrivalCV, o.BatchMean); err != nil {
+		name := "batch-mean"
+		if o.ArrivalCV != 0 {
+			name = "arrival-cv"
+		}
+		return cfg, nil, optErr(name, err)
 	}
 	speedup := o.Speedup
 	if speedup == 0 {
@@ -135,6 +152,14 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 		for i := range cfg.Rates {
 			cfg.Rates[i] *= speedup
 		}
+	}
+	seenRate := map[float64]bool{}
+	for i, r := range cfg.Rates {
+		cfg.Rates[i] = CanonRate(r)
+		if seenRate[cfg.Rates[i]] {
+			return cfg, nil, optErr("rates", fmt.Errorf("%v req/s given twice (after rounding to %d significant digits): expected each rate once", cfg.Rates[i], RateDigits))
+		}
+		seenRate[cfg.Rates[i]] = true
 	}
 	for _, r := range cfg.Rates {
 		if err := checkScale(tr, r, base); err != nil {

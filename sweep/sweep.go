@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,9 +106,9 @@ func (s *stopper) Record(*event.Record) {
 	}
 }
 
-// RunName names a run: the arm with ':' as '-', '@', the rate.
+// RunName names a run: the arm with ':' and '/' as '-', '@', the rate.
 func RunName(arm string, rate float64) string {
-	return strings.ReplaceAll(arm, ":", "-") + "@" + fmtRate(rate)
+	return strings.NewReplacer(":", "-", "/", "-").Replace(arm) + "@" + fmtRate(rate)
 }
 
 // Run is one (arm, rate) cell's result.
@@ -119,13 +121,22 @@ type Run struct {
 	Attainment float64 `json:"attainment"`
 	Refused    int     `json:"refused"`
 	Expired    int     `json:"expired"`
-	Moves      int     `json:"moves"`
+	// Failed counts requests that failed (no engine could take them, an
+	// engine went down under them, HTTP 503 in the Ray model): offered =
+	// completed + refused + expired + failed + unfinished.
+	Failed int `json:"failed"`
+	Moves  int `json:"moves"`
 	// MissTTFT and MissTPOT count completed requests that failed on TTFT
 	// or on TPOT (first failed check).
 	MissTTFT int `json:"miss_ttft"`
 	MissTPOT int `json:"miss_tpot"`
 	// Thrash counts moves reversed within 30 s.
 	Thrash int `json:"thrash"`
+	// Reversals counts changes of the prefill pool reversed within 60 s
+	// (score.ReversalWindow); Changes counts changes of the prefill pool
+	// (several engines moved at one instant are one change).
+	Reversals int `json:"reversals_60s"`
+	Changes   int `json:"split_changes"`
 	// LagMean is the mean adaptation lag over the trace's phase changes, s:
 	// from a phase's start until the split is within one engine of the
 	// oracle's split for it (a phase never reached counts whole). Null
@@ -137,24 +148,43 @@ type Run struct {
 	SimSeconds float64 `json:"sim_seconds"`
 }
 
-// OracleSplits is the hindsight split chosen for each phase at one rate.
+// OracleSplits is the hindsight split chosen for each phase at one rate
+// (the phase-oracle's schedule, and the yardstick of adaptation lag) and,
+// when the oracle arm is in the sweep, what the oracle plays there.
 type OracleSplits struct {
 	Rate    float64 `json:"rate"`
 	Prefill []int   `json:"prefill"`
+	// Source is "window search" when the oracle plays its searched
+	// schedule (Windows, one split per window of WindowSeconds, cut at
+	// phase bounds too), or "arm NAME" when a rival arm qualified more
+	// requests than any schedule found, so the oracle plays that arm.
+	Source        string  `json:"source,omitempty"`
+	WindowSeconds float64 `json:"window_s,omitempty"`
+	Windows       []int   `json:"windows,omitempty"`
+	// Replays is how many whole-trace replays the window search made.
+	Replays int `json:"replays,omitempty"`
 }
 
 // Result is a whole sweep.
 type Result struct {
-	Trace     string              `json:"trace"`
-	Fleet     string              `json:"fleet"`
-	Instances int                 `json:"instances"`
-	Seed      uint64              `json:"seed"`
-	SLO       SLOJSON             `json:"slo"`
-	BaseRate  float64             `json:"base_rate"`
-	Rates     []float64           `json:"rates"`
-	Arms      []string            `json:"arms"`
-	Runs      []Run               `json:"runs"`
-	Sustained map[string]*float64 `json:"sustained"`
+	Trace     string    `json:"trace"`
+	Fleet     string    `json:"fleet"`
+	Instances int       `json:"instances"`
+	Seed      uint64    `json:"seed"`
+	SLO       SLOJSON   `json:"slo"`
+	BaseRate  float64   `json:"base_rate"`
+	Rates     []float64 `json:"rates"`
+	Arms      []string  `json:"arms"`
+	Runs      []Run     `json:"runs"`
+	// Sustained is the highest rate such that it and every lower swept rate
+	// reach 90% attainment (null: the lowest rate fails); SustainedGridTop
+	// marks an arm that passes at every swept rate (its sustained rate is at
+	// least the grid's top); SustainedCrossing is where its attainment
+	// crosses 90%, interpolated between the last passing and the first
+	// failing rate (null at the grid top or with no passing rate).
+	Sustained         map[string]*float64 `json:"sustained"`
+	SustainedGridTop  map[string]bool     `json:"sustained_grid_top"`
+	SustainedCrossing map[string]*float64 `json:"sustained_crossing"`
 	// Oracle lists the hindsight split per phase and rate, when the oracle
 	// arm is in the sweep.
 	Oracle []OracleSplits `json:"oracle,omitempty"`
@@ -167,6 +197,32 @@ type SLOJSON struct {
 	TTFT float64 `json:"ttft_s"`
 	TPOT float64 `json:"tpot_s"`
 }
+
+// setSustained fills the sustained-rate maps from the runs.
+func (res *Result) setSustained() {
+	res.Sustained, res.SustainedGridTop, res.SustainedCrossing = map[string]*float64{}, map[string]bool{}, map[string]*float64{}
+	for ai, arm := range res.Arms {
+		att := make([]float64, len(res.Rates))
+		for ri := range res.Rates {
+			att[ri] = res.Runs[ai*len(res.Rates)+ri].Attainment
+		}
+		s := score.SustainedOf(res.Rates, att, score.AttainmentTarget)
+		res.Sustained[arm], res.SustainedCrossing[arm] = nil, nil
+		if s.OK {
+			v := s.Rate
+			res.Sustained[arm] = &v
+		}
+		res.SustainedGridTop[arm] = s.GridTop
+		if !math.IsNaN(s.Crossing) {
+			c := s.Crossing
+			res.SustainedCrossing[arm] = &c
+		}
+	}
+}
+
+// SetSustained fills the sustained-rate maps of a result assembled outside
+// Execute (a live run, a replay) from its runs, in (arm, rate) order.
+func (res *Result) SetSustained() { res.setSustained() }
 
 // Execute runs the sweep. Runs go in parallel; results come back in (arm,
 // rate) order whatever the scheduling, so output is deterministic.
@@ -181,24 +237,33 @@ func Execute(cfg Config) (*Result, error) {
 	if !(base > 0) {
 		return nil, fmt.Errorf("sweep: trace %s has mean rate %v: expected > 0", cfg.Trace.Name, base)
 	}
-	rates := cfg.Rates
-	if len(rates) == 0 {
-		rates = []float64{base}
+	rates := make([]float64, 0, len(cfg.Rates))
+	for _, r := range cfg.Rates {
+		rates = append(rates, CanonRate(r))
 	}
+	if len(rates) == 0 {
+		rates = []float64{CanonRate(base)}
+	}
+	seenRate := map[float64]bool{}
 	for _, r := range rates {
 		if !(r > 0) {
 			return nil, fmt.Errorf("sweep: rate %v: expected a positive rate in req/s", r)
 		}
+		if seenRate[r] {
+			return nil, fmt.Errorf("sweep: rate %v req/s given twice (rates are rounded to %d significant digits): expected each rate once", r, RateDigits)
+		}
+		seenRate[r] = true
 	}
 	ctx := cfg.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	n := cfg.Fleet.Size()
-	needOracle := false
+	needOracle, needBound := false, false
 	for _, a := range cfg.Arms {
-		if a == "oracle" {
+		if a == "oracle" || a == "phase-oracle" {
 			needOracle = true
+			needBound = needBound || a == "oracle"
 			continue
 		}
 		if _, err := core.NewController(a, n); err != nil {
@@ -240,7 +305,7 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	res := &Result{Trace: cfg.Trace.Name, Fleet: cfg.Fleet.Name, Instances: n, Seed: cfg.Seed,
 		SLO: SLOJSON{TTFT: slo.TTFT.Seconds(), TPOT: slo.TPOT.Seconds()}, BaseRate: base, Rates: rates, Arms: cfg.Arms,
-		Runs: make([]Run, len(cfg.Arms)*len(rates)), Sustained: map[string]*float64{}}
+		Runs: make([]Run, len(cfg.Arms)*len(rates))}
 	scoreSLO := slo
 
 	workers := cfg.Workers
@@ -254,6 +319,9 @@ func Execute(cfg Config) (*Result, error) {
 	// (the longest part of a sweep with the oracle).
 	total := len(res.Runs)
 	if needOracle {
+		total += len(rates)
+	}
+	if needBound {
 		total += len(rates)
 	}
 	var done atomic.Int64
@@ -283,6 +351,37 @@ func Execute(cfg Config) (*Result, error) {
 			res.Oracle = append(res.Oracle, o)
 		}
 	}
+	plans := make([]*boundPlan, len(rates))
+	if needBound {
+		rivals := BoundRivals(n)
+		for _, a := range cfg.Arms {
+			if a != "oracle" && a != "phase-oracle" && !slices.Contains(rivals, a) {
+				rivals = append(rivals, a)
+			}
+		}
+		err := parallel(ctx, len(rates), workers, func(i int) error {
+			p, err := bound(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals)
+			plans[i] = p
+			tick()
+			return err
+		})
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (during the oracle's search): %w", ErrInterrupted, context.Cause(ctx))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sweep: oracle: %w", err)
+		}
+		for i, p := range plans {
+			o := &res.Oracle[i]
+			o.Replays = p.evals
+			if p.arm != "" {
+				o.Source = "arm " + p.arm
+				continue
+			}
+			o.Source, o.Windows = "window search", p.splits
+			o.WindowSeconds = BoundWindow(cfg.Trace.Bounds(rates[i] / base)[len(cfg.Trace.Bounds(rates[i]/base))-1]).Seconds()
+		}
+	}
 	jobs := make(chan int)
 	errs := make([]error, len(res.Runs))
 	var wg sync.WaitGroup
@@ -298,7 +397,7 @@ func Execute(cfg Config) (*Result, error) {
 					Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
 				meta.ConfigHash = configHash(simCfg, meta)
 				errs[k] = guard(func() (err error) {
-					res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], &fold, cfg.Journal, meta)
+					res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], plans[ri], &fold, cfg.Journal, meta)
 					return err
 				})
 				tick()
@@ -323,32 +422,31 @@ dispatch:
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	for ai, arm := range cfg.Arms {
-		att := make([]float64, len(rates))
-		for ri := range rates {
-			r := res.Runs[ai*len(rates)+ri]
-			att[ri] = r.Attainment
-			res.Requests += r.Offered
-		}
-		if s, ok := score.Sustained(rates, att, score.AttainmentTarget); ok {
-			res.Sustained[arm] = &s
-		} else {
-			res.Sustained[arm] = nil
-		}
+	for _, r := range res.Runs {
+		res.Requests += r.Offered
 	}
+	res.setSustained()
 	return res, nil
 }
 
 func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo event.SLO,
-	targets []score.PhaseTarget, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
+	targets []score.PhaseTarget, plan *boundPlan, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
 	var ctrl core.Controller
-	if arm == "oracle" {
+	switch {
+	case arm == "phase-oracle":
 		steps := make([]core.ScheduleStep, len(targets))
 		for i, t := range targets {
 			steps[i] = core.ScheduleStep{At: t.Start, Prefill: t.Prefill}
 		}
-		ctrl = &core.Scheduled{Arm: "oracle", Steps: steps}
-	} else {
+		ctrl = &core.Scheduled{Arm: "phase-oracle", Steps: steps}
+	case arm == "oracle" && plan.arm != "":
+		var err error
+		if ctrl, err = core.NewController(plan.arm, n); err != nil {
+			return Run{}, err
+		}
+	case arm == "oracle":
+		ctrl = &core.Scheduled{Arm: "oracle", Steps: plan.steps()}
+	default:
 		var err error
 		if ctrl, err = core.NewController(arm, n); err != nil {
 			return Run{}, err
@@ -424,7 +522,8 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 		}
 		lagMean = &m
 	}
-	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
+	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), Reversals: score.Thrash(splits, score.ReversalWindow),
+		Changes: max(len(splits)-1, 0), Failed: sum.Failed, LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
@@ -460,7 +559,7 @@ feed:
 
 // CheckArm reports whether arm names a known arm for a fleet of n.
 func CheckArm(arm string, n int) error {
-	if arm == "oracle" {
+	if arm == "oracle" || arm == "phase-oracle" {
 		if n < 2 {
 			return fmt.Errorf("arm oracle: %d instance: expected at least 2", n)
 		}

@@ -14,7 +14,8 @@ func WriteTable(w io.Writer, r *Result) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "trace: %s (base rate %.3g req/s, seed %d) | fleet: %s, %d instances | SLO ttft<=%gs tpot<=%gs\n",
 		r.Trace, r.BaseRate, r.Seed, r.Fleet, r.Instances, r.SLO.TTFT, r.SLO.TPOT)
-	fmt.Fprintf(&b, "cells: share of offered requests that met both SLOs; sustained: highest rate with >= 90%%\n\n")
+	fmt.Fprintf(&b, "cells: share of offered requests that met both SLOs; sustained: highest rate such that it and every lower rate reach 90%%\n")
+	fmt.Fprintf(&b, "(crossing: where attainment crosses 90%%, interpolated; \">= X, grid top\": passes at the top swept rate, so X is a floor)\n\n")
 	width := len("arm")
 	for _, a := range r.Arms {
 		width = max(width, len(a))
@@ -23,18 +24,18 @@ func WriteTable(w io.Writer, r *Result) error {
 	for _, rate := range r.Rates {
 		head += fmt.Sprintf("%7s", fmtRate(rate))
 	}
-	head += fmt.Sprintf("%13s", "sustained")
+	head += fmt.Sprintf("%19s%10s", "sustained", "crossing")
 	b.WriteString(head + "\n" + strings.Repeat("-", len(head)) + "\n")
 	for ai, a := range r.Arms {
 		fmt.Fprintf(&b, "%-*s", width+2, a)
 		for ri := range r.Rates {
 			fmt.Fprintf(&b, "%6.0f%%", 100*r.Runs[ai*len(r.Rates)+ri].Attainment)
 		}
-		fmt.Fprintf(&b, "%13s\n", fmtSustained(r.Sustained[a]))
+		fmt.Fprintf(&b, "%19s%10s\n", fmtSustainedTop(r.Sustained[a], r.SustainedGridTop[a]), fmtCrossing(r.SustainedCrossing[a]))
 	}
 	best, bestArm := 0.0, ""
 	for _, a := range r.Arms {
-		if s := r.Sustained[a]; strings.HasPrefix(a, "static:") && s != nil && *s > best {
+		if s := r.Sustained[a]; strings.HasPrefix(a, "static:") && !strings.Contains(a, "/") && s != nil && *s > best {
 			best, bestArm = *s, a
 		}
 	}
@@ -42,13 +43,21 @@ func WriteTable(w io.Writer, r *Result) error {
 	if bestArm == "" {
 		b.WriteString("no static split reaches 90% attainment at any swept rate\n")
 	} else {
-		fmt.Fprintf(&b, "best static split: %s sustains %s req/s\n", bestArm, fmtRate(best))
+		top := ""
+		if r.SustainedGridTop[bestArm] {
+			top = " (at least: the grid's top)"
+		}
+		fmt.Fprintf(&b, "best static split: %s sustains %s req/s%s\n", bestArm, fmtRate(best), top)
 		for _, a := range r.Arms {
-			if strings.HasPrefix(a, "static:") {
+			if strings.HasPrefix(a, "static:") && !strings.Contains(a, "/") {
 				continue
 			}
 			if s := r.Sustained[a]; s != nil {
-				fmt.Fprintf(&b, "%s sustains %s req/s: %.2fx the best static split\n", a, fmtRate(*s), *s/best)
+				top := ""
+				if r.SustainedGridTop[a] {
+					top = " (at least: the grid's top)"
+				}
+				fmt.Fprintf(&b, "%s sustains %s req/s%s: %.2fx the best static split\n", a, fmtRate(*s), top, *s/best)
 			} else {
 				fmt.Fprintf(&b, "%s sustains no swept rate\n", a)
 			}
@@ -65,6 +74,20 @@ func fmtRate(r float64) string {
 		s += "0"
 	}
 	return s
+}
+
+func fmtSustainedTop(s *float64, top bool) string {
+	if s != nil && top {
+		return ">= " + fmtRate(*s) + ", grid top"
+	}
+	return fmtSustained(s)
+}
+
+func fmtCrossing(c *float64) string {
+	if c == nil {
+		return "-"
+	}
+	return fmtRate(*c)
 }
 
 func fmtSustained(s *float64) string {

@@ -19,7 +19,26 @@ const (
 	streamClass   uint64 = 0x636c617373657331 // "classes1": class choice and counts shuffles
 	streamLength  uint64 = 0x6c656e6774687331 // "lengths1": input/output lengths and prefix group choice
 	streamPrefix  uint64 = 0x7072656669787331 // "prefixs1": per-group prefix lengths (phase-independent)
+	streamBatch   uint64 = 0x6261746368657331 // "batches1": batch sizes of batched arrivals (whole trace)
 )
+
+// batchArrivals groups consecutive requests into batches sent at the same
+// instant (the first request's time): batch sizes are geometric with mean
+// m >= 1, drawn from the seed's batch stream. Counts and order are kept.
+func batchArrivals(reqs []Request, seed uint64, m float64) {
+	if !(m > 1) {
+		return
+	}
+	r := rand.New(newStream(seed, streamBatch, 0))
+	q := 1 - 1/m
+	for i := 0; i < len(reqs); {
+		k := 1 + int(math.Floor(math.Log(1-r.Float64())/math.Log(q)))
+		for j := i + 1; j < i+k && j < len(reqs); j++ {
+			reqs[j].At = reqs[i].At
+		}
+		i += max(k, 1)
+	}
+}
 
 // mix64 is the SplitMix64 finaliser; it spreads nearby inputs apart.
 func mix64(x uint64) uint64 {
@@ -74,6 +93,7 @@ func (s *Spec) Generate(seed uint64, scale float64) ([]Request, error) {
 		}
 		start += event.Time(s.Phases[i].Duration)
 	}
+	batchArrivals(g.out, seed, s.Arrival.BatchMean)
 	return g.out, nil
 }
 
@@ -317,7 +337,7 @@ type arrivals struct {
 }
 
 func newArrivals(a Arrival, pcg *rand.PCG) *arrivals {
-	ar := &arrivals{process: orDefault(a.Process, ProcessPoisson), pcg: pcg, r: rand.New(pcg), k: a.Burstiness}
+	ar := &arrivals{process: orDefault(a.Process, ProcessPoisson), pcg: pcg, r: rand.New(pcg), k: a.shape()}
 	if ar.process == ProcessGamma {
 		shape := ar.k
 		if shape < 1 {

@@ -86,7 +86,23 @@ type SLO struct {
 // Arrival selects the arrival process. The zero value means Poisson.
 type Arrival struct {
 	Process    string  `yaml:"process,omitempty"`    // poisson (default), uniform or gamma
-	Burstiness float64 `yaml:"burstiness,omitempty"` // gamma shape k; required for gamma only
+	Burstiness float64 `yaml:"burstiness,omitempty"` // gamma shape k; for gamma, this or cv
+	// CV is the gamma process's coefficient of variation of the gaps
+	// (shape k = 1/CV^2: 1 is Poisson, 2 and 4 burstier); for gamma, this
+	// or burstiness.
+	CV float64 `yaml:"cv,omitempty"`
+	// BatchMean > 1 makes arrivals come in batches: consecutive arrivals
+	// are grouped into batches of k requests sent at the same instant (the
+	// first one's), k geometric with this mean (Spec-level only).
+	BatchMean float64 `yaml:"batch_mean,omitempty"`
+}
+
+// shape is the gamma shape k the arrival asks for.
+func (a Arrival) shape() float64 {
+	if a.CV > 0 {
+		return 1 / (a.CV * a.CV)
+	}
+	return a.Burstiness
 }
 
 // Class describes one kind of request.

@@ -58,6 +58,57 @@ type Trace struct {
 	bounds []event.Time // imported phase bounds at scale 1: [0, ..., end]
 	hash   string       // sha256 hex of the source bytes
 	notes  []string     // what the importers changed or ignored
+	batch  float64      // imported: mean batch size (WithBurst)
+}
+
+// WithBurst returns the trace with its arrivals made bursty (issue 10):
+// cv > 0 redraws every phase of a synthetic trace from a gamma process with
+// that coefficient of variation of the gaps (1 is as bursty as Poisson;
+// an imported trace keeps its own times and refuses it); batchMean > 1
+// groups consecutive arrivals into batches sent at one instant, batch
+// sizes geometric with that mean, drawn from the seed (for an imported
+// trace too). The name and hash say what changed.
+func (t *Trace) WithBurst(cv, batchMean float64) (*Trace, error) {
+	if cv == 0 && batchMean == 0 {
+		return t, nil
+	}
+	c := *t
+	var tags []string
+	if cv != 0 {
+		if t.Spec == nil {
+			return nil, fmt.Errorf("trace %s: --arrival-cv: an imported trace keeps its recorded arrival times: expected a synthetic trace (--batch-mean works on both)", t.Name)
+		}
+		tags = append(tags, "cv "+formatFloat(cv))
+	}
+	if batchMean != 0 {
+		tags = append(tags, "batch mean "+formatFloat(batchMean))
+	}
+	if t.Spec != nil {
+		sp := *t.Spec
+		sp.Phases = append([]Phase(nil), t.Spec.Phases...)
+		if cv != 0 {
+			sp.Arrival.Process, sp.Arrival.CV, sp.Arrival.Burstiness = ProcessGamma, cv, 0
+			for i := range sp.Phases {
+				sp.Phases[i].Arrival = nil
+			}
+		}
+		if batchMean != 0 {
+			sp.Arrival.BatchMean = batchMean
+		}
+		if err := sp.Validate(); err != nil {
+			return nil, err
+		}
+		c.Spec = &sp
+	} else {
+		if !(batchMean >= 1 && batchMean <= 1000) {
+			return nil, fmt.Errorf("trace %s: batch mean %s: expected between 1 and 1000", t.Name, formatFloat(batchMean))
+		}
+		c.batch = batchMean
+	}
+	c.Name = t.Name + " (" + strings.Join(tags, ", ") + ")"
+	sum := sha256.Sum256([]byte(t.Hash() + "|" + strings.Join(tags, ",")))
+	c.hash = hex.EncodeToString(sum[:])
+	return &c, nil
 }
 
 // segment is one imported file.
@@ -301,6 +352,7 @@ func (t *Trace) Generate(seed uint64, scale float64) ([]Request, error) {
 		r.At = min(max(at, b[p]), b[p+1]-1)
 		out[i] = r
 	}
+	batchArrivals(out, seed, t.batch)
 	return out, nil
 }
 

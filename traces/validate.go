@@ -152,8 +152,19 @@ func (v *validator) arrival(path string, a Arrival) {
 			v.fail(path+".burstiness", "%s: only used by process gamma: expected no burstiness for process %s",
 				formatFloat(a.Burstiness), orDefault(a.Process, ProcessPoisson))
 		}
+		if a.CV != 0 {
+			v.fail(path+".cv", "%s: only used by process gamma: expected no cv for process %s",
+				formatFloat(a.CV), orDefault(a.Process, ProcessPoisson))
+		}
 	case ProcessGamma:
-		if a.Burstiness == 0 {
+		if a.CV != 0 {
+			if a.Burstiness != 0 {
+				v.fail(path+".cv", "%s: expected cv or burstiness, not both (shape k = 1/cv^2)", formatFloat(a.CV))
+			} else if k := 1 / (a.CV * a.CV); !(k >= MinBurstiness && k <= MaxBurstiness) {
+				v.fail(path+".cv", "%s: expected a coefficient of variation between %g and %g", formatFloat(a.CV),
+					1/math.Sqrt(MaxBurstiness), 1/math.Sqrt(MinBurstiness))
+			}
+		} else if a.Burstiness == 0 {
 			v.fail(path+".burstiness", "missing: expected the gamma shape k between %g and %g (1 = Poisson, < 1 burstier)", MinBurstiness, MaxBurstiness)
 		} else if !(a.Burstiness >= MinBurstiness && a.Burstiness <= MaxBurstiness) {
 			v.fail(path+".burstiness", "%s: expected the gamma shape k between %g and %g (1 = Poisson, < 1 burstier)",
@@ -161,6 +172,12 @@ func (v *validator) arrival(path string, a Arrival) {
 		}
 	default:
 		v.fail(path+".process", "%q: expected one of poisson, uniform, gamma", a.Process)
+	}
+	if a.BatchMean != 0 && !(a.BatchMean >= 1 && a.BatchMean <= 1000) {
+		v.fail(path+".batch_mean", "%s: expected a mean batch size between 1 and 1000", formatFloat(a.BatchMean))
+	}
+	if a.BatchMean != 0 && path != "arrival" {
+		v.fail(path+".batch_mean", "%s: batches are drawn over the whole trace: expected batch_mean in the trace's arrival only", formatFloat(a.BatchMean))
 	}
 }
 

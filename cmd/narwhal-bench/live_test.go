@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,17 +71,33 @@ func TestLiveStubAgainstReplay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a live run of a few seconds")
 	}
+	// The bounds compare wall-clock timing with the simulation: when
+	// other processes take the two cores (make test runs packages in
+	// parallel) a run can miss them, so a miss is tried once more; two
+	// misses fail.
+	var misses []string
+	for try := 1; try <= 2; try++ {
+		misses = liveAgainstReplay(t, try == 1)
+		if len(misses) == 0 {
+			return
+		}
+		t.Logf("try %d missed the bounds: %v", try, misses)
+	}
+	for _, m := range misses {
+		t.Error(m)
+	}
+}
+
+// liveAgainstReplay is one live run and its replay; it returns the bounds
+// missed (none under the race detector, which slows the live side several
+// times). checks runs the structural checks too.
+func liveAgainstReplay(t *testing.T, checks bool) []string {
 	fleetPath, tracePath := liveFiles(t, "4s")
 	dir := filepath.Join(t.TempDir(), "live")
 	code, out, errs := liveCLI(t, context.Background(), "live", "--fleet", fleetPath, "--stub", "--trace", tracePath,
 		"--arm", "static:2P1D", "--journal", dir)
 	if code != 0 {
 		t.Fatalf("live: exit %d\n%s\n%s", code, out, errs)
-	}
-	for _, want := range []string{"static:2P1D", "sustained", "schedule lag p50/p90/p99", "TPOT = (e2e - TTFT)/(n - 1)"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("live output lacks %q:\n%s", want, out)
-		}
 	}
 	runs, err := journal.Runs(dir)
 	if err != nil || len(runs) != 1 {
@@ -92,20 +109,27 @@ func TestLiveStubAgainstReplay(t *testing.T) {
 	}
 	meta := r.Meta()
 	r.Close()
-	if meta.Driver != "live" || meta.Partial || meta.Sent != meta.Planned || meta.Planned == 0 || meta.Degraded {
-		t.Fatalf("run metadata %+v: expected a whole, undegraded live run", meta)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "client", filepath.Base(runs[0])+".csv")); err != nil {
-		t.Errorf("client timings: %v", err)
-	}
-	// The report reads the journal and its Parquet export alike.
-	for _, d := range []string{dir, filepath.Join(dir, "parquet")} {
-		rep, err := report.Load(d, report.Options{})
-		if err != nil {
-			t.Fatalf("report %s: %v", d, err)
+	if checks {
+		for _, want := range []string{"static:2P1D", "sustained", "schedule lag p50/p90/p99", "TPOT = (e2e - TTFT)/(n - 1)"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("live output lacks %q:\n%s", want, out)
+			}
 		}
-		if len(rep.Runs) != 1 || rep.Runs[0].Offered != meta.Planned || rep.Runs[0].Completed != meta.Planned {
-			t.Fatalf("report %s: %+v: expected %d offered and completed", d, rep.Runs, meta.Planned)
+		if meta.Driver != "live" || meta.Partial || meta.Sent != meta.Planned || meta.Planned == 0 || meta.Degraded {
+			t.Fatalf("run metadata %+v: expected a whole, undegraded live run", meta)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "client", filepath.Base(runs[0])+".csv")); err != nil {
+			t.Errorf("client timings: %v", err)
+		}
+		// The report reads the journal and its Parquet export alike.
+		for _, d := range []string{dir, filepath.Join(dir, "parquet")} {
+			rep, err := report.Load(d, report.Options{})
+			if err != nil {
+				t.Fatalf("report %s: %v", d, err)
+			}
+			if len(rep.Runs) != 1 || rep.Runs[0].Offered != meta.Planned || rep.Runs[0].Completed != meta.Planned {
+				t.Fatalf("report %s: %+v: expected %d offered and completed", d, rep.Runs, meta.Planned)
+			}
 		}
 	}
 	simDir := filepath.Join(t.TempDir(), "sim")
@@ -131,14 +155,15 @@ func TestLiveStubAgainstReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("sim vs live:\n%s", txt.String())
-	if raceEnabled {
-		t.Skip("the race detector slows the router and the stubs several times: the bounds hold only without it")
-	}
-	if m, _ := p.Get("attainment"); m.Diff > 2 || m.Diff < -2 {
-		t.Errorf("attainment live %.1f%%, sim %.1f%%: over 2 points apart", m.A, m.B)
-	}
 	if m, _ := p.Get("offered"); m.Diff != 0 {
-		t.Errorf("offered live %v, replay %v", m.A, m.B)
+		t.Fatalf("offered live %v, replay %v", m.A, m.B)
+	}
+	if raceEnabled {
+		return nil
+	}
+	var misses []string
+	if m, _ := p.Get("attainment"); m.Diff > 2 || m.Diff < -2 {
+		misses = append(misses, fmt.Sprintf("attainment live %.1f%%, sim %.1f%%: over 2 points apart", m.A, m.B))
 	}
 	// TTFT within the 10%; TPOT within 20%: the stubs' iterations
 	// each sleep on a timer, and every wake-up is late by tens of
@@ -149,9 +174,10 @@ func TestLiveStubAgainstReplay(t *testing.T) {
 	}{{"ttft_p50", 0.10}, {"tpot_p50", 0.20}} {
 		m, _ := p.Get(c.name)
 		if m.Rel == nil || *m.Rel > c.bound || *m.Rel < -c.bound {
-			t.Errorf("%s live %.4g, sim %.4g: over %.0f%% apart", c.name, m.A, m.B, 100*c.bound)
+			misses = append(misses, fmt.Sprintf("%s live %.4g, sim %.4g: over %.0f%% apart", c.name, m.A, m.B, 100*c.bound))
 		}
 	}
+	return misses
 }
 
 // TestLiveTarget drives one stub engine as a plain OpenAI endpoint (chat),

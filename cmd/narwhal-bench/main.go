@@ -79,9 +79,12 @@ func simCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), a trace YAML file, a Mooncake .jsonl or Azure .csv file, or files joined with + to play one after another"},
 			&cli.StringFlag{Name: "trace-format", Usage: "force the trace format: spec, mooncake or azure (default: by file extension)"},
 			&cli.Float64Flag{Name: "speedup", Value: 1, Usage: "multiply every rate by this factor (2 plays a trace twice as fast)"},
+			&cli.Float64Flag{Name: "arrival-cv", Usage: "redraw a synthetic trace's arrivals from a gamma process with this coefficient of variation of the gaps (1 = as bursty as Poisson, 2 and 4 burstier)"},
+			&cli.Float64Flag{Name: "batch-mean", Usage: "send arrivals in batches at one instant, batch sizes geometric with this mean (> 1; synthetic and imported traces)"},
 			&cli.StringFlag{Name: "arms", Usage: armsUsage()},
 			&cli.StringFlag{Name: "rates", Usage: "mean arrival rates: req/s (2.4), multiples of the trace's base rate (1.5x), or ranges FROM..TO/STEP (0.5x..2x/0.25x); default: the trace's own rate"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed for the trace's random draws, 0 or more", DefaultText: "the trace's seed"},
+			&cli.StringFlag{Name: "seeds", Usage: "run the sweep once per seed and print each cell and sustained rate as mean [95% interval] (min, max under 5 seeds): a count N (the trace's seed, or --seed, and the N-1 after it), a list (1,2,3) or a range (1..5)"},
 			&cli.StringFlag{Name: "fleet", Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file (default: the trace's fleet, else demo)"},
 			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
@@ -109,6 +112,26 @@ func simCommand(stderr io.Writer) *cli.Command {
 			cfg.Progress = progressBar(stderr)
 			cfg.Context = ctx
 			dir := c.String("journal")
+			if c.IsSet("seeds") {
+				if dir != "" {
+					return usageError{fmt.Errorf("--seeds with --journal: journal one seed per sweep, or use an experiment file's seeds: list with narwhal-bench run")}
+				}
+				seeds, err := sweep.ParseSeeds(c.String("seeds"), cfg.Seed)
+				if err != nil {
+					return usageError{fmt.Errorf("--seeds %w", err)}
+				}
+				cfg.Progress = nil
+				m, err := sweep.ExecuteSeeds(cfg, seeds)
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					enc := json.NewEncoder(c.Root().Writer)
+					enc.SetIndent("", "  ")
+					return enc.Encode(m)
+				}
+				return sweep.WriteMultiTable(c.Root().Writer, m)
+			}
 			if dir == "" {
 				for _, f := range []string{"resume", "force", "no-parquet"} {
 					if c.IsSet(f) {
@@ -183,7 +206,8 @@ func exportCommand() *cli.Command {
 func simConfig(c *cli.Command) (sweep.Config, error) {
 	o := sweep.Options{Trace: c.String("trace"), TraceFormat: c.String("trace-format"), Fleet: c.String("fleet"),
 		TTFT: c.String("ttft-slo"), TPOT: c.String("tpot-slo"), Rates: c.String("rates"), Speedup: c.Float64("speedup"),
-		PrefixCache: c.Bool("prefix-cache"), Admission: c.String("admission"), Workers: int(c.Int("workers")), Version: version}
+		PrefixCache: c.Bool("prefix-cache"), Admission: c.String("admission"), Workers: int(c.Int("workers")), Version: version,
+		ArrivalCV: c.Float64("arrival-cv"), BatchMean: c.Float64("batch-mean")}
 	if c.IsSet("speedup") && !(o.Speedup > 0) {
 		return sweep.Config{}, usageError{fmt.Errorf("--speedup %v: expected a factor > 0", o.Speedup)}
 	}

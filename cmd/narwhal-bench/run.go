@@ -31,6 +31,7 @@ func runCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "out", Value: "out", Usage: "output directory"},
 			&cli.IntFlag{Name: "workers", Usage: "runs in parallel, 0 for one per CPU", DefaultText: "one per CPU"},
 			&cli.BoolFlag{Name: "force", Usage: "rerun combinations that already have results"},
+			&cli.StringFlag{Name: "seeds", Usage: "replace every experiment's seeds: a count N (the trace's seed and the N-1 after it), a list (1,2,3) or a range (1..5); the summary gives each figure as mean [95% interval] (min, max under 5 seeds)"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if c.Args().Len() == 0 {
@@ -74,6 +75,17 @@ func (k combo) dir(out, name string) string {
 
 func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, stderr io.Writer) error {
 	out := c.String("out")
+	if c.IsSet("seeds") {
+		first := uint64(0)
+		if cfg, _, err := sweep.Resolve(sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, Arms: e.Arms}); err == nil {
+			first = cfg.Seed
+		}
+		seeds, err := sweep.ParseSeeds(c.String("seeds"), first)
+		if err != nil {
+			return usageError{fmt.Errorf("--seeds %w", err)}
+		}
+		e.Seeds = seeds
+	}
 	var combos []combo
 	for _, cache := range e.PrefixCache {
 		if len(e.Seeds) == 0 {
@@ -146,48 +158,131 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 	return writeSummary(c.Root().Writer, e, combos, results)
 }
 
-// writeSummary prints, per arm and rate, completed and SLO-qualified shares
-// for each combination side by side, so what prefix caching changed is one
-// glance.
+// writeSummary prints, per arm and rate, completed, SLO-qualified and
+// failed shares for each prefix-cache setting side by side, over the
+// experiment's seeds: one seed as the figure, several as mean [95%
+// interval] (min, max under five seeds); then, with several rates, each
+// arm's sustained rate over the seeds.
 func writeSummary(w io.Writer, e *sweep.Experiment, combos []combo, results []*sweep.Result) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## %s\n\n", e.Name)
 	if e.Description != "" {
 		fmt.Fprintf(&b, "%s\n\n", strings.TrimSpace(e.Description))
 	}
-	pub := e.Published
-	b.WriteString("| arm | rate (req/s) |")
-	for _, cb := range combos {
-		fmt.Fprintf(&b, " %s: completed | %s: SLO-qualified |", comboLabel(cb), comboLabel(cb))
-		if pub != nil {
-			fmt.Fprintf(&b, " %s: published completed | published SLO-qualified |", comboLabel(cb))
+	// Group the combinations by prefix-cache setting, keeping their order.
+	var caches []bool
+	groups := map[bool][]*sweep.Result{}
+	seeds := map[bool][]string{}
+	for k, cb := range combos {
+		if _, ok := groups[cb.cache]; !ok {
+			caches = append(caches, cb.cache)
+		}
+		groups[cb.cache] = append(groups[cb.cache], results[k])
+		if cb.seed != nil {
+			seeds[cb.cache] = append(seeds[cb.cache], fmt.Sprint(*cb.seed))
 		}
 	}
-	cols := 2
-	if pub != nil {
-		cols = 4
+	label := func(cache bool) string {
+		s := "cache off"
+		if cache {
+			s = "cache on"
+		}
+		switch n := len(seeds[cache]); {
+		case n == 1:
+			s += ", seed " + seeds[cache][0]
+		case n > 1:
+			s += fmt.Sprintf(", %d seeds", n)
+		}
+		return s
 	}
-	b.WriteString("\n|---|---|" + strings.Repeat("---|", cols*len(combos)) + "\n")
+	pub := e.Published
+	b.WriteString("| arm | rate (req/s) |")
+	for _, cache := range caches {
+		fmt.Fprintf(&b, " %s: completed | %s: SLO-qualified | %s: failed |", label(cache), label(cache), label(cache))
+		if pub != nil {
+			fmt.Fprintf(&b, " %s: published completed | published SLO-qualified |", label(cache))
+		}
+	}
+	cols := 3
+	if pub != nil {
+		cols = 5
+	}
+	b.WriteString("\n|---|---|" + strings.Repeat("---|", cols*len(caches)) + "\n")
+	share := func(rs []*sweep.Result, ai, ri int, f func(sweep.Run) float64) string {
+		var v []float64
+		for _, res := range rs {
+			if ai < len(res.Arms) && ri < len(res.Rates) {
+				v = append(v, f(res.Runs[ai*len(res.Rates)+ri]))
+			}
+		}
+		if len(v) == 0 {
+			return "-"
+		}
+		st := sweep.StatOf(v)
+		if st.N == 1 {
+			return fmt.Sprintf("%.2f%%", st.Mean)
+		}
+		return fmt.Sprintf("%.2f%% [%.2f, %.2f]", st.Mean, max(st.Lo, 0), min(st.Hi, 100))
+	}
 	first := results[0]
 	for ri, rate := range first.Rates {
 		for ai, arm := range first.Arms {
 			fmt.Fprintf(&b, "| %s | %.3g |", arm, rate)
-			for k, res := range results {
-				if ai >= len(res.Arms) || ri >= len(res.Rates) {
-					b.WriteString(strings.Repeat(" - |", cols))
-					continue
+			for _, cache := range caches {
+				rs := groups[cache]
+				if len(rs) == 1 {
+					r := rs[0].Runs[ai*len(rs[0].Rates)+ri]
+					fmt.Fprintf(&b, " %.2f%% (%d) | %.2f%% (%d) | %.2f%% (%d) |", pct(r.Completed, r.Offered), r.Completed,
+						100*r.Attainment, r.SLOOK, pct(r.Failed, r.Offered), r.Failed)
+				} else {
+					fmt.Fprintf(&b, " %s | %s | %s |",
+						share(rs, ai, ri, func(r sweep.Run) float64 { return pct(r.Completed, r.Offered) }),
+						share(rs, ai, ri, func(r sweep.Run) float64 { return 100 * r.Attainment }),
+						share(rs, ai, ri, func(r sweep.Run) float64 { return pct(r.Failed, r.Offered) }))
 				}
-				r := res.Runs[ai*len(res.Rates)+ri]
-				fmt.Fprintf(&b, " %.2f%% (%d) | %.2f%% (%d) |", pct(r.Completed, r.Offered), r.Completed, 100*r.Attainment, r.SLOOK)
 				if pub != nil {
 					for _, t := range []map[string]map[string]float64{pub.Completed, pub.Qualified} {
-						if v, ok := pub.Lookup(t, arm, combos[k].cache); ok {
+						if v, ok := pub.Lookup(t, arm, cache); ok {
 							fmt.Fprintf(&b, " %.2f%% |", v)
 						} else {
 							b.WriteString(" - |")
 						}
 					}
 				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	if len(first.Rates) > 1 {
+		b.WriteString("\nSustained rate (req/s; highest rate such that it and every lower rate reach 90%; a seed with none counts 0):\n\n| arm |")
+		for _, cache := range caches {
+			fmt.Fprintf(&b, " %s |", label(cache))
+		}
+		b.WriteString("\n|---|" + strings.Repeat("---|", len(caches)) + "\n")
+		for _, arm := range first.Arms {
+			fmt.Fprintf(&b, "| %s |", arm)
+			for _, cache := range caches {
+				var v []float64
+				top := 0
+				for _, res := range groups[cache] {
+					x := 0.0
+					if s := res.Sustained[arm]; s != nil {
+						x = *s
+					}
+					if res.SustainedGridTop[arm] {
+						top++
+					}
+					v = append(v, x)
+				}
+				st := sweep.StatOf(v)
+				cell := fmt.Sprintf("%.3g", st.Mean)
+				if st.N > 1 {
+					cell += fmt.Sprintf(" [%.3g, %.3g]", st.Lo, st.Hi)
+				}
+				if top > 0 {
+					cell += fmt.Sprintf(" (grid top in %d of %d: at least that)", top, len(v))
+				}
+				fmt.Fprintf(&b, " %s |", cell)
 			}
 			b.WriteString("\n")
 		}

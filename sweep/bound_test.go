@@ -1,0 +1,37 @@
+package sweep
+
+import (
+	"testing"
+)
+
+// The oracle is a bound: on the test traces, at every rate and seed, no
+// arm qualifies more requests than it (issue 10, deliverable 4).
+func TestOracleBoundsEveryArm(t *testing.T) {
+	cases := []struct {
+		trace string
+		rates []float64
+		seeds []uint64
+	}{
+		{"demo", []float64{1.6, 3.2, 4.4, 6.4}, []uint64{1, 2, 3}},
+		{"steady", []float64{6, 9}, []uint64{1}},
+	}
+	for _, c := range cases {
+		tr, fl := load(t, c.trace)
+		arms := append(BoundRivals(fl.Size()), "static:4P4D/alg1", "phase-oracle", "oracle")
+		for _, seed := range c.seeds {
+			res, err := Execute(Config{Trace: tr, Fleet: fl, Arms: arms, Rates: c.rates, Seed: seed, Workers: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			oi := len(arms) - 1
+			for ri, rate := range res.Rates {
+				o := res.Runs[oi*len(res.Rates)+ri]
+				for ai, a := range arms[:oi] {
+					if r := res.Runs[ai*len(res.Rates)+ri]; r.SLOOK > o.SLOOK {
+						t.Errorf("%s seed %d at %v req/s: %s qualified %d, the oracle %d (%s)", c.trace, seed, rate, a, r.SLOOK, o.SLOOK, res.Oracle[ri].Source)
+					}
+				}
+			}
+		}
+	}
+}
