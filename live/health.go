@@ -176,6 +176,18 @@ func (r *Router) eject(e *engine, kind string) {
 
 // readmit probes an ejected engine until it answers as a new process.
 func (r *Router) readmit(e *engine) {
+	e.br.mu.Lock()
+	known := e.br.startSeen != 0
+	e.br.mu.Unlock()
+	if !known {
+		// No sweep read its start time yet: the process that failed, if
+		// it still answers, is the baseline a readmission must differ from.
+		if _, start := r.probeHealth(e); start != 0 {
+			e.br.mu.Lock()
+			e.br.startSeen = start
+			e.br.mu.Unlock()
+		}
+	}
 	t := time.NewTicker(r.cfg.ProbeInterval)
 	defer t.Stop()
 	same := false

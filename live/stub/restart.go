@@ -66,3 +66,17 @@ func (s *Server) restartLater(d time.Duration) {
 		}
 	}()
 }
+
+// Kill crashes the server now, as kill -9 of the engine process would
+// (listener closed, connections dropped, pinned KV lost); Restart brings it
+// back as a new process.
+func (s *Server) Kill() {
+	if s.crash() {
+		s.mu.Lock()
+		srv := s.http
+		s.mu.Unlock()
+		if srv != nil {
+			_ = srv.Close() // at once, not in the background
+		}
+	}
+}
