@@ -116,10 +116,10 @@ func BenchmarkEngineCrash(b *testing.B) {
 		sort.Strings(ck)
 		b.Logf("requests %d, affected %d: %s; clients saw: %s; eject %.0f ms after the kill, readmitted (generation 1) %.0f ms after the restart",
 			len(rows), affected, strings.Join(parts, ", "), strings.Join(ck, ", "),
-			(downAt - killAt).Seconds()*1000, (upAt - restartAt).Seconds()*1000)
+			(downAt-killAt).Seconds()*1000, (upAt-restartAt).Seconds()*1000)
 		b.ReportMetric(float64(len(rows)), "requests")
 		b.ReportMetric(float64(affected), "affected")
-		b.ReportMetric((downAt - killAt).Seconds()*1000, "ms-to-eject")
-		b.ReportMetric((upAt - restartAt).Seconds()*1000, "ms-to-readmit")
+		b.ReportMetric((downAt-killAt).Seconds()*1000, "ms-to-eject")
+		b.ReportMetric((upAt-restartAt).Seconds()*1000, "ms-to-readmit")
 	}
 }
