@@ -420,8 +420,10 @@ func TestEngineCrash(t *testing.T) {
 	if down != 1 || !st.Engines[0].Down {
 		t.Fatalf("engine 0: %d down records, /state down %v: expected it ejected once", down, st.Engines[0].Down)
 	}
-	if codes[200] != 30 || o["finish/length"] != 30 || retries < 1 || retries > 3 {
-		t.Fatalf("codes %v, outcomes %v, %d retries: expected every request answered, at most 3 of them re-placed", codes, o, retries)
+	// Three failures open the breaker; a request placed while the owner
+	// has not yet heard of it may fail (and be re-placed) too.
+	if codes[200] != 30 || o["finish/length"] != 30 || retries < 1 || retries > 6 {
+		t.Fatalf("codes %v, outcomes %v, %d retries: expected every request answered, 3 (or a few more) of them re-placed", codes, o, retries)
 	}
 }
 
