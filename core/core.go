@@ -243,6 +243,9 @@ type Core struct {
 	ctrl     Controller
 	arrivals arrivalObserver // ctrl, when it watches arrivals
 	finishes finishObserver  // ctrl, when it watches endings
+	// avoid is, per re-placed request, the engine its failed leg ran on
+	// (Replace); its next legs go elsewhere.
+	avoid map[event.RequestID]event.Instance
 }
 
 // New builds a core for cfg driven by ctrl. ctrl sets the opening roles.
@@ -350,6 +353,11 @@ func (c *Core) Arrive(now event.Time, r Request) error {
 func (c *Core) admit(now event.Time, r Request, queued bool) bool {
 	v := &c.v
 	inst, cause := c.ctrl.PlacePrefill(v, r)
+	if inst != event.NoInstance && c.placeableDown(inst, r.ID) {
+		// Every engine that could take it is down (the pool fell back to
+		// them): fail it rather than send a leg to a dead engine.
+		inst, cause = event.NoInstance, event.CauseUnavailable
+	}
 	if inst == event.NoInstance {
 		kind := Refuse
 		if cause == event.CauseUnavailable {
@@ -456,7 +464,21 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 		}
 		return nil
 	}
-	d := c.ctrl.PlaceDecode(v, r)
+	var d event.Instance
+	if a, ok := c.avoid[r.ID]; ok {
+		down := v.inst[a].Down
+		v.inst[a].Down = true
+		d = c.ctrl.PlaceDecode(v, r)
+		v.inst[a].Down = down
+	} else {
+		d = c.ctrl.PlaceDecode(v, r)
+	}
+	if c.placeableDown(d, r.ID) {
+		c.forget(r.ID)
+		v.out = append(v.out, Decision{Kind: Fail, Req: r.ID, Inst: event.NoInstance, Cause: event.CauseUnavailable})
+		return nil
+	}
+	c.forget(r.ID)
 	dst := &v.inst[d]
 	dst.DecodeCount++
 	dst.DecodeTokens += int64(r.InputTokens) + 1
@@ -479,6 +501,7 @@ func (c *Core) Finished(now event.Time, inst event.Instance, r Request) error {
 		return err
 	}
 	in.releaseDecode(r)
+	c.forget(r.ID)
 	if c.finishes != nil {
 		c.finishes.Finished(&c.v, r)
 	}
@@ -508,6 +531,7 @@ func (c *Core) Cancel(now event.Time, r Request, stage Stage) error {
 	if err := c.advance(now); err != nil {
 		return err
 	}
+	c.forget(r.ID)
 	switch stage {
 	case StageQueued:
 		c.adm.remove(r.ID)
@@ -537,6 +561,7 @@ func (c *Core) EngineDown(now event.Time, inst event.Instance, cause event.Cause
 	in.Down = true
 	c.v.records = append(c.v.records, event.Record{At: now, Kind: event.KindHealth, Inst: inst,
 		Peer: event.NoInstance, Tokens: int64(in.Generation), Cause: cause, Text: "down"})
+	c.coverRole(inst)
 	return nil
 }
 

@@ -21,6 +21,7 @@ const (
 	msgEnd                           // it ended (finish, fail, expire, cancel)
 	msgState                         // a GET /state snapshot
 	msgEngine                        // an engine failed or answered again
+	msgRetry                         // a leg failed: place the request again (live/retry.go)
 )
 
 // msg is one fact from a handler. The owner answers on the flight's reply
@@ -57,9 +58,13 @@ type flight struct {
 	prefill, decode event.Instance
 	stage           core.Stage
 	firstAt         event.Time
+	arrived         event.Time
 	// produced counts output tokens (the leg goroutine adds, the owner
 	// reads at ticks).
 	produced atomic.Int64
+	// guard lets the owner end the leg in flight when its engine is
+	// ejected (live/health.go).
+	guard legGuard
 }
 
 // placement is the owner's answer to a handler.
@@ -84,6 +89,7 @@ type owner struct {
 	moves   int
 	counts  Counts
 	err     error
+	names   []string // engine names, for the metrics' labels
 }
 
 // obsMark is what the owner last read of an engine's gap counters.
@@ -107,8 +113,12 @@ type Counts struct {
 
 func newOwner(r *Router, c *core.Core) *owner {
 	n := len(r.engines)
+	names := make([]string, n)
+	for i, e := range r.engines {
+		names[i] = e.name
+	}
 	return &owner{r: r, core: c, active: make(map[event.RequestID]*flight), tickAt: event.Never,
-		lastObs: make([]obsMark, n)}
+		lastObs: make([]obsMark, n), names: names}
 }
 
 // run is the owner goroutine.
@@ -122,9 +132,11 @@ func (o *owner) run(ctx context.Context) {
 		select {
 		case m := <-o.r.inbox:
 			o.handle(m)
+			o.gauges()
 		case <-o.tick.C:
 			o.tickAt = event.Never
 			o.onTick()
+			o.gauges()
 		case <-ctx.Done():
 			o.shutdown()
 			return
@@ -223,16 +235,21 @@ func (o *owner) handle(m msg) {
 			o.fact(o.core.EngineUp(now, m.inst, m.gen))
 		} else {
 			o.fact(o.core.EngineDown(now, m.inst, event.CauseEngineDown))
+			o.killLegs(m.inst)
 		}
 		o.apply(o.core.Ready())
+	case msgRetry:
+		o.retry(now, m)
 	}
 }
 
 func (o *owner) arrive(now event.Time, f *flight) {
 	o.nextID++
 	f.id = o.nextID
+	f.arrived = now
 	f.prefill, f.decode = event.NoInstance, event.NoInstance
 	o.counts.Arrived++
+	o.r.met.arrived.Inc()
 	sched := now
 	if f.scheduled >= 0 {
 		sched = event.Time(f.scheduled)
@@ -243,6 +260,7 @@ func (o *owner) arrive(now event.Time, f *flight) {
 	if o.counts.InFlight >= o.r.cfg.MaxInFlight {
 		o.emitReq(now, event.KindRefuse, f, event.NoInstance, event.NoInstance, 0, event.CauseOverload)
 		o.counts.Refused++
+		o.r.met.ended(event.KindRefuse, event.CauseOverload)
 		f.reply <- placement{inst: event.NoInstance, cause: event.CauseOverload}
 		return
 	}
@@ -264,6 +282,7 @@ func (o *owner) prefilled(now event.Time, f *flight) {
 	}
 	if f.noHandoff {
 		o.counts.NoHandoff++
+		o.r.met.noHandoff.Inc()
 	}
 	f.firstAt = now
 	f.produced.Store(1)
@@ -295,6 +314,20 @@ func (o *owner) scheduledOf(f *flight) event.Time {
 // the tick.
 func (o *owner) apply(rd core.Ready) {
 	now := o.r.now()
+	// The core's records first: they carry the fact's time, earlier than
+	// now, and a role move or a retry decision precedes the placements it
+	// explains.
+	for i := range rd.Records {
+		r := rd.Records[i]
+		if r.Kind == event.KindRoleMove && !r.Opening() {
+			o.moves++
+			o.r.met.moves.WithLabelValues(r.To.String(), r.Cause.String()).Inc()
+		}
+		o.emit(&r)
+	}
+	if len(rd.Records) > 0 {
+		o.r.met.engines(o.core.View(), o.names)
+	}
 	for _, d := range rd.Decisions {
 		f := o.active[d.Req]
 		if f == nil && d.Kind != core.Move {
@@ -338,6 +371,7 @@ func (o *owner) apply(rd core.Ready) {
 			o.unqueue(f)
 			f.stage = core.StageQueued
 			o.emitReq(now, kind, f, event.NoInstance, event.NoInstance, 0, d.Cause)
+			o.r.met.ended(kind, d.Cause)
 			f.reply <- placement{inst: event.NoInstance, cause: d.Cause, fail: d.Kind != core.Refuse}
 		case core.Queue:
 			f.queued = true
@@ -347,13 +381,6 @@ func (o *owner) apply(rd core.Ready) {
 			// A role is a router label (protocol §1): new legs follow it
 			// from d.ReadyAt, resident requests finish where they are.
 		}
-	}
-	for i := range rd.Records {
-		r := rd.Records[i]
-		if r.Kind == event.KindRoleMove && !r.Opening() {
-			o.moves++
-		}
-		o.emit(&r)
 	}
 	o.arm(rd.NextTick)
 }
@@ -413,7 +440,9 @@ func (o *owner) end(now event.Time, f *flight, kind event.Kind, cause event.Caus
 	o.unqueue(f)
 	if cause == event.CauseNoHandoff {
 		o.counts.NoHandoff++
+		o.r.met.noHandoff.Inc()
 	}
+	o.r.met.ended(kind, cause)
 	produced := f.produced.Load()
 	inst := f.decode
 	if inst == event.NoInstance {
@@ -435,6 +464,7 @@ func (o *owner) end(now event.Time, f *flight, kind event.Kind, cause event.Caus
 		if produced > 1 {
 			tpot = (now - f.firstAt) / event.Time(produced-1)
 		}
+		o.qualified(now, f, cause, produced)
 		o.fact(o.core.Finished(now, f.decode, core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill,
 			DecodeInst: f.decode, ContextTokens: int64(f.input) + produced, OutputTokens: int(produced),
 			TTFT: f.firstAt - o.scheduledOf(f), TPOT: tpot}))

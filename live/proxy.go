@@ -38,9 +38,10 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/models", r.models)
 	mux.HandleFunc("GET /health", r.health)
 	mux.HandleFunc("GET /state", r.stateHandler)
+	mux.Handle("GET /metrics", r.met.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
 		api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error",
-			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health or /state", q.Method, q.URL.Path)})
+			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /state or /metrics", q.Method, q.URL.Path)})
 	})
 	return mux
 }
@@ -206,6 +207,7 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		r.endFlight(f, event.KindFinish, event.CauseCancel)
 		return
 	}
+	r.met.wait.Observe((r.now() - f.arrived).Seconds())
 	if p.inst == event.NoInstance {
 		writeRefusal(w, p)
 		return
@@ -213,11 +215,7 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 	ctx, cancel := context.WithTimeout(q.Context(), r.cfg.RequestTimeout)
 	defer cancel()
 	lg := &leg{r: r, w: w, q: q, ctx: ctx, req: req, f: f, xid: xid, path: q.URL.Path}
-	if f.single {
-		lg.run(r.engines[p.inst], req.Raw, nil, true)
-		return
-	}
-	lg.twoLegs(r.engines[p.inst])
+	lg.start(p.inst) // live/retry.go
 }
 
 // writeRefusal answers a request the core refused (429) or could not
@@ -251,6 +249,12 @@ type leg struct {
 	path string
 	// sent is true once the client has the response status.
 	sent bool
+	// retried: the request was re-placed once already (live/retry.go).
+	retried bool
+	// pe is the prefill engine of a two-leg attempt.
+	pe *engine
+	// tFirst is when this attempt's first token existed (router clock).
+	tFirst event.Time
 }
 
 func (l *leg) post(ctx context.Context, e *engine, body []byte) (*http.Response, error) {
@@ -292,55 +296,72 @@ func (l *leg) fail(kind event.Kind, cause event.Cause, engineErr *api.Error) {
 	}
 }
 
-// legError classifies a failed round trip: a timeout, the client gone, or
-// the engine unreachable (which counts toward ejecting it).
-func (l *leg) legError(e *engine, ctx context.Context, err error) {
+// legFailure classifies a failed round trip: the client gone, the engine
+// ejected under it, a timeout (which makes the router probe the engine),
+// or a connection failure (which counts against the engine's breaker). An
+// ejection or a connection failure before anything reached the client is
+// re-placed once (live/retry.go); everything else ends the request.
+func (l *leg) legFailure(e *engine, ctx context.Context, err error, stage string, timedOut bool) verdict {
 	switch {
 	case l.q.Context().Err() != nil:
 		l.fail(event.KindFinish, event.CauseCancel, nil)
-	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
+	case l.f.guard.isDead():
+		if l.retryable() {
+			return verdict{retry: true, stage: stage, from: e, cause: event.CauseEngineDown}
+		}
+		l.fail(event.KindFail, event.CauseEngineDown, &api.Error{Message: e.name + " was ejected"})
+	case timedOut || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
+		l.r.timedOut(e)
 		l.fail(event.KindFail, event.CauseTimeout, nil)
 	default:
-		l.r.engineFailed(e)
+		l.r.failed(e, "connect")
+		if l.retryable() {
+			return verdict{retry: true, stage: stage, from: e, cause: event.CauseEngineError}
+		}
 		l.fail(event.KindFail, event.CauseEngineError, &api.Error{Message: e.name + " unreachable"})
 	}
+	return verdict{}
 }
 
 // twoLegs runs the prefill leg on pe, asks the core for the decode
 // engine, and runs the decode leg there with the handoff (protocol §2-§4).
-func (l *leg) twoLegs(pe *engine) {
+// A failure it may re-place comes back as a verdict.
+func (l *leg) twoLegs(pe *engine) verdict {
+	l.pe = pe
+	l.f.noHandoff = false
 	body, err := api.PrefillBody(l.req.Raw)
 	if err != nil {
 		l.fail(event.KindFail, event.CauseEngineError, api.BadRequest(err.Error()))
-		return
+		return verdict{}
 	}
-	pctx, pcancel := context.WithTimeout(l.ctx, l.r.cfg.PrefillTimeout)
-	defer pcancel()
+	tctx, tcancel := context.WithTimeout(l.ctx, l.r.cfg.PrefillTimeout)
+	defer tcancel()
+	pctx, done := l.armLeg(tctx, pe)
 	resp, err := l.post(pctx, pe, body)
 	if err != nil {
-		l.legError(pe, pctx, err)
-		return
+		done()
+		return l.legFailure(pe, tctx, err, "prefill", false)
 	}
 	rb, err := io.ReadAll(io.LimitReader(resp.Body, maxLegBody))
 	resp.Body.Close()
+	done()
 	if err != nil {
-		l.legError(pe, pctx, err)
-		return
+		return l.legFailure(pe, tctx, err, "prefill", false)
 	}
 	if resp.StatusCode != http.StatusOK {
-		l.engineStatus(pe, resp.StatusCode, rb)
-		return
+		return l.engineStatus(pe, resp.StatusCode, rb, "prefill")
 	}
-	pe.failures.Store(0)
+	l.r.answered(pe)
 	handoff := api.Handoff(rb)
 	if handoff == nil {
 		if l.r.cfg.Handoff == HandoffFail {
 			l.f.noHandoff = true
 			l.fail(event.KindFail, event.CauseNoHandoff, nil)
-			return
+			return verdict{}
 		}
 		l.f.noHandoff = true
 	}
+	l.observeFirst()
 	d, ok := l.r.ask(msg{kind: msgPrefilled, f: l.f})
 	if !ok || d.inst == event.NoInstance {
 		if !ok {
@@ -349,30 +370,43 @@ func (l *leg) twoLegs(pe *engine) {
 			l.sent = true // the owner ended it
 			api.WriteError(l.w, api.Unavailable("no engine can take the decode now", time.Second))
 		}
-		return
+		return verdict{}
 	}
 	de := l.r.engines[d.inst]
 	if d.inst == pe.idx || handoff == nil {
-		l.run(de, l.req.Raw, nil, false)
-		return
+		return l.run(de, l.req.Raw, nil, false)
 	}
-	l.run(de, l.req.Raw, handoff, false)
+	return l.run(de, l.req.Raw, handoff, false)
 }
 
 // engineStatus handles a leg's non-200 answer before anything reached the
-// client: a 5xx counts against the engine, a 4xx is the request's fault.
-func (l *leg) engineStatus(e *engine, status int, body []byte) {
+// client: a 5xx counts against the engine (a decode leg's, only while its
+// prefill engine is above suspicion: a failed KV pull is the producer's
+// fault), a 4xx is the request's fault. A prefill answered 502, 503 or
+// 504, and a decode answered any 5xx, are re-placed once.
+func (l *leg) engineStatus(e *engine, status int, body []byte, stage string) verdict {
 	ae := api.ParseError(status, body)
 	if ae == nil {
 		ae = &api.Error{Status: status, Message: fmt.Sprintf("%s answered %d", e.name, status)}
 	}
 	ae.Status = status
 	if status >= 500 {
-		l.r.engineFailed(e)
+		if stage == "decode" && l.pe != nil && l.pe != e {
+			l.r.blame(l.pe, e)
+		} else {
+			l.r.failed(e, "5xx")
+		}
+		retry := stage == "decode" || status == http.StatusBadGateway || status == http.StatusServiceUnavailable ||
+			status == http.StatusGatewayTimeout
+		if retry && l.retryable() && l.q.Context().Err() == nil {
+			return verdict{retry: true, stage: stage, from: e, cause: event.CauseBadGateway}
+		}
 		l.fail(event.KindFail, event.CauseBadGateway, ae)
-		return
+		return verdict{}
 	}
+	l.r.answered(e)
 	l.fail(event.KindFail, event.CauseEngineError, ae)
+	return verdict{}
 }
 
 // passThrough answers a non-streamed client with an engine's body, and
@@ -384,6 +418,7 @@ func (l *leg) passThrough(body []byte) {
 	l.w.WriteHeader(http.StatusOK)
 	l.sent = true
 	_, _ = l.w.Write(body)
+	l.observeFinish(int64(max(tokens, 1)))
 	l.r.endFlight(l.f, event.KindFinish, l.finishCause(finish))
 }
 
@@ -399,8 +434,14 @@ func (l *leg) finishCause(reason string) event.Cause {
 }
 
 // run sends the leg that produces the answer to e (the decode leg, or the
-// single ordinary request when single) and relays it to the client.
-func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMessage, single bool) {
+// single ordinary request when single) and relays it to the client. A
+// failure before anything reached the client may come back as a verdict
+// to re-place the request.
+func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMessage, single bool) verdict {
+	stage := "decode"
+	if single {
+		stage = "prefill"
+	}
 	var body []byte
 	var err error
 	if handoff != nil {
@@ -410,46 +451,42 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 	}
 	if err != nil {
 		l.fail(event.KindFail, event.CauseEngineError, api.BadRequest(err.Error()))
-		return
+		return verdict{}
 	}
-	lctx, lcancel := context.WithCancel(l.ctx)
-	defer lcancel()
+	lctx, done := l.armLeg(l.ctx, e)
+	defer done()
 	var timedOut atomic.Bool
-	timer := time.AfterFunc(l.r.cfg.FirstTokenTimeout, func() { timedOut.Store(true); lcancel() })
+	timer := time.AfterFunc(l.r.cfg.FirstTokenTimeout, func() { timedOut.Store(true); done() })
 	defer timer.Stop()
-	failed := func(err error) {
-		if timedOut.Load() {
-			l.fail(event.KindFail, event.CauseTimeout, nil)
-			return
-		}
-		l.legError(e, lctx, err)
+	failed := func(err error) verdict {
+		return l.legFailure(e, lctx, err, stage, timedOut.Load() && !l.f.guard.isDead())
 	}
 	resp, err := l.post(lctx, e, body)
 	if err != nil {
-		failed(err)
-		return
+		return failed(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		rb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		l.engineStatus(e, resp.StatusCode, rb)
-		return
+		return l.engineStatus(e, resp.StatusCode, rb, stage)
 	}
-	e.failures.Store(0)
 	if !l.req.Stream {
 		timer.Reset(l.r.cfg.RequestTimeout)
 		rb, err := io.ReadAll(io.LimitReader(resp.Body, maxLegBody))
 		if err != nil {
-			failed(err)
-			return
+			return failed(err)
 		}
-		if single && !l.prefilled() {
-			return
+		l.r.answered(e)
+		if single {
+			l.observeFirst()
+			if !l.prefilled() {
+				return verdict{}
+			}
 		}
 		l.passThrough(rb)
-		return
+		return verdict{}
 	}
-	l.relay(e, resp.Body, single, timer, &timedOut)
+	return l.relay(e, resp.Body, single, timer, &timedOut, stage)
 }
 
 // prefilled tells the owner a single request's first token exists (the
@@ -465,14 +502,21 @@ func (l *leg) prefilled() bool {
 }
 
 // relay copies a streamed answer to the client event by event, timing
-// every token, and journals how it ended. A stream that breaks after the
-// client got its status ends with an error event, never silently.
-func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Timer, timedOut *atomic.Bool) {
-	api.SetSSEHeaders(l.w.Header())
-	l.w.WriteHeader(http.StatusOK)
-	l.sent = true
-	if fl, ok := l.w.(http.Flusher); ok {
-		fl.Flush()
+// every token, and journals how it ended. The client gets its status with
+// the first event, so a stream that breaks before it may still be
+// re-placed; one that breaks after ends with an error event, never
+// silently, journaled with its cause.
+func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Timer, timedOut *atomic.Bool, stage string) verdict {
+	open := func() {
+		if l.sent {
+			return
+		}
+		api.SetSSEHeaders(l.w.Header())
+		l.w.WriteHeader(http.StatusOK)
+		l.sent = true
+		if fl, ok := l.w.(http.Flusher); ok {
+			fl.Flush()
+		}
 	}
 	sr := api.NewSSEReader(upstream)
 	sw := api.NewSSEWriter(l.w)
@@ -484,18 +528,32 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		if err != nil {
 			if l.q.Context().Err() != nil {
 				l.r.endFlight(l.f, event.KindFinish, event.CauseCancel)
-				return
+				return verdict{}
+			}
+			dead := l.f.guard.isDead()
+			if !l.sent {
+				// Nothing reached the client: fail (or re-place) it as a
+				// failed round trip.
+				return l.legFailure(e, context.Background(), err, stage, timedOut.Load() && !dead)
 			}
 			cause := event.CauseBadGateway
-			if timedOut.Load() || l.ctx.Err() != nil { // a read gap, or the request's own deadline
+			switch {
+			case dead:
+				cause = event.CauseEngineDown
+			case l.ctx.Err() != nil: // the request's own deadline: not the engine's fault
 				cause = event.CauseTimeout
+			case timedOut.Load(): // a read gap: the engine may be stuck
+				cause = event.CauseTimeout
+				l.r.timedOut(e)
+			default:
+				l.r.failed(e, "connect") // 200 then broken
 			}
 			// Journal the cause before the client reads the error event
 			// (it may hang up at once, which is not a cancel).
 			l.r.endFlight(l.f, event.KindFail, cause)
 			_ = sw.Send(map[string]any{"error": map[string]any{"message": "the engine's stream broke before its end",
 				"type": api.TypeServer, "code": http.StatusBadGateway}})
-			return
+			return verdict{}
 		}
 		if done {
 			break
@@ -503,9 +561,10 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		timer.Reset(l.r.cfg.ReadTimeout)
 		if c, ok := api.ReadChunk(payload); ok {
 			if c.Err != nil {
+				open()
 				l.r.endFlight(l.f, event.KindFail, event.CauseBadGateway)
 				_ = sw.SendRaw(payload)
-				return
+				return verdict{}
 			}
 			n := c.Tokens
 			if c.Finish != "" {
@@ -518,10 +577,12 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 				now := time.Now()
 				if delivered == 0 {
 					if single {
+						l.observeFirst()
 						if !l.prefilled() {
-							return
+							return verdict{}
 						}
 					} else {
+						l.observeHandoff()
 						l.r.send(msg{kind: msgFirstToken, f: l.f})
 					}
 				} else {
@@ -533,23 +594,31 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 				l.f.produced.Store(int64(delivered))
 			}
 		}
+		open()
 		if err := sw.SendRaw(payload); err != nil {
 			l.fail(event.KindFinish, event.CauseCancel, nil)
-			return
+			return verdict{}
 		}
 	}
+	open()
+	l.r.answered(e)
 	if err := sw.Done(); err != nil && l.q.Context().Err() != nil {
 		l.fail(event.KindFinish, event.CauseCancel, nil)
-		return
+		return verdict{}
 	}
-	if delivered == 0 && single && !l.prefilled() {
-		return
+	if delivered == 0 && single {
+		l.observeFirst()
+		if !l.prefilled() {
+			return verdict{}
+		}
 	}
 	if usage > 0 {
 		delivered = usage
 	}
 	l.f.produced.Store(int64(max(delivered, 1)))
+	l.observeFinish(int64(max(delivered, 1)))
 	l.r.endFlight(l.f, event.KindFinish, l.finishCause(finish))
+	return verdict{}
 }
 
 // nonStreamTokens reads a whole response's completion tokens (usage, else
@@ -574,42 +643,4 @@ func nonStreamTokens(body []byte) (int, string) {
 		return v.Usage.CompletionTokens, finish
 	}
 	return len(v.Choices), finish
-}
-
-// engineFailed counts a failure against e; at the threshold the owner
-// marks it down and a prober waits for it to answer again.
-func (r *Router) engineFailed(e *engine) {
-	if int(e.failures.Add(1)) < r.cfg.FailuresToEject || !e.probing.CompareAndSwap(false, true) {
-		return
-	}
-	r.send(msg{kind: msgEngine, inst: e.idx, up: false})
-	go r.probe(e)
-}
-
-// probe polls a down engine's /health until it answers 200, then reports
-// it up under a new generation.
-func (r *Router) probe(e *engine) {
-	defer e.probing.Store(false)
-	t := time.NewTicker(r.cfg.ProbeInterval)
-	defer t.Stop()
-	for gen := uint64(1); ; {
-		select {
-		case <-r.stopped:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ProbeInterval)
-		hq, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/health", nil)
-		resp, err := r.client.Do(hq)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		cancel()
-		if err == nil && resp.StatusCode == http.StatusOK {
-			e.failures.Store(0)
-			r.send(msg{kind: msgEngine, inst: e.idx, up: true, gen: e.generation.Add(gen)})
-			return
-		}
-	}
 }

@@ -71,11 +71,21 @@ type Config struct {
 	// request is refused with 429 and Retry-After (default 100,000).
 	MaxInFlight int
 	// FailuresToEject is how many consecutive connection failures or 5xx
-	// answers mark an engine down (default 3). A 4xx never counts.
+	// answers open an engine's breaker and mark it down (default 3). A 4xx
+	// never counts; a timeout counts only when the probe it triggers fails
+	// (live/health.go).
 	FailuresToEject int
-	// ProbeInterval is how often a down engine's /health is probed
+	// ProbeInterval is how often a down engine is probed for readmission
 	// (default 1 s).
 	ProbeInterval time.Duration
+	// ProbeTimeout bounds one probe of /health or /metrics (default 2 s).
+	ProbeTimeout time.Duration
+	// SweepInterval is how often idle engines are probed (default 5 s;
+	// negative: never).
+	SweepInterval time.Duration
+	// Logf receives the router's operational log lines (ejections,
+	// readmissions); nil discards them.
+	Logf func(format string, args ...any)
 	// Transport carries the engine legs (default: a pooled transport sized
 	// for thousands of concurrent streams).
 	Transport http.RoundTripper
@@ -95,6 +105,10 @@ func (c *Config) defaults() {
 	def(&c.ReadTimeout, 60*time.Second)
 	def(&c.RequestTimeout, 600*time.Second)
 	def(&c.ProbeInterval, time.Second)
+	def(&c.ProbeTimeout, 2*time.Second)
+	if c.SweepInterval == 0 {
+		c.SweepInterval = 5 * time.Second
+	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 8 << 20
 	}
@@ -138,11 +152,8 @@ type engine struct {
 	// Written by leg goroutines, read by the owner at each tick.
 	gapNanos atomic.Int64 // summed gaps between decode tokens
 	gaps     atomic.Int64 // how many gaps
-	failures atomic.Int32 // consecutive failures
-	probing  atomic.Bool
-	// generation is the process generation the router believes it talks
-	// to: bumped each time the engine answers again after being down.
-	generation atomic.Uint64
+	// br is its breaker and probe state (live/health.go).
+	br breaker
 }
 
 // Router is the live driver: an OpenAI-compatible HTTP front end whose
@@ -159,6 +170,7 @@ type Router struct {
 	once    sync.Once
 	ids     atomic.Uint64 // X-Request-Id for clients that send none
 	o       *owner
+	met     *Metrics
 }
 
 // New builds a router; Run starts its owner.
@@ -196,6 +208,10 @@ func New(cfg Config) (*Router, error) {
 		}
 		r.engines = append(r.engines, &engine{idx: event.Instance(i), name: names[i], base: strings.TrimRight(u, "/")})
 	}
+	r.met = newMetrics(cfg.Controller.Name(), cfg.Fleet.CoreSLO(), names)
+	mr := &meteredRecorder{next: cfg.Recorder, m: r.met}
+	mr.errs, _ = cfg.Recorder.(errSource)
+	r.cfg.Recorder = mr
 	c, err := core.New(core.Config{Profiles: cfg.Fleet.Profiles(), SLO: cfg.Fleet.CoreSLO(), Pinned: cfg.Fleet.Pins(),
 		Admission: cfg.Admission}, cfg.Controller)
 	if err != nil {
@@ -210,9 +226,13 @@ func New(cfg Config) (*Router, error) {
 // engine_error) so that every admitted request ends exactly once in the
 // journal.
 func (r *Router) Run(ctx context.Context) error {
+	go r.sweepLoop()
 	r.o.run(ctx)
 	return r.o.err
 }
+
+// Metrics is the router's Prometheus registry and handler (GET /metrics).
+func (r *Router) Metrics() *Metrics { return r.met }
 
 // Close stops the owner (idempotent).
 func (r *Router) Close() { r.once.Do(func() { close(r.done) }) }

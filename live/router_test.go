@@ -390,10 +390,10 @@ func TestMissingHandoff(t *testing.T) {
 	}
 }
 
-// An engine that crashes: requests placed on it fail (502) each exactly
-// once with a cause; after three failures it is marked down (a health
-// record) and gets no more placements, so later requests succeed on the
-// others.
+// An engine that crashes: each request whose leg it drops is re-placed
+// once on another engine (a retry decision in the journal), so every
+// client gets its answer; after three failures its breaker opens, it is
+// marked down (a health record) and gets no more placements.
 func TestEngineCrash(t *testing.T) {
 	r := startRig(t, rigOpts{n: 3, arm: "aggregated", stub: stub.Options{TimeScale: zero()}})
 	r.stubs.Servers()[0].SetFaults(stub.Faults{CrashAfter: 1})
@@ -407,18 +407,23 @@ func TestEngineCrash(t *testing.T) {
 	r.stop()
 	recs := r.jr.records()
 	rows := checkJournal(t, recs)
-	down := 0
+	down, retries := 0, 0
 	for _, rec := range recs {
 		if rec.Kind == event.KindHealth && rec.Cause == event.CauseEngineDown && rec.Inst == 0 {
 			down++
+		}
+		if rec.Kind == event.KindDecision && strings.Contains(rec.Text, `"retry"`) {
+			retries++
 		}
 	}
 	o := outcomes(rows)
 	if down != 1 || !st.Engines[0].Down {
 		t.Fatalf("engine 0: %d down records, /state down %v: expected it ejected once", down, st.Engines[0].Down)
 	}
-	if codes[200] < 25 || o["fail/engine_error"] < 1 || o["fail/engine_error"] > 3 || len(rows) != 30 {
-		t.Fatalf("codes %v, outcomes %v: expected at most 3 failures then successes", codes, o)
+	// Three failures open the breaker; a request placed while the owner
+	// has not yet heard of it may fail (and be re-placed) too.
+	if codes[200] != 30 || o["finish/length"] != 30 || retries < 1 || retries > 6 {
+		t.Fatalf("codes %v, outcomes %v, %d retries: expected every request answered, 3 (or a few more) of them re-placed", codes, o, retries)
 	}
 }
 

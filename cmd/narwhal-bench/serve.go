@@ -69,6 +69,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			cfg := live.Config{Fleet: spec, Controller: ctrl, Model: c.String("model"), Admission: adm,
 				Handoff: live.HandoffPolicy(c.String("handoff-policy")), MaxInFlight: int(c.Int("max-in-flight")),
 				MaxOutputTokens: int(c.Int("max-tokens"))}
+			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
 			for _, d := range []struct {
 				flag string
 				dst  *time.Duration

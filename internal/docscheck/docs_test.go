@@ -38,6 +38,7 @@ func binaryFlags(t *testing.T) map[string]string {
 		{"narwhal-bench", "sim", "--help"}, {"narwhal-bench", "run", "--help"}, {"narwhal-bench", "export", "--help"},
 		{"narwhal-bench", "stub", "--help"}, {"narwhal-bench", "serve", "--help"}, {"narwhal-bench", "live", "--help"},
 		{"narwhal-report", "--help"},
+		{"narwhal-bench", "check", "--help"},
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
 		if err != nil {

@@ -26,6 +26,11 @@ type Faults struct {
 	// NoHandoff returns prefill legs without kv_transfer_params (null), as
 	// an engine without the NIXL connector does.
 	NoHandoff bool `json:"no_handoff,omitempty"`
+	// RestartAfterMs restarts a server that CrashAfter crashed this many
+	// milliseconds later, as a supervisor restarting the engine would: the
+	// same address, a new process start time, no KV, healthy (0 = it stays
+	// down).
+	RestartAfterMs int `json:"restart_after_ms,omitempty"`
 }
 
 // SetFaults replaces the server's faults.
@@ -51,8 +56,8 @@ func (s *Server) serveFaults(w http.ResponseWriter, r *http.Request) {
 			api.WriteError(w, api.BadRequest("faults: "+err.Error()))
 			return
 		}
-		if f.CrashAfter < 0 || f.BreakAfter < 0 || f.Slow < 0 {
-			api.WriteError(w, api.BadRequest("faults: crash_after, break_after and slow must be >= 0"))
+		if f.CrashAfter < 0 || f.BreakAfter < 0 || f.Slow < 0 || f.RestartAfterMs < 0 {
+			api.WriteError(w, api.BadRequest("faults: crash_after, break_after, slow and restart_after_ms must be >= 0"))
 			return
 		}
 		s.SetFaults(f)

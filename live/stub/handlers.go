@@ -51,12 +51,12 @@ func (s *Server) stall(r *http.Request) {
 
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "engine_id": s.id,
-		"generation": s.epoch.UnixNano()})
+		"generation": s.started.Load()})
 }
 
 func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
-		"id": s.opts.Model, "object": "model", "created": s.epoch.Unix(), "owned_by": "narwhal-stub",
+		"id": s.opts.Model, "object": "model", "created": s.started.Load() / 1e9, "owned_by": "narwhal-stub",
 		"max_model_len": s.opts.MaxModelLen}}})
 }
 
@@ -110,7 +110,9 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		n := s.served
 		s.mu.Unlock()
 		if n > f.CrashAfter {
-			s.crash()
+			if s.crash() && f.RestartAfterMs > 0 {
+				s.restartLater(time.Duration(f.RestartAfterMs) * time.Millisecond)
+			}
 			panic(http.ErrAbortHandler)
 		}
 	}

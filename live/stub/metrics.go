@@ -44,7 +44,7 @@ func newMetrics(s *Server) metrics {
 	f("vllm:kv_cache_usage_perc", "KV-cache usage (vLLM's newer name).", usage)
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "process_start_time_seconds",
 		Help: "When this engine started, Unix seconds (changes on restart)."},
-		func() float64 { return float64(s.epoch.UnixNano()) / 1e9 }))
+		func() float64 { return float64(s.started.Load()) / 1e9 }))
 	ttft := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_to_first_token_seconds",
 		Help: "Time to first token, from arrival at this engine.", ConstLabels: labels, Buckets: ttftBuckets})
 	tpot := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_per_output_token_seconds",

@@ -179,6 +179,9 @@ type Server struct {
 	ln      net.Listener
 	addr    string // requested listen address
 	crashed atomic.Bool
+	// started is the process start the engine reports (Unix ns): its
+	// epoch, then the time of each Restart.
+	started atomic.Int64
 	stallCh chan struct{} // closed on Close: stalled handlers return
 
 	nextID atomic.Uint64
@@ -194,6 +197,7 @@ func newServer(opts Options, in Instance, p Puller) *Server {
 		cmds: make(chan cmd, 256), quit: make(chan struct{}), loopDone: make(chan struct{}),
 		stallCh: make(chan struct{}), faults: opts.Faults}
 	s.handoffs = newHandoffs(opts.Lease, opts.KV, s.epoch)
+	s.started.Store(s.epoch.UnixNano())
 	s.gauges.Store(&engine.Gauges{})
 	s.reg = prometheus.NewRegistry()
 	s.metrics = newMetrics(s)
@@ -282,10 +286,11 @@ func (s *Server) Close() {
 }
 
 // crash drops the listener and every connection, and forgets the pinned
-// KV, as a dead engine process would. The server stays down.
-func (s *Server) crash() {
+// KV, as a dead engine process would. The server stays down (until
+// Restart). It reports whether this call crashed it.
+func (s *Server) crash() bool {
 	if s.crashed.Swap(true) {
-		return
+		return false
 	}
 	s.logf("stub %s: crash (fault)", s.id)
 	s.handoffs.clear()
@@ -295,6 +300,7 @@ func (s *Server) crash() {
 	if srv != nil {
 		go srv.Close()
 	}
+	return true
 }
 
 func (s *Server) logf(format string, args ...any) {

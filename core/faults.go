@@ -1,0 +1,156 @@
+package core
+
+import (
+	"fmt"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Engine faults in the core's terms. The driver reports an engine down
+// (EngineDown) or back under a process generation (EngineUp), and asks
+// for a request whose leg failed to be placed again (Replace). The core
+// never places a leg on an engine it knows is down, never leaves a role
+// empty without saying so, and journals each of these as a record.
+
+// RetryDecision is the payload of the decision record Replace journals.
+type RetryDecision struct {
+	// Retry is the request placed again.
+	Retry event.RequestID `json:"retry"`
+	// Stage is the leg that failed: "prefill" or "decode" (a decode leg
+	// is re-placed with a fresh prefill: its KV may be gone).
+	Stage string `json:"stage"`
+	// From is the engine whose leg failed; the new prefill avoids it.
+	From event.Instance `json:"from"`
+	// Cause is why the leg failed.
+	Cause string `json:"cause"`
+}
+
+// CoverDecision is the payload of the decision record EngineDown journals
+// when the engine that went down was the last online one of its role and
+// no other engine could be moved into it.
+type CoverDecision struct {
+	Down event.Instance `json:"down"`
+	Role string         `json:"role"`
+	// Why says what happens instead.
+	Why string `json:"why"`
+}
+
+// Replace records that r's leg at stage (StagePrefill or StageDecode) on
+// from failed with cause, and places r's prefill again: the core releases
+// what r held there and admits r anew as if from were down, through the
+// admission gate (it may queue). A decode stage is re-placed with a fresh
+// prefill, because the driver cannot know whether the KV it pointed at
+// still exists. The decode that follows avoids from as well. When no
+// other engine can take it, r fails with CauseUnavailable.
+func (c *Core) Replace(now event.Time, r Request, stage Stage, from event.Instance, cause event.Cause) error {
+	f, err := c.instance("replace", from)
+	if err != nil {
+		return err
+	}
+	var held *Instance
+	switch stage {
+	case StagePrefill:
+		held, err = c.instance("replace at prefill", r.PrefillInst)
+	case StageDecode:
+		held, err = c.instance("replace at decode", r.DecodeInst)
+	default:
+		err = fmt.Errorf("core: replace: stage %d: expected prefill or decode", stage)
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.advance(now); err != nil {
+		return err
+	}
+	name := "prefill"
+	if stage == StagePrefill {
+		held.releasePrefill(now, r)
+	} else {
+		held.releaseDecode(r)
+		name = "decode"
+	}
+	c.v.Decide(RetryDecision{Retry: r.ID, Stage: name, From: from, Cause: cause.String()})
+	if c.avoid == nil {
+		c.avoid = map[event.RequestID]event.Instance{}
+	}
+	c.avoid[r.ID] = from
+	r.PrefillInst, r.DecodeInst, r.ContextTokens = event.NoInstance, event.NoInstance, 0
+	down := f.Down
+	f.Down = true
+	c.admit(now, r, false)
+	f.Down = down
+	c.drain(now)
+	return nil
+}
+
+// placeableDown reports whether inst is down, counting the engine a
+// re-placed request avoids as down.
+func (c *Core) placeableDown(inst event.Instance, id event.RequestID) bool {
+	if c.v.inst[inst].Down {
+		return true
+	}
+	a, ok := c.avoid[id]
+	return ok && a == inst
+}
+
+// forget drops what the core remembers of r's faults once r is done.
+func (c *Core) forget(id event.RequestID) {
+	if c.avoid != nil {
+		delete(c.avoid, id)
+	}
+}
+
+// coverRole keeps a role served when inst, just marked down, was its last
+// online engine: it moves the least-loaded unpinned online engine of the
+// other phase into the role (cause engine_down), provided that leaves the
+// other phase an online engine. When none can move it journals why
+// (CoverDecision): the remaining online engines serve both phases (the
+// pool falls back to the fleet, Arrow §5.5), or, with none online,
+// requests fail with CauseUnavailable.
+func (c *Core) coverRole(inst event.Instance) {
+	v := &c.v
+	role := v.inst[inst].Role
+	if role != event.RolePrefill && role != event.RoleDecode {
+		return
+	}
+	online := func(r event.Role) int {
+		n := 0
+		for i := range v.inst {
+			if in := &v.inst[i]; in.Role == r && in.Online(v.now) {
+				n++
+			}
+		}
+		return n
+	}
+	if online(role) > 0 {
+		return
+	}
+	other := event.RoleDecode
+	if role == event.RoleDecode {
+		other = event.RolePrefill
+	}
+	donor := event.NoInstance
+	if online(other) >= 2 {
+		var best int
+		for i := range v.inst {
+			in := &v.inst[i]
+			if in.Role != other || !in.Online(v.now) || in.Pinned {
+				continue
+			}
+			load := in.PrefillCount + in.DecodeCount
+			if donor == event.NoInstance || load < best {
+				donor, best = event.Instance(i), load
+			}
+		}
+	}
+	if donor != event.NoInstance {
+		v.Move(donor, role, v.now, event.CauseEngineDown,
+			fmt.Sprintf("instance %d, the last online %s engine, is down", inst, role))
+		return
+	}
+	why := "no other engine can move: the online engines serve both phases"
+	if online(other) == 0 {
+		why = "no engine is online: requests fail with cause unavailable until one is back"
+	}
+	v.Decide(CoverDecision{Down: inst, Role: role.String(), Why: why})
+}

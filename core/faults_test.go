@@ -1,0 +1,101 @@
+package core
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+func faultCore(t *testing.T, arm string, n int) *Core {
+	t.Helper()
+	ctrl, err := NewController(arm, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Profiles: fixtureProfiles(n), SLO: event.SLO{TTFT: event.Second, TPOT: 50 * event.Millisecond}}, ctrl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Ready()
+	return c
+}
+
+// The last online engine of a role going down moves another engine into
+// the role (cause engine_down) when the other phase can spare one, and
+// journals why not otherwise; with nothing online, arrivals fail
+// unavailable instead of being sent to a dead engine.
+func TestCoverRole(t *testing.T) {
+	c := faultCore(t, "static:1P3D", 4)
+	if err := c.EngineDown(1, 0, event.CauseEngineDown); err != nil {
+		t.Fatal(err)
+	}
+	rd := c.Ready()
+	moved := false
+	for _, r := range rd.Records {
+		if r.Kind == event.KindRoleMove && r.To == event.RolePrefill && r.Cause == event.CauseEngineDown {
+			moved = true
+		}
+	}
+	if !moved || c.View().Count(event.RolePrefill) != 2 {
+		t.Fatalf("records %+v: expected a decode engine moved to prefill", rd.Records)
+	}
+	// 1P1D: nothing can move; the decision says so.
+	c = faultCore(t, "static:1P1D", 2)
+	c.EngineDown(1, 1, event.CauseEngineDown)
+	rd = c.Ready()
+	if len(rd.Records) != 2 || !strings.Contains(rd.Records[1].Text, "serve both phases") {
+		t.Fatalf("records %+v: expected the down record and a cover decision", rd.Records)
+	}
+	c.EngineDown(2, 0, event.CauseEngineDown)
+	c.Ready()
+	c.Arrive(3, Request{ID: 1, InputTokens: 100})
+	rd = c.Ready()
+	if len(rd.Decisions) != 1 || rd.Decisions[0].Kind != Fail || rd.Decisions[0].Cause != event.CauseUnavailable {
+		t.Fatalf("decisions %+v: expected the arrival failed unavailable with every engine down", rd.Decisions)
+	}
+}
+
+// Replace releases the failed leg, journals a retry decision and places a
+// fresh prefill elsewhere; the decode that follows avoids the failed
+// engine too; with no other engine the request fails unavailable.
+func TestReplace(t *testing.T) {
+	c := faultCore(t, "static:2P2D", 4)
+	c.Arrive(1, Request{ID: 1, InputTokens: 100})
+	rd := c.Ready()
+	first := rd.Decisions[0].Inst
+	if err := c.Replace(2, Request{ID: 1, InputTokens: 100, PrefillInst: first}, StagePrefill, first, event.CauseBadGateway); err != nil {
+		t.Fatal(err)
+	}
+	rd = c.Ready()
+	if len(rd.Records) != 1 || !strings.Contains(rd.Records[0].Text, `"retry":1`) || len(rd.Decisions) != 1 ||
+		rd.Decisions[0].Kind != PlacePrefill || rd.Decisions[0].Inst == first {
+		t.Fatalf("records %+v decisions %+v: expected a retry decision and a prefill elsewhere", rd.Records, rd.Decisions)
+	}
+	second := rd.Decisions[0].Inst
+	if in := c.View().Instance(first); in.PrefillCount != 0 {
+		t.Fatalf("the failed engine still holds %d prefills", in.PrefillCount)
+	}
+	c.PrefillDone(3, Request{ID: 1, InputTokens: 100, PrefillInst: second})
+	rd = c.Ready()
+	dec := rd.Decisions[0].Inst
+	// The decode fails before its first byte: a fresh prefill, and the
+	// next decode avoids dec.
+	c.Replace(4, Request{ID: 1, InputTokens: 100, PrefillInst: second, DecodeInst: dec, ContextTokens: 101}, StageDecode, dec, event.CauseEngineDown)
+	rd = c.Ready()
+	p := rd.Decisions[0].Inst
+	c.PrefillDone(5, Request{ID: 1, InputTokens: 100, PrefillInst: p})
+	rd = c.Ready()
+	if rd.Decisions[0].Kind != PlaceDecode || rd.Decisions[0].Inst == dec {
+		t.Fatalf("decisions %+v: expected the decode placed away from %d", rd.Decisions, dec)
+	}
+	// One engine, failed: nowhere else to go.
+	c = faultCore(t, "aggregated", 1)
+	c.Arrive(1, Request{ID: 1, InputTokens: 10})
+	c.Ready()
+	c.Replace(2, Request{ID: 1, InputTokens: 10, PrefillInst: 0}, StagePrefill, 0, event.CauseEngineError)
+	rd = c.Ready()
+	if len(rd.Decisions) != 1 || rd.Decisions[0].Kind != Fail || rd.Decisions[0].Cause != event.CauseUnavailable {
+		t.Fatalf("decisions %+v: expected a failure, unavailable", rd.Decisions)
+	}
+}

@@ -1,0 +1,190 @@
+package live
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+)
+
+// metricValue reads one series from the router's /metrics (0 when absent).
+func metricValue(t testing.TB, r *rig, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(r.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, series+" ") {
+			v, err := strconv.ParseFloat(strings.TrimPrefix(line, series+" "), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+// waitFor polls cond every 10 ms for up to 10 s.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// A decode engine killed mid-stream and restarted: the streams on it end
+// exactly once each with a cause (the clients see an error event, never a
+// silent truncation), the engine is ejected, requests meanwhile go to the
+// other decode engine, and once it runs again as a new process it is
+// readmitted under generation 1, journaled and exported.
+func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
+	slow := 1.0
+	r := startRig(t, rigOpts{n: 3, arm: "static:1P2D", stub: stub.Options{TimeScale: &slow},
+		configure: func(c *Config) { c.SweepInterval = 50 * time.Millisecond }})
+	victim := r.stubs.Servers()[1]
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ended := map[string]int{}
+	stream := func() {
+		defer wg.Done()
+		q, _ := http.NewRequest(http.MethodPost, r.url+"/v1/completions",
+			strings.NewReader(`{"model":"stub","prompt":"a long answer","max_tokens":400,"stream":true}`))
+		resp, err := http.DefaultClient.Do(q)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		kind := "other"
+		switch {
+		case strings.Contains(string(b), `"error"`):
+			kind = "error event"
+		case strings.Contains(string(b), "[DONE]"):
+			kind = "done"
+		}
+		mu.Lock()
+		ended[kind]++
+		mu.Unlock()
+	}
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go stream()
+	}
+	waitFor(t, "streams decoding on the victim", func() bool {
+		st, _ := r.router.State()
+		return st.Engines[1].DecodeLegs >= 3
+	})
+	time.Sleep(50 * time.Millisecond) // tokens are flowing
+	victim.Kill()
+	waitFor(t, "the victim ejected", func() bool { st, _ := r.router.State(); return st.Engines[1].Down })
+	// Meanwhile requests are served by the other decode engine.
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"during","max_tokens":3}`, nil)
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("a request while the victim is down: status %d", resp.StatusCode)
+	}
+	if err := victim.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the victim readmitted", func() bool {
+		st, _ := r.router.State()
+		return !st.Engines[1].Down && st.Engines[1].Generation == 1
+	})
+	wg.Wait()
+	if g := metricValue(t, r, `narwhal_engine_generation{engine="e1"}`); g != 1 {
+		t.Errorf("narwhal_engine_generation{engine=\"e1\"} = %v, expected 1", g)
+	}
+	if n := metricValue(t, r, `narwhal_engine_ejections_total{engine="e1"}`); n != 1 {
+		t.Errorf("ejections of e1 = %v, expected 1", n)
+	}
+	if n := metricValue(t, r, `narwhal_engine_up{engine="e1"}`); n != 1 {
+		t.Errorf("e1 up = %v after readmission, expected 1", n)
+	}
+	r.stop()
+	recs := r.jr.records()
+	rows := checkJournal(t, recs)
+	var health []string
+	for _, rec := range recs {
+		if rec.Kind == event.KindHealth && rec.Inst == 1 {
+			health = append(health, rec.Text+"/"+strconv.FormatInt(rec.Tokens, 10))
+		}
+	}
+	if strings.Join(health, ",") != "down/0,up/1" {
+		t.Errorf("health records of e1: %v, expected down (generation 0) then up as generation 1", health)
+	}
+	o := outcomes(rows)
+	broken := 0
+	for k, n := range o {
+		if strings.HasPrefix(k, "fail/") {
+			broken += n
+		}
+	}
+	if broken == 0 || ended["error event"] != broken || ended["other"] != 0 || len(rows) != 9 {
+		t.Fatalf("outcomes %v, client ends %v: expected each stream on the victim to fail once with a cause and its client to see an error event", o, ended)
+	}
+}
+
+// A prefill engine answering 503 (or refusing connections) costs the
+// client nothing: the prefill is re-placed once on the other prefill
+// engine; a 4xx never counts against an engine; a same-process engine that
+// answers again is not readmitted until it restarts.
+func TestPrefillRetryAndReadmission(t *testing.T) {
+	r := startRig(t, rigOpts{n: 3, arm: "static:2P1D", stub: stub.Options{TimeScale: zero()},
+		configure: func(c *Config) { c.SweepInterval = -1 }})
+	// A 4xx (prompt plus output beyond the engine's max_model_len) is the
+	// request's fault: five of them leave every engine in.
+	for i := 0; i < 5; i++ {
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"x","max_tokens":100000}`, nil)
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 400 {
+			t.Fatalf("status %d, expected the engine's 400", resp.StatusCode)
+		}
+	}
+	r.stubs.Servers()[0].SetFaults(stub.Faults{Refuse: true})
+	for i := 0; i < 10; i++ {
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"retry me `+strconv.Itoa(i)+`","max_tokens":4}`, nil)
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d, expected its prefill re-placed", i, resp.StatusCode)
+		}
+	}
+	st, _ := r.router.State()
+	if !st.Engines[0].Down || st.Engines[1].Down || st.Engines[2].Down {
+		t.Fatalf("engines down %v %v %v: expected only e0 ejected", st.Engines[0].Down, st.Engines[1].Down, st.Engines[2].Down)
+	}
+	// Healed but the same process: it stays out.
+	r.stubs.Servers()[0].SetFaults(stub.Faults{})
+	time.Sleep(300 * time.Millisecond) // six probe intervals
+	if st, _ := r.router.State(); !st.Engines[0].Down {
+		t.Fatal("e0 readmitted without a new process")
+	}
+	if err := r.stubs.Servers()[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "e0 readmitted", func() bool { st, _ := r.router.State(); return !st.Engines[0].Down && st.Engines[0].Generation == 1 })
+	if n := metricValue(t, r, `narwhal_leg_retries_total{stage="prefill"}`); n < 1 || n > 3 {
+		t.Errorf("prefill retries %v, expected 1 to 3 (until the breaker opened)", n)
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if o := outcomes(rows); o["finish/length"] != 10 || len(rows) != 15 {
+		t.Fatalf("outcomes %v: expected the 10 requests finished", o)
+	}
+}
