@@ -37,6 +37,12 @@ type Config struct {
 	PrefixAware bool
 	// Admission gates arrivals on their priced TTFT (default: open).
 	Admission Admission
+	// Opening, when set (one role per instance), replaces the roles the
+	// controller opens with: a standby router taking over resumes the
+	// split its leader published. The controller's Init still runs (its
+	// own state opens as usual); nil leaves the controller's choice, so
+	// simulations are unchanged.
+	Opening []event.Role
 }
 
 // Request is what the core is told about a request in a fact. The core keeps
@@ -280,8 +286,21 @@ func New(cfg Config, ctrl Controller) (*Core, error) {
 	for i, p := range cfg.Profiles {
 		v.inst[i] = Instance{Role: event.RoleDecode, Profile: p, Pinned: cfg.Pinned != nil && cfg.Pinned[i]}
 	}
+	if cfg.Opening != nil {
+		if len(cfg.Opening) != len(cfg.Profiles) {
+			return nil, fmt.Errorf("core: %d opening roles for %d instances: expected one per instance", len(cfg.Opening), len(cfg.Profiles))
+		}
+		for i, r := range cfg.Opening {
+			if r > event.RoleMixed {
+				return nil, fmt.Errorf("core: opening role %d of instance %d: expected none, prefill, decode or mixed", r, i)
+			}
+		}
+	}
 	v.opening = true
 	err := ctrl.Init(v)
+	for i, r := range cfg.Opening {
+		v.inst[i].Role = r
+	}
 	v.opening = false
 	if err != nil {
 		return nil, fmt.Errorf("core: %s: %w", ctrl.Name(), err)

@@ -158,6 +158,10 @@ type Record struct {
 	Ref    Time
 	Class  string
 	Text   string
+	// Epoch is the high-availability election epoch the record was
+	// written under (the leader key's etcd revision, serve --ha); 0 when
+	// the router runs alone and in every simulation.
+	Epoch uint64
 }
 
 // Opening reports whether r records an instance's opening role (a role

@@ -20,7 +20,12 @@ import (
 //	then, in flag order, only the fields whose flag is set:
 //	  Cause byte; From byte, To byte; Inst varint; Peer varint; Req varint;
 //	  Tokens varint; Want varint; Ref varint; Class uvarint length + bytes;
-//	  Text uvarint length + bytes.
+//	  Text uvarint length + bytes; Epoch uvarint.
+//
+// Epoch (flagEpoch) came after the first journals: a record without it is
+// encoded exactly as before, so simulator journals are unchanged, and a
+// reader that predates it refuses a record that carries it (unknown flag)
+// rather than misreading it.
 //
 // An absent field takes its zero value, except Inst and Peer, which take
 // event.NoInstance. A request record at hours into a run takes 12 to 16
@@ -44,6 +49,7 @@ const (
 	flagRef
 	flagClass
 	flagText
+	flagEpoch
 	flagsKnown = 1<<iota - 1
 )
 
@@ -82,6 +88,9 @@ func appendValue(dst []byte, r *event.Record) []byte {
 	if r.Text != "" {
 		flags |= flagText
 	}
+	if r.Epoch != 0 {
+		flags |= flagEpoch
+	}
 	dst = append(dst, valueFormat, byte(r.Kind))
 	dst = binary.AppendUvarint(dst, flags)
 	dst = binary.AppendVarint(dst, int64(r.At))
@@ -116,6 +125,9 @@ func appendValue(dst []byte, r *event.Record) []byte {
 	if flags&flagText != 0 {
 		dst = binary.AppendUvarint(dst, uint64(len(r.Text)))
 		dst = append(dst, r.Text...)
+	}
+	if flags&flagEpoch != 0 {
+		dst = binary.AppendUvarint(dst, r.Epoch)
 	}
 	return dst
 }
@@ -267,6 +279,9 @@ func (d *decoder) decode(seq uint64, v []byte, r *event.Record) error {
 		if b := c.bytes("text"); c.err == "" {
 			r.Text = string(b)
 		}
+	}
+	if flags&flagEpoch != 0 {
+		r.Epoch = c.uvarint("epoch")
 	}
 	if c.err == "" && c.off != len(v) {
 		c.fail(fmt.Sprintf("%d trailing bytes", len(v)-c.off))

@@ -40,6 +40,7 @@ func allKinds() []event.Record {
 			Ref: event.Never, Class: "ünïcode ✓", Text: strings.Repeat("long text ", 20000)},
 		event.Record{At: event.Never, Kind: event.KindHealth, Inst: 0, Peer: 0, Req: -5, Tokens: -1, Want: -1, Ref: 1},
 		event.Record{Kind: event.KindArrival, Inst: event.NoInstance, Peer: event.NoInstance}, // all defaults
+		event.Record{Kind: event.KindAdmit, Inst: 3, Peer: event.NoInstance, Req: 9, Epoch: 1 << 40},
 		event.Record{Kind: 200, Inst: event.NoInstance, Peer: event.NoInstance, Class: "\x00", Text: "\xff\xfe"},
 	)
 	return out
@@ -139,7 +140,7 @@ func TestCodecProperties(t *testing.T) {
 		in := event.Record{
 			Seq: rng.Uint64(), At: event.Time(i64()), Kind: event.Kind(rng.UintN(256)), Cause: event.Cause(rng.UintN(256)),
 			From: event.Role(rng.UintN(4)), To: event.Role(rng.UintN(4)), Inst: event.Instance(int32(i64())), Peer: event.Instance(int32(i64())),
-			Req: event.RequestID(i64()), Tokens: i64(), Want: i64(), Ref: event.Time(i64()),
+			Req: event.RequestID(i64()), Tokens: i64(), Want: i64(), Ref: event.Time(i64()), Epoch: uint64(i64()),
 		}
 		if rng.IntN(2) == 0 {
 			in.Class, in.Text = str(), str()
@@ -560,5 +561,29 @@ func TestTables(t *testing.T) {
 	}
 	if nm != len(moves) || nd != len(decs) || nf != len(faults) || nm == 0 || nd == 0 || nf == 0 {
 		t.Fatalf("moves %d/%d decisions %d/%d faults %d/%d", len(moves), nm, len(decs), nd, len(faults), nf)
+	}
+}
+
+// TestEpochLeavesOldEncodingAlone checks that a record without an epoch
+// encodes exactly as before the field existed (simulator journals keep
+// their bytes), and that an epoch costs three bytes here (the flags
+// uvarint grows to two bytes, the epoch takes one more).
+func TestEpochLeavesOldEncodingAlone(t *testing.T) {
+	r := event.Record{At: 5, Kind: event.KindAdmit, Inst: 2, Peer: event.NoInstance, Req: 7}
+	old := appendValue(nil, &r)
+	// format, kind, flags (inst|req), at, inst, req
+	want := []byte{valueFormat, byte(event.KindAdmit), flagInst | flagReq, 10, 4, 14}
+	if string(old) != string(want) {
+		t.Fatalf("encoding without epoch = %x, want %x", old, want)
+	}
+	r.Epoch = 300
+	v := appendValue(nil, &r)
+	if len(v) != len(old)+3 {
+		t.Fatalf("epoch 300 added %d bytes, want 3", len(v)-len(old))
+	}
+	var d decoder
+	var out event.Record
+	if err := d.decode(1, v, &out); err != nil || out.Epoch != 300 {
+		t.Fatalf("decode: %+v, %v", out, err)
 	}
 }

@@ -195,6 +195,7 @@ func (o *owner) shutdown() {
 func (o *owner) emit(r *event.Record) {
 	o.seq++
 	r.Seq = o.seq
+	r.Epoch = o.r.cfg.Epoch
 	o.r.cfg.Recorder.Record(r)
 }
 
@@ -262,6 +263,12 @@ func (o *owner) arrive(now event.Time, f *flight) {
 		o.counts.Refused++
 		o.r.met.ended(event.KindRefuse, event.CauseOverload)
 		f.reply <- placement{inst: event.NoInstance, cause: event.CauseOverload}
+		return
+	}
+	if o.fenced() {
+		o.emitReq(now, event.KindFail, f, event.NoInstance, event.NoInstance, 0, event.CauseUnavailable)
+		o.counts.Failed++
+		f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true}
 		return
 	}
 	f.stage = core.StageQueued
@@ -337,6 +344,11 @@ func (o *owner) apply(rd core.Ready) {
 		case core.PlacePrefill:
 			o.unqueue(f)
 			f.prefill, f.decode, f.stage = d.Inst, event.NoInstance, core.StagePrefill
+			if o.fenced() { // the lease lapsed while it waited: never admit
+				o.end(now, f, event.KindFail, event.CauseUnavailable)
+				f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true}
+				continue
+			}
 			// One ordinary request when the engine runs both phases in
 			// one batch (aggregated), or when there is no decode.
 			f.single = f.noDecode || o.core.View().Instance(d.Inst).Role == event.RoleMixed

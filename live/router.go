@@ -89,6 +89,19 @@ type Config struct {
 	// Transport carries the engine legs (default: a pooled transport sized
 	// for thousands of concurrent streams).
 	Transport http.RoundTripper
+	// High availability (serve --ha, live/ha; docs/operations.md). All
+	// zero when the router runs alone.
+	//
+	// Epoch is written into every record: the election epoch under which
+	// this router leads.
+	Epoch uint64
+	// Fence, when set, is asked at each admission; false means the
+	// router no longer holds the lease and must not admit: the request
+	// fails with 503 (journaled fail, cause unavailable).
+	Fence func() bool
+	// Resume opens the core from a split and engine generations
+	// published by a previous leader instead of the controller's opening.
+	Resume *Resume
 }
 
 func (c *Config) defaults() {
@@ -212,12 +225,19 @@ func New(cfg Config) (*Router, error) {
 	mr := &meteredRecorder{next: cfg.Recorder, m: r.met}
 	mr.errs, _ = cfg.Recorder.(errSource)
 	r.cfg.Recorder = mr
-	c, err := core.New(core.Config{Profiles: cfg.Fleet.Profiles(), SLO: cfg.Fleet.CoreSLO(), Pinned: cfg.Fleet.Pins(),
-		Admission: cfg.Admission}, cfg.Controller)
+	ccfg := core.Config{Profiles: cfg.Fleet.Profiles(), SLO: cfg.Fleet.CoreSLO(), Pinned: cfg.Fleet.Pins(),
+		Admission: cfg.Admission}
+	if cfg.Resume != nil {
+		ccfg.Opening = cfg.Resume.Roles
+	}
+	c, err := core.New(ccfg, cfg.Controller)
 	if err != nil {
 		return nil, fmt.Errorf("live: %w", err)
 	}
 	r.o = newOwner(r, c)
+	if err := r.resume(c); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 

@@ -48,10 +48,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
-		Commands:       []*cli.Command{simCommand(stderr), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr), liveCommand(stderr), checkCommand()},
+		Commands:       []*cli.Command{simCommand(stderr), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr), liveCommand(stderr), checkCommand(), bundleCommand(stderr)},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if c.Args().Len() > 0 {
-				return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub, serve, live or check (see --help)", c.Args().First())}
+				return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub, serve, live, check or bundle (see --help)", c.Args().First())}
 			}
 			return cli.ShowAppHelp(c)
 		},

@@ -20,6 +20,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/live"
+	"github.com/narwhal-bench/narwhal-bench/live/ha"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
 )
 
@@ -29,7 +30,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "route OpenAI-API traffic to a fleet's vLLM engines with the same core and controllers as sim (docs/serve.md)",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "fleet", Required: true, Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file whose instances.list[].url name the engines"},
 			&cli.StringFlag{Name: "arm", Value: "adaptive", Usage: "controller: static:kPmD, aggregated, adaptive, arrow, planner, coldswap, dynamo, ray"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "address the router serves on"},
@@ -46,7 +47,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "request-timeout", Value: "600s", Usage: "bound on a request end to end"},
 			&cli.IntFlag{Name: "max-in-flight", Value: 100000, Usage: "requests admitted and not ended at most; beyond it 429 with Retry-After"},
 			&cli.IntFlag{Name: "max-tokens", Value: 131072, Usage: "largest max_tokens / max_completion_tokens accepted"},
-		},
+		}, opsFlags()...),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if c.Args().Len() > 0 {
 				return usageError{fmt.Errorf("serve: unexpected argument %q: every input is a flag", c.Args().First())}
@@ -103,6 +104,32 @@ func serveCommand(stderr io.Writer) *cli.Command {
 					cfg.URLs[i] = fmt.Sprintf("http://127.0.0.1:%d", base+i)
 				}
 			}
+			// High availability and security (ops.go): listen first, so a
+			// standby answers while it waits for the leadership.
+			gate, err := opsSetup(c, &cfg)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", c.String("listen"))
+			if err != nil {
+				return usageError{fmt.Errorf("--listen %q: %w", c.String("listen"), err)}
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			front := &frontDoor{}
+			front.set(http.NotFoundHandler())
+			srv := listenAndServe(c, ln, front.handler(gate))
+			defer srv.Close()
+			var node *ha.Node
+			var lost <-chan struct{}
+			if c.String("ha") != "" {
+				if node, err = joinHA(ctx, c, spec, &cfg, front, ln.Addr().String(), stderr); err != nil || node == nil {
+					_ = srv.Close()
+					return err
+				}
+				defer node.Close()
+				lost = node.Done()
+			}
 			rec := &journalRecorder{}
 			cfg.Recorder = rec
 			rt, err := live.New(cfg)
@@ -119,23 +146,28 @@ func serveCommand(stderr io.Writer) *cli.Command {
 					return usageError{fmt.Errorf("--journal: %w", err)}
 				}
 				rec.w = w
+				front.jw.Store(w)
 			}
-			ln, err := net.Listen("tcp", c.String("listen"))
-			if err != nil {
-				return usageError{fmt.Errorf("--listen %q: %w", c.String("listen"), err)}
-			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			runErr := make(chan error, 1)
 			rctx, rcancel := context.WithCancel(context.Background())
 			go func() { runErr <- rt.Run(rctx) }()
-			srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 10 * time.Second}
-			go srv.Serve(ln)
-			fmt.Fprintf(stderr, "narwhal-bench: serving %s (%s, %d engines) at http://%s\n", arm, spec.Name, spec.Size(), ln.Addr())
+			front.set(rt.Handler())
+			fmt.Fprintf(stderr, "narwhal-bench: serving %s (%s, %d engines) at %s://%s\n", arm, spec.Name, spec.Size(), scheme(c), ln.Addr())
 			if w != nil {
 				go flushEvery(ctx, w, time.Second)
 			}
-			<-ctx.Done()
+			if node != nil {
+				go node.PublishEvery(rctx, rt, 250*time.Millisecond)
+			}
+			var lostErr error
+			select {
+			case <-ctx.Done():
+			case <-lost:
+				// The lease lapsed: admissions stopped already (the fence);
+				// finish what is in flight and exit for a restart as standby.
+				lostErr = errors.New("serve: lost the high-availability lease: another router may lead now")
+				fmt.Fprintln(stderr, "narwhal-bench:", lostErr)
+			}
 			fmt.Fprintln(stderr, "narwhal-bench: serve: shutting down (in-flight requests get 10 s)")
 			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer scancel()
@@ -143,10 +175,10 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			rcancel()
 			err = <-runErr
 			if w != nil {
-				if err != nil {
-					// The router stopped on an error: the journal holds
-					// what it saw, marked partial.
-					err = errors.Join(err, w.ClosePartial(err.Error()))
+				if err != nil || lostErr != nil {
+					// The router stopped on an error or lost its lease: the
+					// journal holds what it saw, marked partial.
+					err = errors.Join(err, w.ClosePartial(errors.Join(err, lostErr).Error()))
 				} else {
 					err = errors.Join(err, w.Close())
 				}
@@ -154,7 +186,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
 				err = errors.Join(err, shutErr)
 			}
-			return err
+			return errors.Join(err, lostErr)
 		},
 	}
 }

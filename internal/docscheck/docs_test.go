@@ -37,6 +37,7 @@ func binaryFlags(t *testing.T) map[string]string {
 	for _, c := range [][]string{
 		{"narwhal-bench", "sim", "--help"}, {"narwhal-bench", "run", "--help"}, {"narwhal-bench", "export", "--help"},
 		{"narwhal-bench", "stub", "--help"}, {"narwhal-bench", "serve", "--help"}, {"narwhal-bench", "live", "--help"},
+		{"narwhal-bench", "bundle", "--help"},
 		{"narwhal-report", "--help"},
 		{"narwhal-bench", "check", "--help"},
 	} {

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/journal"
+	"github.com/narwhal-bench/narwhal-bench/live"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+	"github.com/narwhal-bench/narwhal-bench/live/ha"
+)
+
+// opsFlags are serve's high-availability and security flags
+// (docs/operations.md).
+func opsFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "ha", Usage: "run active-passive with leader election on etcd: etcd://HOST:PORT[,HOST:PORT...] (default: alone)"},
+		&cli.StringFlag{Name: "ha-lease", Value: "2s", Usage: "with --ha: the leader's lease; a standby takes over within about this long after the leader dies"},
+		&cli.StringFlag{Name: "ha-prefix", Usage: "with --ha: etcd key prefix shared by this fleet's routers (default /narwhal-bench/FLEET/)"},
+		&cli.StringFlag{Name: "tenants", Usage: "tenants file: API keys (from environment variables or files), shares of admission, rates, admin rights"},
+		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)"},
+		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
+		&cli.StringFlag{Name: "engine-api-key-env", Usage: "send Authorization: Bearer $VAR to the engines on every leg (vLLM --api-key)"},
+		&cli.StringFlag{Name: "engine-api-key-file", Usage: "as --engine-api-key-env, the key read from this file"},
+	}
+}
+
+// frontDoor is the handler serve listens with: the tenant gate (when
+// configured) in front of GET /journal and of whatever serves now (the
+// standby's answers, then the router's).
+type frontDoor struct {
+	inner atomic.Pointer[http.Handler]
+	jw    atomic.Pointer[journal.Writer]
+}
+
+func (f *frontDoor) set(h http.Handler) { f.inner.Store(&h) }
+
+func (f *frontDoor) handler(gate *live.Gate) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /journal", f.journalStatus)
+	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) { (*f.inner.Load()).ServeHTTP(w, q) })
+	if gate != nil {
+		return gate.Wrap(mux)
+	}
+	return mux
+}
+
+// journalStatus is GET /journal: the journal's directory and the last
+// acknowledged sequence number. Every record up to acked_seq is on disk
+// (synced) and survives a kill -9 of the router; later ones may not.
+func (f *frontDoor) journalStatus(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	jw := f.jw.Load()
+	if jw == nil {
+		_ = json.NewEncoder(w).Encode(map[string]any{"journal": false})
+		return
+	}
+	st := map[string]any{"journal": true, "dir": jw.Dir(), "acked_seq": jw.Acked()}
+	if err := jw.Err(); err != nil {
+		st["error"] = err.Error()
+	}
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+// standbyHandler answers while this router waits for the leadership:
+// /health says standby (200, so a load balancer can tell it is alive but
+// should prefer the leader by its body), /state shows the leader's last
+// published state, requests get 503 with Retry-After.
+func standbyHandler(node *ha.Node) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, q *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "standby", "leader": node.Leader(q.Context())})
+	})
+	mux.HandleFunc("GET /state", func(w http.ResponseWriter, q *http.Request) {
+		d, err := node.Latest(q.Context())
+		if err != nil {
+			api.WriteError(w, api.Unavailable(err.Error(), time.Second))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"standby": true, "leader": node.Leader(q.Context()), "published": d})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
+		e := api.Unavailable("this router is a standby; the leader serves", time.Second)
+		e.Code = "standby"
+		api.WriteError(w, e)
+	})
+	return mux
+}
+
+// opsSetup reads the security flags: the tenant gate (nil without
+// --tenants) and the engine key.
+func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
+	if c.String("tls-cert") != "" != (c.String("tls-key") != "") {
+		return nil, usageError{errors.New("--tls-cert and --tls-key: expected both or neither")}
+	}
+	key := ""
+	switch env, file := c.String("engine-api-key-env"), c.String("engine-api-key-file"); {
+	case env != "" && file != "":
+		return nil, usageError{errors.New("--engine-api-key-env and --engine-api-key-file: expected one")}
+	case env != "":
+		if key = strings.TrimSpace(os.Getenv(env)); key == "" {
+			return nil, usageError{fmt.Errorf("--engine-api-key-env: %s is not set in the environment", env)}
+		}
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--engine-api-key-file: %w", err)}
+		}
+		if key = strings.TrimSpace(string(b)); key == "" {
+			return nil, usageError{fmt.Errorf("--engine-api-key-file: %s is empty", file)}
+		}
+	}
+	if key != "" {
+		if cfg.Transport == nil {
+			cfg.Transport = live.NewTransport()
+		}
+		cfg.Transport = live.WithEngineKey(cfg.Transport, key)
+	}
+	path := c.String("tenants")
+	if path == "" {
+		return nil, nil
+	}
+	tf, keys, err := live.LoadTenants(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--tenants: %w", err)}
+	}
+	return live.NewGate(tf, keys, cfg.MaxInFlight), nil
+}
+
+// listenAndServe serves h on ln, with TLS when asked; it returns the
+// server to shut down.
+func listenAndServe(c *cli.Command, ln net.Listener, h http.Handler) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if cert := c.String("tls-cert"); cert != "" {
+		go srv.ServeTLS(ln, cert, c.String("tls-key"))
+	} else {
+		go srv.Serve(ln)
+	}
+	return srv
+}
+
+// joinHA connects to etcd and waits, as a standby, for the leadership;
+// then it fills cfg's epoch, fence and the split to resume. It returns a
+// nil node when ctx ended first.
+func joinHA(ctx context.Context, c *cli.Command, spec *fleet.Spec, cfg *live.Config, front *frontDoor, addr string, stderr io.Writer) (*ha.Node, error) {
+	eps, err := ha.ParseEndpoints(c.String("ha"))
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--ha: %w", err)}
+	}
+	lease, err := time.ParseDuration(c.String("ha-lease"))
+	if err != nil || lease < time.Second {
+		return nil, usageError{fmt.Errorf("--ha-lease %q: expected a duration of at least 1s", c.String("ha-lease"))}
+	}
+	prefix := c.String("ha-prefix")
+	if prefix == "" {
+		prefix = "/narwhal-bench/" + spec.Name + "/"
+	}
+	node, err := ha.Dial(ctx, ha.Config{Endpoints: eps, Prefix: prefix, Name: addr, Lease: lease})
+	if err != nil {
+		return nil, err
+	}
+	front.set(standbyHandler(node))
+	fmt.Fprintf(stderr, "narwhal-bench: ha: standby at %s (leader: %q)\n", addr, node.Leader(ctx))
+	epoch, err := node.Campaign(ctx)
+	if err != nil {
+		node.Close()
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, err
+	}
+	d, err := node.Latest(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "narwhal-bench: ha: %v: opening with the controller's split\n", err)
+	} else if d != nil {
+		if cfg.Resume, err = live.ResumeFrom(d.State, spec.Names()); err != nil {
+			fmt.Fprintf(stderr, "narwhal-bench: ha: %v: opening with the controller's split\n", err)
+		}
+	}
+	cfg.Epoch, cfg.Fence = epoch, node.Admitting
+	how := "the controller's opening split"
+	if cfg.Resume != nil {
+		how = fmt.Sprintf("the split published by %s (epoch %d, %d moves)", d.Leader, d.Epoch, d.State.Moves)
+	}
+	fmt.Fprintf(stderr, "narwhal-bench: ha: leader at %s, epoch %d, resuming %s\n", addr, epoch, how)
+	return node, nil
+}
+
+func scheme(c *cli.Command) string {
+	if c.String("tls-cert") != "" {
+		return "https"
+	}
+	return "http"
+}

@@ -1,0 +1,331 @@
+// Package ha runs routers active-passive on etcd: one leader admits
+// requests, standbys wait, and a standby takes over, resuming the
+// leader's split, when the leader's lease expires.
+//
+// The election is etcd's own (client/v3/concurrency): a candidate holds a
+// key under the election prefix, attached to its lease, and the oldest key
+// leads. The epoch is the leader key's creation revision: every leader has
+// a higher one than the one before it, and the router writes it into
+// every journal record.
+//
+// Never two leaders admitting: the leader fences itself. It renews its
+// lease with its own keep-alives and notes, for each, the time it sent
+// it; etcd cannot expire the lease before send + TTL, so the leader stops
+// admitting at send + TTL - Margin by its own monotonic clock, whether or
+// not it still hears from etcd. A standby is elected only once the old
+// key is gone, that is once the lease has expired on the server, after
+// that instant.
+package ha
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/narwhal-bench/narwhal-bench/live"
+)
+
+// Config configures a Node.
+type Config struct {
+	// Endpoints are etcd's client URLs (http://HOST:PORT).
+	Endpoints []string
+	// Prefix is this router group's key prefix, e.g. /narwhal-bench/demo/.
+	// Routers of one fleet share it; nothing else should write under it.
+	Prefix string
+	// Name identifies this router in the election (its address).
+	Name string
+	// Lease is the leader lease (default 2 s; etcd counts whole seconds,
+	// so it is rounded up to one).
+	Lease time.Duration
+	// Margin is how long before its lease could expire the leader stops
+	// admitting (default Lease/10).
+	Margin time.Duration
+	// DialTimeout bounds reaching etcd (default 5 s).
+	DialTimeout time.Duration
+}
+
+// ParseEndpoints reads --ha's value: etcd://HOST:PORT[,HOST:PORT...] (each
+// element may repeat the scheme); it returns http:// client URLs.
+func ParseEndpoints(s string) ([]string, error) {
+	rest, ok := strings.CutPrefix(s, "etcd://")
+	if !ok {
+		return nil, fmt.Errorf("%q: expected etcd://HOST:PORT[,HOST:PORT...]", s)
+	}
+	var out []string
+	for _, hp := range strings.Split(rest, ",") {
+		hp = strings.TrimPrefix(strings.TrimSpace(hp), "etcd://")
+		u, err := url.Parse("http://" + hp)
+		if hp == "" || err != nil || u.Host != hp || u.Port() == "" {
+			return nil, fmt.Errorf("%q: endpoint %q: expected HOST:PORT", s, hp)
+		}
+		out = append(out, "http://"+hp)
+	}
+	return out, nil
+}
+
+// Node is one router's membership in the group.
+type Node struct {
+	cfg  Config
+	cli  *clientv3.Client
+	sess *concurrency.Session
+	el   *concurrency.Election
+	base time.Time
+	// validUntil is the fence: nanoseconds since base (monotonic) until
+	// which this node's lease surely holds on the server.
+	validUntil atomic.Int64
+	leader     atomic.Bool
+	epoch      uint64
+	lost       chan struct{}
+	lostOnce   sync.Once
+	cancel     context.CancelFunc
+}
+
+// Dial connects to etcd and opens this node's lease (not yet a candidate).
+func Dial(ctx context.Context, cfg Config) (*Node, error) {
+	if len(cfg.Endpoints) == 0 || cfg.Prefix == "" || cfg.Name == "" {
+		return nil, errors.New("ha: expected endpoints, a prefix and a name")
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 2 * time.Second
+	}
+	cfg.Lease = max(cfg.Lease.Round(time.Second), time.Second)
+	if cfg.Margin <= 0 {
+		cfg.Margin = cfg.Lease / 10
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	if !strings.HasSuffix(cfg.Prefix, "/") {
+		cfg.Prefix += "/"
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout,
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("ha: etcd %v: %w", cfg.Endpoints, err)
+	}
+	n := &Node{cfg: cfg, cli: cli, base: time.Now(), lost: make(chan struct{})}
+	gctx, gcancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	sent := n.now()
+	lease, err := cli.Grant(gctx, int64(cfg.Lease/time.Second))
+	gcancel()
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("ha: etcd %v: lease: %w", cfg.Endpoints, err)
+	}
+	n.renewed(sent, lease.TTL)
+	n.sess, err = concurrency.NewSession(cli, concurrency.WithLease(lease.ID))
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("ha: session: %w", err)
+	}
+	n.el = concurrency.NewElection(n.sess, cfg.Prefix+"election")
+	kctx, kcancel := context.WithCancel(context.Background())
+	n.cancel = kcancel
+	go n.keepFence(kctx, lease.ID)
+	return n, nil
+}
+
+func (n *Node) now() time.Duration { return time.Since(n.base) }
+
+// renewed moves the fence after a keep-alive sent at sent was answered
+// with ttl seconds.
+func (n *Node) renewed(sent time.Duration, ttl int64) {
+	if ttl <= 0 {
+		return
+	}
+	until := int64(sent + time.Duration(ttl)*time.Second - n.cfg.Margin)
+	for {
+		old := n.validUntil.Load()
+		if until <= old || n.validUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// keepFence renews the lease four times per lease period and moves the
+// fence; when the fence lapses or the session ends, leadership is lost.
+func (n *Node) keepFence(ctx context.Context, id clientv3.LeaseID) {
+	t := time.NewTicker(n.cfg.Lease / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.sess.Done():
+			n.lose()
+			return
+		case <-t.C:
+		}
+		sent := n.now()
+		kctx, cancel := context.WithTimeout(ctx, n.cfg.Lease/2)
+		resp, err := n.cli.KeepAliveOnce(kctx, id)
+		cancel()
+		if err == nil {
+			n.renewed(sent, resp.TTL)
+		}
+		if n.now() >= time.Duration(n.validUntil.Load()) || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			n.lose()
+			return
+		}
+	}
+}
+
+// lose ends leadership (or candidacy) for good.
+func (n *Node) lose() {
+	n.lostOnce.Do(func() {
+		n.leader.Store(false)
+		close(n.lost)
+	})
+}
+
+// Campaign blocks until this node leads, and returns its epoch.
+func (n *Node) Campaign(ctx context.Context) (uint64, error) {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.lost:
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	if err := n.el.Campaign(cctx, n.cfg.Name); err != nil {
+		if n.Lost() {
+			return 0, errors.New("ha: lease lost while campaigning")
+		}
+		return 0, fmt.Errorf("ha: campaign: %w", err)
+	}
+	n.epoch = uint64(n.el.Rev())
+	n.leader.Store(true)
+	return n.epoch, nil
+}
+
+// Admitting is the fence the router asks before each admission: true
+// while this node leads and its lease surely holds.
+func (n *Node) Admitting() bool {
+	return n.leader.Load() && n.now() < time.Duration(n.validUntil.Load())
+}
+
+// Epoch is the epoch this node leads under (0 before it leads).
+func (n *Node) Epoch() uint64 { return n.epoch }
+
+// Done is closed when this node lost its lease: a leader must then stop.
+func (n *Node) Done() <-chan struct{} { return n.lost }
+
+// Lost reports whether Done is closed.
+func (n *Node) Lost() bool {
+	select {
+	case <-n.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Doc is what a leader publishes under Prefix+"state" and a standby
+// resumes from.
+type Doc struct {
+	Version    int    `json:"version"`
+	Epoch      uint64 `json:"epoch"`
+	Leader     string `json:"leader"`
+	AtUnixNano int64  `json:"at_unix_nano"`
+	// State is the leader's GET /state at that instant: split, engines
+	// with their roles and process generations, moves, counts.
+	State live.State `json:"state"`
+}
+
+// DocVersion is Doc's format version.
+const DocVersion = 1
+
+func (n *Node) stateKey() string { return n.cfg.Prefix + "state" }
+
+// Publish writes s for standbys, only while this node's election key
+// still stands (a deposed leader's write is refused by etcd).
+func (n *Node) Publish(ctx context.Context, s live.State) error {
+	doc, err := json.Marshal(Doc{Version: DocVersion, Epoch: n.epoch, Leader: n.cfg.Name, AtUnixNano: time.Now().UnixNano(), State: s})
+	if err != nil {
+		return err
+	}
+	resp, err := n.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(n.el.Key()), "=", n.el.Rev())).
+		Then(clientv3.OpPut(n.stateKey(), string(doc))).Commit()
+	if err != nil {
+		return fmt.Errorf("ha: publish: %w", err)
+	}
+	if !resp.Succeeded {
+		n.lose()
+		return errors.New("ha: publish: no longer the leader")
+	}
+	return nil
+}
+
+// Latest reads the last published Doc (nil when none).
+func (n *Node) Latest(ctx context.Context) (*Doc, error) {
+	resp, err := n.cli.Get(ctx, n.stateKey())
+	if err != nil {
+		return nil, fmt.Errorf("ha: read state: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	var d Doc
+	if err := json.Unmarshal(resp.Kvs[0].Value, &d); err != nil || d.Version != DocVersion {
+		return nil, fmt.Errorf("ha: published state: version %d, %v: expected version %d", d.Version, err, DocVersion)
+	}
+	return &d, nil
+}
+
+// Leader names the current leader ("" when none).
+func (n *Node) Leader(ctx context.Context) string {
+	resp, err := n.el.Leader(ctx)
+	if err != nil || len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+// PublishEvery publishes the router's state every period until ctx ends
+// or the lease is lost; it publishes once at once, so a standby that takes
+// over a moment later resumes this leader's opening split.
+func (n *Node) PublishEvery(ctx context.Context, rt *live.Router, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		if s, ok := rt.State(); ok {
+			pctx, cancel := context.WithTimeout(ctx, period)
+			_ = n.Publish(pctx, s)
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.lost:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close resigns (a standby then takes over at once, without waiting for
+// the lease) and closes the connection.
+func (n *Node) Close() error {
+	n.leader.Store(false)
+	n.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if n.epoch != 0 {
+		_ = n.el.Resign(ctx)
+	}
+	_ = n.sess.Close()
+	return n.cli.Close()
+}

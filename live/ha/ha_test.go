@@ -1,0 +1,293 @@
+package ha
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/internal/etcdtest"
+	"github.com/narwhal-bench/narwhal-bench/live"
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+)
+
+func TestParseEndpoints(t *testing.T) {
+	got, err := ParseEndpoints("etcd://127.0.0.1:2379,etcd://[::1]:2380,host:1")
+	if err != nil || len(got) != 3 || got[0] != "http://127.0.0.1:2379" || got[1] != "http://[::1]:2380" || got[2] != "http://host:1" {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, bad := range []string{"", "127.0.0.1:2379", "etcd://", "etcd://host", "etcd://a:1,", "etcd://a:1/x"} {
+		if _, err := ParseEndpoints(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// memJournal keeps a router's records, each with the wall time it was
+// written (the records' own clocks are per router).
+type memJournal struct {
+	mu   sync.Mutex
+	recs []event.Record
+	wall []time.Time
+}
+
+func (m *memJournal) Record(r *event.Record) {
+	m.mu.Lock()
+	m.recs = append(m.recs, *r)
+	m.wall = append(m.wall, time.Now())
+	m.mu.Unlock()
+}
+
+type member struct {
+	node *Node
+	rt   *live.Router
+	jr   *memJournal
+	srv  *httptest.Server
+	stop context.CancelFunc
+}
+
+func stubFleet(t *testing.T) (*fleet.Spec, []string) {
+	spec, err := fleet.Parse([]byte(`name: hatest
+instances:
+  count: 4
+  profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}
+slo: {ttft: 2s, tpot: 100ms}
+kv: {latency: 1ms}
+`), "hatest.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := stub.Options{Model: "stub"}
+	insts, err := stub.FromFleet(spec, 0, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range insts {
+		insts[i].Addr = "127.0.0.1:0"
+	}
+	sf, err := stub.NewFleet(opts, insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sf.Close)
+	var urls []string
+	for _, s := range sf.Servers() {
+		urls = append(urls, s.URL())
+	}
+	return spec, urls
+}
+
+// lead starts a router for n, which must lead, resuming the published
+// state when there is one.
+func lead(t *testing.T, n *Node, spec *fleet.Spec, urls []string, opening *live.Resume) *member {
+	ctx := context.Background()
+	var rs *live.Resume
+	if d, err := n.Latest(ctx); err != nil {
+		t.Fatal(err)
+	} else if d != nil {
+		if rs, err = live.ResumeFrom(d.State, spec.Names()); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		rs = opening
+	}
+	ctrl, err := core.NewController("adaptive", spec.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	jr := &memJournal{}
+	rt, err := live.New(live.Config{Fleet: spec, URLs: urls, Controller: ctrl, Recorder: jr,
+		Epoch: n.Epoch(), Fence: n.Admitting, Resume: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	go rt.Run(rctx)
+	go n.PublishEvery(rctx, rt, 100*time.Millisecond)
+	m := &member{node: n, rt: rt, jr: jr, srv: httptest.NewServer(rt.Handler()), stop: cancel}
+	t.Cleanup(func() { m.srv.Close(); cancel(); <-rt.Stopped() })
+	return m
+}
+
+// TestFailoverNoOverlap runs a leader and a standby on a real etcd under
+// load. The leader then freezes (its keep-alives stop, as in a partition
+// or a stalled process) while clients keep calling it: it must stop
+// admitting on its own before the standby is elected; the standby must
+// resume the leader's split and serve. Every admission carries its
+// epoch, and the two epochs' admissions do not overlap in time.
+func TestFailoverNoOverlap(t *testing.T) {
+	ep := etcdtest.Start(t)
+	spec, urls := stubFleet(t)
+	cfg := Config{Endpoints: []string{"http://" + ep}, Prefix: "/nwb-test/hatest", Lease: 2 * time.Second}
+	ctx := context.Background()
+	cfg.Name = "a"
+	a, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.cli.Close()
+	epA, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The leader opens 3P1D (not adaptive's even split), so the standby
+	// visibly resumes it.
+	split := []event.Role{event.RolePrefill, event.RolePrefill, event.RolePrefill, event.RoleDecode}
+	ma := lead(t, a, spec, urls, &live.Resume{Roles: split})
+	cfg.Name = "b"
+	b, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if l := b.Leader(ctx); l != "a" {
+		t.Fatalf("leader %q, want a", l)
+	}
+	elected := make(chan uint64, 1)
+	go func() {
+		e, err := b.Campaign(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		elected <- e
+	}()
+
+	// Clients: each request goes to a, then to b's server once it exists.
+	var mu sync.Mutex
+	var mb *member
+	var oks, fenced int
+	var firstB time.Time
+	body := []byte(`{"model":"stub","prompt":"hello there","max_tokens":4}`)
+	post := func(url string) int {
+		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	stopLoad := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stopLoad:
+					return
+				default:
+				}
+				code := post(ma.srv.URL)
+				mu.Lock()
+				if code == 200 {
+					oks++
+				} else if code == 503 {
+					fenced++
+				}
+				bm := mb
+				mu.Unlock()
+				if bm != nil && post(bm.srv.URL) == 200 {
+					mu.Lock()
+					oks++
+					if firstB.IsZero() {
+						firstB = time.Now()
+					}
+					mu.Unlock()
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	// Freeze a: no more keep-alives of either kind; its lease runs out.
+	frozen := time.Now()
+	a.cancel()
+	a.sess.Orphan()
+	var epB uint64
+	select {
+	case epB = <-elected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b not elected 10 s after a froze")
+	}
+	elect := time.Since(frozen)
+	m := lead(t, b, spec, urls, nil)
+	mu.Lock()
+	mb = m
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		done := !firstB.IsZero()
+		mu.Unlock()
+		if done || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stopLoad)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if firstB.IsZero() {
+		t.Fatal("b never served")
+	}
+	t.Logf("a froze; b elected after %v, first request admitted by b after %v; %d served, %d refused by the fenced leader",
+		elect.Round(time.Millisecond), firstB.Sub(frozen).Round(time.Millisecond), oks, fenced)
+	if epB <= epA {
+		t.Fatalf("epochs a %d, b %d: expected b's higher", epA, epB)
+	}
+	if !a.Lost() || a.Admitting() {
+		t.Fatal("the frozen leader still believes it leads")
+	}
+	// Epochs and overlap.
+	_, lastA := admissions(t, ma.jr, epA)
+	firstAdmitB, _ := admissions(t, m.jr, epB)
+	if lastA.IsZero() || firstAdmitB.IsZero() {
+		t.Fatalf("admissions: a's last %v, b's first %v", lastA, firstAdmitB)
+	}
+	if !lastA.Before(firstAdmitB) {
+		t.Fatalf("overlap: a admitted at %v, after b's first admission at %v", lastA, firstAdmitB)
+	}
+	t.Logf("a's last admission %v before b's first", firstAdmitB.Sub(lastA).Round(time.Millisecond))
+	if fenced == 0 {
+		t.Error("the frozen leader refused nothing: the load did not reach the fence")
+	}
+	// b resumed a's split: its opening roles are a's.
+	m.jr.mu.Lock()
+	for i, r := range split {
+		if rec := m.jr.recs[i]; !rec.Opening() || rec.To != r || rec.Epoch != epB {
+			t.Errorf("b's opening record %d: %+v, want role %v epoch %d", i, rec, r, epB)
+		}
+	}
+	m.jr.mu.Unlock()
+}
+
+// admissions checks that every record of jr carries epoch and returns
+// the wall times of its first and last admissions.
+func admissions(t *testing.T, jr *memJournal, epoch uint64) (first, last time.Time) {
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	for i, r := range jr.recs {
+		if r.Epoch != epoch {
+			t.Fatalf("record %+v: epoch %d, want %d", r, r.Epoch, epoch)
+		}
+		if r.Kind == event.KindAdmit {
+			if first.IsZero() {
+				first = jr.wall[i]
+			}
+			last = jr.wall[i]
+		}
+	}
+	return first, last
+}
