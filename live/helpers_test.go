@@ -94,22 +94,12 @@ func startRig(t testing.TB, o rigOpts) *rig {
 func startRigSpec(t testing.TB, spec *fleet.Spec, o rigOpts) *rig {
 	t.Helper()
 	o.n = spec.Size()
-	insts, err := stub.FromFleet(spec, 0, &o.stub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range insts {
-		insts[i].Addr = "127.0.0.1:0"
-	}
 	if o.stub.Model == "" {
 		o.stub.Model = "stub"
 	}
 	o.stub.AllowFaults = true
-	sf, err := stub.NewFleet(o.stub, insts)
+	sf, err := stub.StartLoopback(spec, o.stub)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sf.Start(); err != nil {
 		t.Fatal(err)
 	}
 	urls := make([]string, o.n)

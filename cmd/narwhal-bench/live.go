@@ -510,20 +510,14 @@ func (lc *liveRun) startFleet(stderr io.Writer) (*stubFleet, error) {
 	if opts.Model == "" {
 		opts.Model = "stub"
 	}
-	insts, err := stub.FromFleet(lc.spec, lc.basePort, &opts)
-	if err != nil {
-		return nil, usageError{err}
-	}
+	var sf *stub.Fleet
+	var err error
 	if lc.basePort == 0 {
-		for i := range insts {
-			insts[i].Addr = "127.0.0.1:0" // free ports: several runs may share a machine
+		// Free ports: several runs may share a machine.
+		if sf, err = stub.StartLoopback(lc.spec, opts); err != nil {
+			return nil, usageError{err}
 		}
-	}
-	sf, err := stub.NewFleet(opts, insts)
-	if err != nil {
-		return nil, usageError{err}
-	}
-	if err := sf.Start(); err != nil {
+	} else if sf, err = startStubs(lc.spec, lc.basePort, opts, io.Discard); err != nil {
 		return nil, err
 	}
 	out.stubs = sf

@@ -63,19 +63,8 @@ kv: {latency: 1ms}
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := stub.Options{Model: "stub"}
-	insts, err := stub.FromFleet(spec, 0, &opts)
+	sf, err := stub.StartLoopback(spec, stub.Options{Model: "stub"})
 	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range insts {
-		insts[i].Addr = "127.0.0.1:0"
-	}
-	sf, err := stub.NewFleet(opts, insts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sf.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sf.Close)

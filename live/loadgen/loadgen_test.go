@@ -53,19 +53,8 @@ slo: {ttft: 2s, tpot: 100ms}
 		t.Fatal(err)
 	}
 	zero := 0.0
-	opts := stub.Options{TimeScale: &zero}
-	insts, err := stub.FromFleet(spec, 0, &opts)
+	sf, err := stub.StartLoopback(spec, stub.Options{TimeScale: &zero})
 	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range insts {
-		insts[i].Addr = "127.0.0.1:0"
-	}
-	sf, err := stub.NewFleet(opts, insts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sf.Start(); err != nil {
 		t.Fatal(err)
 	}
 	urls := []string{sf.Servers()[0].URL(), sf.Servers()[1].URL()}

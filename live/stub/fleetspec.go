@@ -58,3 +58,24 @@ func FromFleet(spec *fleet.Spec, basePort int, opts *Options) ([]Instance, error
 // DefaultBasePort is the first port when neither --base-port nor urls
 // say (the reference stub's).
 const DefaultBasePort = 8101
+
+// StartLoopback starts one stub engine per fleet instance on free
+// loopback ports (tests and in-process runs); Servers()[i].URL() says
+// where each listens.
+func StartLoopback(spec *fleet.Spec, opts Options) (*Fleet, error) {
+	insts, err := FromFleet(spec, 0, &opts)
+	if err != nil {
+		return nil, err
+	}
+	for i := range insts {
+		insts[i].Addr = "127.0.0.1:0"
+	}
+	f, err := NewFleet(opts, insts)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Start(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
