@@ -335,6 +335,7 @@ func (o *owner) apply(rd core.Ready) {
 	if len(rd.Records) > 0 {
 		o.r.met.engines(o.core.View(), o.names)
 	}
+	var fenced []*flight
 	for _, d := range rd.Decisions {
 		f := o.active[d.Req]
 		if f == nil && d.Kind != core.Move {
@@ -345,8 +346,9 @@ func (o *owner) apply(rd core.Ready) {
 			o.unqueue(f)
 			f.prefill, f.decode, f.stage = d.Inst, event.NoInstance, core.StagePrefill
 			if o.fenced() { // the lease lapsed while it waited: never admit
-				o.end(now, f, event.KindFail, event.CauseUnavailable)
-				f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true}
+				// Ended after the loop: ending feeds the core a fact,
+				// whose Ready would reuse rd's decisions under us.
+				fenced = append(fenced, f)
 				continue
 			}
 			// One ordinary request when the engine runs both phases in
@@ -395,6 +397,10 @@ func (o *owner) apply(rd core.Ready) {
 		}
 	}
 	o.arm(rd.NextTick)
+	for _, f := range fenced {
+		o.end(now, f, event.KindFail, event.CauseUnavailable)
+		f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true}
+	}
 }
 
 // unqueue notes that f left the admission queue (placed or ended).
