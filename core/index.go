@@ -32,9 +32,11 @@ const indexMin = 24
 
 // roleTree is a min segment tree over instance indices for one role.
 type roleTree struct {
-	size    int       // leaves, a power of two
-	a, b    []float64 // per node: least primary and secondary counter
-	members int       // instances holding the role
+	size int // leaves, a power of two
+	// Per node: a, b is the lexicographically least (primary, secondary)
+	// pair of the leaves below, mb the least secondary counter.
+	a, b, mb []float64
+	members  int // instances holding the role
 }
 
 type placeIndex struct {
@@ -77,8 +79,9 @@ func (v *View) buildIndex() {
 		tr.size = size
 		tr.a = make([]float64, 2*size)
 		tr.b = make([]float64, 2*size)
+		tr.mb = make([]float64, 2*size)
 		for k := range tr.a {
-			tr.a[k], tr.b[k] = math.Inf(1), math.Inf(1)
+			tr.a[k], tr.b[k], tr.mb[k] = math.Inf(1), math.Inf(1), math.Inf(1)
 		}
 	}
 	v.idx = x
@@ -88,8 +91,7 @@ func (v *View) buildIndex() {
 	for t := range x.trees {
 		tr := &x.trees[t]
 		for k := size - 1; k >= 1; k-- {
-			tr.a[k] = min(tr.a[2*k], tr.a[2*k+1])
-			tr.b[k] = min(tr.b[2*k], tr.b[2*k+1])
+			tr.fix(k)
 		}
 	}
 }
@@ -114,8 +116,23 @@ func (v *View) leaf(i int) {
 		} else if was && !is {
 			tr.members--
 		}
-		tr.a[k], tr.b[k] = a, b
+		tr.a[k], tr.b[k], tr.mb[k] = a, b, b
 	}
+}
+
+// fix recomputes node k from its children; it reports whether it changed.
+func (tr *roleTree) fix(k int) bool {
+	l, r := 2*k, 2*k+1
+	a, b := tr.a[l], tr.b[l]
+	if tr.a[r] < a || (tr.a[r] == a && tr.b[r] < b) {
+		a, b = tr.a[r], tr.b[r]
+	}
+	mb := min(tr.mb[l], tr.mb[r])
+	if a == tr.a[k] && b == tr.b[k] && mb == tr.mb[k] {
+		return false
+	}
+	tr.a[k], tr.b[k], tr.mb[k] = a, b, mb
+	return true
 }
 
 // touch re-indexes instance i after its role or counters changed.
@@ -126,12 +143,7 @@ func (v *View) touch(i event.Instance) {
 	v.leaf(int(i))
 	for t := range v.idx.trees {
 		tr := &v.idx.trees[t]
-		for k := (tr.size + int(i)) / 2; k >= 1; k /= 2 {
-			a, b := min(tr.a[2*k], tr.a[2*k+1]), min(tr.b[2*k], tr.b[2*k+1])
-			if a == tr.a[k] && b == tr.b[k] {
-				break
-			}
-			tr.a[k], tr.b[k] = a, b
+		for k := (tr.size + int(i)) / 2; k >= 1 && tr.fix(k); k /= 2 {
 		}
 	}
 }
@@ -174,39 +186,58 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 		}
 		return b + add
 	}
-	best, bestOK = event.NoInstance, event.NoInstance
-	var bestCost, bestOKCost Cost
-	var walk func(k int)
-	walk = func(k int) {
-		if tr.a[k] == math.Inf(1) {
-			return // no member below
+	cost := func(i event.Instance) Cost {
+		if decode {
+			return v.DecodeCost(i, r)
 		}
-		bound := Cost{tr.a[k], second(tr.b[k])}
-		wantBest := best == event.NoInstance || bound.Less(bestCost)
-		wantOK := bound[1] <= thresh && (bestOK == event.NoInstance || bound.Less(bestOKCost))
-		if !wantBest && !wantOK {
+		return v.PrefillCost(i, r)
+	}
+	// The least cost: a node's least pair prices its cheapest leaf exactly
+	// (the cost is monotone in the pair), so a left-to-right walk into
+	// nodes strictly cheaper than the best so far ends at the lowest index
+	// among the cheapest.
+	best = event.NoInstance
+	var bestCost Cost
+	var least func(k int)
+	least = func(k int) {
+		if tr.a[k] == math.Inf(1) {
+			return
+		}
+		if best != event.NoInstance && !(Cost{tr.a[k], second(tr.b[k])}).Less(bestCost) {
 			return
 		}
 		if k >= tr.size {
-			i := event.Instance(k - tr.size)
-			// The cost the scan computes, from the instance itself.
-			var c Cost
-			if decode {
-				c = v.DecodeCost(i, r)
-			} else {
-				c = v.PrefillCost(i, r)
-			}
-			if best == event.NoInstance || c.Less(bestCost) {
-				best, bestCost = i, c
-			}
-			if c[1] <= thresh && (bestOK == event.NoInstance || c.Less(bestOKCost)) {
-				bestOK, bestOKCost = i, c
+			best, bestCost = event.Instance(k-tr.size), cost(event.Instance(k-tr.size))
+			return
+		}
+		least(2 * k)
+		least(2*k + 1)
+	}
+	least(1)
+	if bestCost[1] <= thresh {
+		return best, best, true // the cheapest meets the SLO
+	}
+	// The least cost meeting the SLO: skip nodes where no leaf meets it
+	// (least secondary counter) or none is cheaper than the best so far.
+	bestOK = event.NoInstance
+	var bestOKCost Cost
+	var meeting func(k int)
+	meeting = func(k int) {
+		if tr.a[k] == math.Inf(1) || second(tr.mb[k]) > thresh {
+			return
+		}
+		if bestOK != event.NoInstance && !(Cost{tr.a[k], second(tr.b[k])}).Less(bestOKCost) {
+			return
+		}
+		if k >= tr.size {
+			if c := cost(event.Instance(k - tr.size)); c[1] <= thresh {
+				bestOK, bestOKCost = event.Instance(k-tr.size), c
 			}
 			return
 		}
-		walk(2 * k)
-		walk(2*k + 1)
+		meeting(2 * k)
+		meeting(2*k + 1)
 	}
-	walk(1)
+	meeting(1)
 	return best, bestOK, true
 }
