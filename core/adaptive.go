@@ -89,6 +89,7 @@ func (a *Adaptive) Init(c *View) error {
 		a.Cfg = DefaultAdaptive
 	}
 	a.demand.Span = max(a.Cfg.Window, a.Cfg.LongWindow)
+	a.demand.meanT, a.demand.same = nil, 0 // this fleet's profiles
 	a.next = a.Cfg.Step
 	evenSplit(c)
 	return nil

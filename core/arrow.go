@@ -128,17 +128,16 @@ func (c *View) algorithm1(r Request, decode bool, opt placeOptions) event.Instan
 		}
 		return k[1] <= c.ttftS
 	}
-	pool := c.pool(want)
-	best, bestOK := event.NoInstance, event.NoInstance
-	var bestCost, bestOKCost Cost
-	for _, i := range pool {
-		k := cost(i)
-		if best == event.NoInstance || k.Less(bestCost) {
-			best, bestCost = i, k
+	best, bestOK, ok := c.indexed(r, decode, want)
+	if ok && checkIndex {
+		indexChecks++
+		b, o := c.scan(want, cost, meets)
+		if b != best || o != bestOK {
+			panic(fmt.Sprintf("core: placement index chose %d/%d, the scan %d/%d (request %d, decode %v)", best, bestOK, b, o, r.ID, decode))
 		}
-		if meets(k) && (bestOK == event.NoInstance || k.Less(bestOKCost)) {
-			bestOK, bestOKCost = i, k
-		}
+	}
+	if !ok {
+		best, bestOK = c.scan(want, cost, meets)
 	}
 	if bestOK != event.NoInstance { // line 7
 		return bestOK
@@ -152,6 +151,31 @@ func (c *View) algorithm1(r Request, decode bool, opt placeOptions) event.Instan
 		}
 	}
 	return best // line 16
+}
+
+// checkIndex makes every indexed placement also scan and panic on a
+// difference (tests set it).
+var checkIndex bool
+
+// indexChecks counts the placements checked.
+var indexChecks int
+
+// scan is Algorithm 1's linear search of the pool: the least cost, and the
+// least meeting the SLO, lowest index first on ties.
+func (c *View) scan(want event.Role, cost func(event.Instance) Cost, meets func(Cost) bool) (best, bestOK event.Instance) {
+	pool := c.pool(want)
+	best, bestOK = event.NoInstance, event.NoInstance
+	var bestCost, bestOKCost Cost
+	for _, i := range pool {
+		k := cost(i)
+		if best == event.NoInstance || k.Less(bestCost) {
+			best, bestCost = i, k
+		}
+		if meets(k) && (bestOK == event.NoInstance || k.Less(bestOKCost)) {
+			bestOK, bestOKCost = i, k
+		}
+	}
+	return best, bestOK
 }
 
 // pool returns the online instances holding role r, or every online

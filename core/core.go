@@ -229,6 +229,14 @@ type View struct {
 	out     []Decision
 	records []event.Record
 	scratch []event.Instance
+	// idx is the placement index (index.go), nil when the fleet does not
+	// qualify; idxTried says it was built or refused. downs counts down
+	// instances and offMax is the latest OfflineUntil ever set: the index
+	// applies only while downs is 0 and the clock is past offMax.
+	idx      *placeIndex
+	idxTried bool
+	downs    int
+	offMax   event.Time
 	// affinity remembers, per prefix group, the instance that last took a
 	// prompt of it and the prefix length, when PrefixAware; bounded FIFO.
 	affinity map[int64]affinity
@@ -300,6 +308,7 @@ func New(cfg Config, ctrl Controller) (*Core, error) {
 	err := ctrl.Init(v)
 	for i, r := range cfg.Opening {
 		v.inst[i].Role = r
+		v.touch(event.Instance(i))
 	}
 	v.opening = false
 	if err != nil {
@@ -441,6 +450,7 @@ func (c *Core) place(now event.Time, r Request, inst event.Instance) {
 	in.PrefillCount++
 	in.PrefillTokens += int64(r.InputTokens)
 	in.PrefillWork += in.Profile.Prefill(r.InputTokens)
+	v.touch(inst)
 	v.out = append(v.out, Decision{Kind: PlacePrefill, Req: r.ID, Inst: inst})
 }
 
@@ -476,6 +486,7 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 	}
 	v := &c.v
 	in.releasePrefill(now, r)
+	v.touch(r.PrefillInst)
 	c.drain(now)
 	if r.NoDecode {
 		if c.finishes != nil {
@@ -486,9 +497,9 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 	var d event.Instance
 	if a, ok := c.avoid[r.ID]; ok {
 		down := v.inst[a].Down
-		v.inst[a].Down = true
+		v.setDown(a, true)
 		d = c.ctrl.PlaceDecode(v, r)
-		v.inst[a].Down = down
+		v.setDown(a, down)
 	} else {
 		d = c.ctrl.PlaceDecode(v, r)
 	}
@@ -501,6 +512,7 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 	dst := &v.inst[d]
 	dst.DecodeCount++
 	dst.DecodeTokens += int64(r.InputTokens) + 1
+	v.touch(d)
 	cause := event.CauseNone
 	if d != r.PrefillInst {
 		cause = event.CauseCrossed
@@ -520,6 +532,7 @@ func (c *Core) Finished(now event.Time, inst event.Instance, r Request) error {
 		return err
 	}
 	in.releaseDecode(r)
+	c.v.touch(inst)
 	c.forget(r.ID)
 	if c.finishes != nil {
 		c.finishes.Finished(&c.v, r)
@@ -556,9 +569,11 @@ func (c *Core) Cancel(now event.Time, r Request, stage Stage) error {
 		c.adm.remove(r.ID)
 	case StagePrefill:
 		in.releasePrefill(now, r)
+		c.v.touch(r.PrefillInst)
 		c.drain(now)
 	case StageDecode:
 		in.releaseDecode(r)
+		c.v.touch(r.DecodeInst)
 	}
 	return nil
 }
@@ -577,7 +592,7 @@ func (c *Core) EngineDown(now event.Time, inst event.Instance, cause event.Cause
 	if in.Down {
 		return nil
 	}
-	in.Down = true
+	c.v.setDown(inst, true)
 	c.v.records = append(c.v.records, event.Record{At: now, Kind: event.KindHealth, Inst: inst,
 		Peer: event.NoInstance, Tokens: int64(in.Generation), Cause: cause, Text: "down"})
 	c.coverRole(inst)
@@ -598,7 +613,8 @@ func (c *Core) EngineUp(now event.Time, inst event.Instance, gen uint64) error {
 	if !in.Down && in.Generation == gen {
 		return nil
 	}
-	in.Down, in.Generation = false, gen
+	c.v.setDown(inst, false)
+	in.Generation = gen
 	c.v.records = append(c.v.records, event.Record{At: now, Kind: event.KindHealth, Inst: inst,
 		Peer: event.NoInstance, Tokens: int64(gen), Cause: event.CauseEngineUp, Text: "up"})
 	c.drain(now)
@@ -618,6 +634,7 @@ func (c *Core) Observe(now event.Time, inst event.Instance, o Observation) error
 	in.gapIters += o.DecodeIters
 	in.DecodeTokens = o.DecodeTokens
 	in.DecodeWaiting = o.DecodeWaiting
+	c.v.touch(inst)
 	return nil
 }
 
@@ -707,6 +724,8 @@ func (v *View) Move(inst event.Instance, to event.Role, readyAt event.Time, caus
 	in.LastMove, in.Moved = v.now, true
 	readyAt = max(readyAt, v.now)
 	in.OfflineUntil = readyAt
+	v.offMax = max(v.offMax, readyAt)
+	v.touch(inst)
 	v.out = append(v.out, Decision{Kind: Move, Inst: inst, From: from, To: to, Cause: cause, ReadyAt: readyAt})
 	v.records = append(v.records, event.Record{
 		At: v.now, Kind: event.KindRoleMove, Inst: inst, Peer: event.NoInstance,
@@ -723,6 +742,7 @@ func (v *View) SetRole(inst event.Instance, r event.Role) {
 		panic("core: SetRole outside Controller.Init")
 	}
 	v.inst[inst].Role = r
+	v.touch(inst)
 }
 
 // Decide records a controller decision: payload (a typed struct) is

@@ -61,14 +61,52 @@ type Demand struct {
 	Span     event.Time
 	arrivals window[arrivalSample]
 	finishes window[finishSample]
+	// meanT caches the fleet-mean T(n) by prompt length (fleetPrefill).
+	meanT map[int]float64
+	same  int8 // 0 unknown, 1 every instance has one profile, 2 not
 }
 
 func (d *Demand) arrived(c *View, r Request) {
-	var t float64
-	for i := range c.inst {
-		t += c.inst[i].Profile.Prefill(r.InputTokens)
+	d.arrivals.add(c.now, arrivalSample{prefill: d.fleetPrefill(c, r.InputTokens), input: r.InputTokens})
+}
+
+// fleetPrefill is the fleet-mean T(n). Profiles never change after New,
+// so on a large fleet it is computed once per prompt length and kept (the
+// same sum in the same order: the same bits); a small fleet sums directly.
+func (d *Demand) fleetPrefill(c *View, n int) float64 {
+	if len(c.inst) >= 16 {
+		if t, ok := d.meanT[n]; ok {
+			return t
+		}
 	}
-	d.arrivals.add(c.now, arrivalSample{prefill: t / float64(len(c.inst)), input: r.InputTokens})
+	var t float64
+	if d.same == 0 {
+		d.same = 1
+		for i := range c.inst {
+			if c.inst[i].Profile != c.inst[0].Profile {
+				d.same = 2
+			}
+		}
+	}
+	if d.same == 1 {
+		// One profile: the same additions of the same T(n).
+		x := c.inst[0].Profile.Prefill(n)
+		for range c.inst {
+			t += x
+		}
+	} else {
+		for i := range c.inst {
+			t += c.inst[i].Profile.Prefill(n)
+		}
+	}
+	t /= float64(len(c.inst))
+	if len(c.inst) >= 16 {
+		if d.meanT == nil || len(d.meanT) >= 1<<16 {
+			d.meanT = make(map[int]float64)
+		}
+		d.meanT[n] = t
+	}
+	return t
 }
 
 func (d *Demand) finished(c *View, r Request) {

@@ -65,8 +65,10 @@ func (c *Core) Replace(now event.Time, r Request, stage Stage, from event.Instan
 	name := "prefill"
 	if stage == StagePrefill {
 		held.releasePrefill(now, r)
+		c.v.touch(r.PrefillInst)
 	} else {
 		held.releaseDecode(r)
+		c.v.touch(r.DecodeInst)
 		name = "decode"
 	}
 	c.v.Decide(RetryDecision{Retry: r.ID, Stage: name, From: from, Cause: cause.String()})
@@ -76,9 +78,9 @@ func (c *Core) Replace(now event.Time, r Request, stage Stage, from event.Instan
 	c.avoid[r.ID] = from
 	r.PrefillInst, r.DecodeInst, r.ContextTokens = event.NoInstance, event.NoInstance, 0
 	down := f.Down
-	f.Down = true
+	c.v.setDown(from, true)
 	c.admit(now, r, false)
-	f.Down = down
+	c.v.setDown(from, down)
 	c.drain(now)
 	return nil
 }

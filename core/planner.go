@@ -92,6 +92,7 @@ func (p *Planner) Init(c *View) error {
 	}
 	evenSplit(c)
 	p.dem.Span = p.Cfg.Window
+	p.dem.meanT, p.dem.same = nil, 0 // this fleet's profiles
 	p.next, p.plan, p.fast = p.Cfg.Pass, p.Cfg.Interval, 0
 	return nil
 }

@@ -39,7 +39,11 @@ func TestBuiltins(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if s.Size() != 8 || s.CoreSLO().TTFT <= 0 {
+		want := 8
+		if n, ok := map[string]int{"fleet512": 512, "fleet1024": 1024}[name]; ok {
+			want = n
+		}
+		if s.Size() != want || s.CoreSLO().TTFT <= 0 {
 			t.Errorf("%s: %d instances, slo %+v", name, s.Size(), s.CoreSLO())
 		}
 	}
@@ -47,7 +51,7 @@ func TestBuiltins(t *testing.T) {
 	if got := d.KVModel().Latency; got != 0.05 {
 		t.Errorf("demo KV latency %v, want 0.05", got)
 	}
-	if _, err := Load("nope"); err == nil || !strings.Contains(err.Error(), "not a built-in fleet (demo, eval8)") {
+	if _, err := Load("nope"); err == nil || !strings.Contains(err.Error(), "not a built-in fleet (demo, eval8, fleet1024, fleet512)") {
 		t.Errorf("Load(nope) = %v", err)
 	}
 }

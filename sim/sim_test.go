@@ -227,3 +227,28 @@ func TestKVCapacityWaits(t *testing.T) {
 		t.Fatalf("without a bound the second request should finish sooner (%v vs %v)", free[1].End, b.End)
 	}
 }
+
+// BenchmarkAdaptiveFleet runs the adaptive arm on fleets of 8 to 4,096
+// reference instances, offered 0.75 requests/s per instance (100,000
+// requests), and reports the wall cost per simulated request: placement
+// and monitoring should cost O(log instances) per event, so the 4,096
+// figure should stay within about 2x the 8 one.
+func BenchmarkAdaptiveFleet(b *testing.B) {
+	for _, n := range []int{8, 64, 512, 4096} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			reqs := randomTrace(7, 100000, 0.75*float64(n))
+			cfg := refConfig(n)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				s, err := New(cfg, mustController(b, "adaptive", n), reqs, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(len(reqs)*b.N), "ns/request")
+		})
+	}
+}

@@ -31,6 +31,7 @@ func runCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "out", Value: "out", Usage: "output directory"},
 			&cli.IntFlag{Name: "workers", Usage: "runs in parallel, 0 for one per CPU", DefaultText: "one per CPU"},
 			&cli.BoolFlag{Name: "force", Usage: "rerun combinations that already have results"},
+			&cli.StringFlag{Name: "shard", Usage: "run only shard I of N (0 <= I < N): the combinations whose index over every experiment file, in order, is I modulo N; no summary is printed (run again without --shard over the merged output to print it)"},
 			&cli.StringFlag{Name: "seeds", Usage: "replace every experiment's seeds: a count N (the trace's seed and the N-1 after it), a list (1,2,3) or a range (1..5); the summary gives each figure as mean [95% interval] (min, max under 5 seeds)"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
@@ -45,8 +46,12 @@ func runCommand(stderr io.Writer) *cli.Command {
 				}
 				exps = append(exps, e)
 			}
+			sh, err := parseShard(c.String("shard"))
+			if err != nil {
+				return usageError{err}
+			}
 			for _, e := range exps {
-				if err := runExperiment(ctx, c, e, stderr); err != nil {
+				if err := runExperiment(ctx, c, e, stderr, &sh); err != nil {
 					return err
 				}
 			}
@@ -73,7 +78,32 @@ func (k combo) dir(out, name string) string {
 	return filepath.Join(out, name, "cache-"+cache, "seed-"+seed)
 }
 
-func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, stderr io.Writer) error {
+// shard is one deterministic slice of a campaign's combinations: index I
+// of N; next counts combinations seen so far over every experiment file.
+type shard struct {
+	i, n, next int
+}
+
+// parseShard reads I/N; empty means the whole campaign (0/1).
+func parseShard(s string) (shard, error) {
+	if s == "" {
+		return shard{n: 1}, nil
+	}
+	var i, n int
+	if k, err := fmt.Sscanf(s, "%d/%d", &i, &n); err != nil || k != 2 || fmt.Sprintf("%d/%d", i, n) != s || n < 1 || i < 0 || i >= n {
+		return shard{}, fmt.Errorf("--shard %q: expected I/N with 0 <= I < N (0/4 is the first of four)", s)
+	}
+	return shard{i: i, n: n}, nil
+}
+
+// take reports whether the next combination belongs to this shard.
+func (sh *shard) take() bool {
+	k := sh.next
+	sh.next++
+	return k%sh.n == sh.i
+}
+
+func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, stderr io.Writer, sh *shard) error {
 	out := c.String("out")
 	if c.IsSet("seeds") {
 		first := uint64(0)
@@ -97,6 +127,9 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 	}
 	results := make([]*sweep.Result, len(combos))
 	for k, cb := range combos {
+		if !sh.take() {
+			continue
+		}
 		dir := cb.dir(out, e.Name)
 		label := fmt.Sprintf("[%d/%d] %s %s", k+1, len(combos), e.Name, strings.TrimPrefix(dir, filepath.Join(out, e.Name)+string(filepath.Separator)))
 		resPath := filepath.Join(dir, "result.json")
@@ -154,6 +187,9 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 		}
 		fmt.Fprintf(stderr, "%s: done in %.1f s\n", label, time.Since(start).Seconds())
 		results[k] = res
+	}
+	if sh.n > 1 {
+		return nil // a shard holds part of the results: no summary
 	}
 	return writeSummary(c.Root().Writer, e, combos, results)
 }

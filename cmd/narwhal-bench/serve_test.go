@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -57,19 +58,17 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// freePorts finds n consecutive free loopback ports.
+// freePorts finds n consecutive free loopback ports. It looks below
+// Linux's ephemeral range (32768-60999), where the many client
+// connections of a test run (and their TIME_WAIT) take no ports.
 func freePorts(t *testing.T, n int) int {
 	t.Helper()
-	for try := 0; try < 50; try++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		ok := true
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
+	for try := 0; try < 500; try++ {
+		base := 20000 + rng.IntN(12000-n)
 		var held []net.Listener
-		for i := 0; i < n && ok; i++ {
+		ok := true
+		for i := 0; i < n; i++ {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
 			if err != nil {
 				ok = false

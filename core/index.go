@@ -1,0 +1,243 @@
+package core
+
+import (
+	"math"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// placement index: Algorithm 1 in O(log instances) per leg.
+//
+// Algorithm 1 (arrow.go) scans its pool for the lexicographically least
+// cost, and the least among costs meeting the SLO, first in index order on
+// ties. On a fleet of one timing profile with no prefix affinity, a leg's
+// cost on instance i is a monotone function of two of i's counters:
+//
+//	prefill leg: (DecodeTokens, PrefillWork + T(n))
+//	decode leg:  (PrefillTokens, DecodeTokens + n + 1 - MT)
+//
+// so a segment tree per role holding the least of each counter over every
+// subtree gives a lexicographic lower bound for the subtree's costs, and a
+// left-to-right walk that skips subtrees whose bound cannot beat the best
+// so far finds exactly the instance the scan finds (same cost, lowest
+// index among equals), visiting O(log instances) nodes in the usual case.
+// The costs themselves are computed the same way as the scan's, so the
+// choice is bit-for-bit the same. The index is used only while it is
+// exact: no instance down, none still offline after a move, the role's
+// pool not empty; otherwise Algorithm 1 scans.
+
+// indexMin is the least fleet size the index is used for: below it a scan
+// is as cheap.
+const indexMin = 24
+
+// roleTree is a min segment tree over instance indices for one role.
+type roleTree struct {
+	size int // leaves, a power of two
+	// Per node: a, b is the lexicographically least (primary, secondary)
+	// pair of the leaves below, mb the least secondary counter.
+	a, b, mb []float64
+	members  int // instances holding the role
+}
+
+type placeIndex struct {
+	trees [2]roleTree // 0: prefill, 1: decode
+	// prefill is the fleet's one profile's T(n) (PrefillSpan from 0), mt
+	// its MT.
+	mt float64
+}
+
+func treeFor(r event.Role) int {
+	switch r {
+	case event.RolePrefill:
+		return 0
+	case event.RoleDecode:
+		return 1
+	}
+	return -1
+}
+
+// buildIndex builds the index when the fleet qualifies (one profile, no
+// prefix affinity, enough instances); otherwise v.idx stays nil.
+func (v *View) buildIndex() {
+	v.idxTried = true
+	if len(v.inst) < indexMin || v.affinity != nil {
+		return
+	}
+	p0 := v.inst[0].Profile
+	for i := range v.inst {
+		if v.inst[i].Profile != p0 {
+			return
+		}
+	}
+	x := &placeIndex{mt: p0.MaxTokens(v.tpotS)}
+	size := 1
+	for size < len(v.inst) {
+		size *= 2
+	}
+	for t := range x.trees {
+		tr := &x.trees[t]
+		tr.size = size
+		tr.a = make([]float64, 2*size)
+		tr.b = make([]float64, 2*size)
+		tr.mb = make([]float64, 2*size)
+		for k := range tr.a {
+			tr.a[k], tr.b[k], tr.mb[k] = math.Inf(1), math.Inf(1), math.Inf(1)
+		}
+	}
+	v.idx = x
+	for i := range v.inst {
+		v.leaf(i)
+	}
+	for t := range x.trees {
+		tr := &x.trees[t]
+		for k := size - 1; k >= 1; k-- {
+			tr.fix(k)
+		}
+	}
+}
+
+// leaf writes instance i's leaves (without fixing the nodes above).
+func (v *View) leaf(i int) {
+	in := &v.inst[i]
+	for t := range v.idx.trees {
+		tr := &v.idx.trees[t]
+		k := tr.size + i
+		was := tr.a[k] != math.Inf(1)
+		a, b := math.Inf(1), math.Inf(1)
+		switch {
+		case t == 0 && in.Role == event.RolePrefill:
+			a, b = float64(in.DecodeTokens), in.PrefillWork
+		case t == 1 && in.Role == event.RoleDecode:
+			a, b = float64(in.PrefillTokens), float64(in.DecodeTokens)
+		}
+		is := a != math.Inf(1)
+		if is && !was {
+			tr.members++
+		} else if was && !is {
+			tr.members--
+		}
+		tr.a[k], tr.b[k], tr.mb[k] = a, b, b
+	}
+}
+
+// fix recomputes node k from its children; it reports whether it changed.
+func (tr *roleTree) fix(k int) bool {
+	l, r := 2*k, 2*k+1
+	a, b := tr.a[l], tr.b[l]
+	if tr.a[r] < a || (tr.a[r] == a && tr.b[r] < b) {
+		a, b = tr.a[r], tr.b[r]
+	}
+	mb := min(tr.mb[l], tr.mb[r])
+	if a == tr.a[k] && b == tr.b[k] && mb == tr.mb[k] {
+		return false
+	}
+	tr.a[k], tr.b[k], tr.mb[k] = a, b, mb
+	return true
+}
+
+// touch re-indexes instance i after its role or counters changed.
+func (v *View) touch(i event.Instance) {
+	if v.idx == nil {
+		return
+	}
+	v.leaf(int(i))
+	for t := range v.idx.trees {
+		tr := &v.idx.trees[t]
+		for k := (tr.size + int(i)) / 2; k >= 1 && tr.fix(k); k /= 2 {
+		}
+	}
+}
+
+// setDown marks instance i down or up, keeping count of down instances.
+func (v *View) setDown(i event.Instance, down bool) {
+	in := &v.inst[i]
+	if in.Down != down {
+		if down {
+			v.downs++
+		} else {
+			v.downs--
+		}
+	}
+	in.Down = down
+}
+
+// indexed finds Algorithm 1's two choices for r's leg in pool want with the
+// index, or reports false when the index does not apply now.
+func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK event.Instance, ok bool) {
+	if !v.idxTried {
+		v.buildIndex()
+	}
+	t := treeFor(want)
+	if v.idx == nil || t < 0 || v.downs > 0 || v.now < v.offMax || v.idx.trees[t].members == 0 {
+		return 0, 0, false
+	}
+	tr := &v.idx.trees[t]
+	// f maps a secondary counter to the cost's second term, exactly as
+	// PrefillCost and DecodeCost compute it; thresh is the SLO test.
+	var add, sub, thresh float64
+	if decode {
+		add, sub, thresh = float64(r.InputTokens+1), v.idx.mt, 0
+	} else {
+		add, thresh = v.inst[0].Profile.PrefillSpan(0, r.InputTokens), v.ttftS
+	}
+	second := func(b float64) float64 {
+		if decode {
+			return b + add - sub
+		}
+		return b + add
+	}
+	cost := func(i event.Instance) Cost {
+		if decode {
+			return v.DecodeCost(i, r)
+		}
+		return v.PrefillCost(i, r)
+	}
+	// The least cost: a node's least pair prices its cheapest leaf exactly
+	// (the cost is monotone in the pair), so a left-to-right walk into
+	// nodes strictly cheaper than the best so far ends at the lowest index
+	// among the cheapest.
+	best = event.NoInstance
+	var bestCost Cost
+	var least func(k int)
+	least = func(k int) {
+		if tr.a[k] == math.Inf(1) {
+			return
+		}
+		if best != event.NoInstance && !(Cost{tr.a[k], second(tr.b[k])}).Less(bestCost) {
+			return
+		}
+		if k >= tr.size {
+			best, bestCost = event.Instance(k-tr.size), cost(event.Instance(k-tr.size))
+			return
+		}
+		least(2 * k)
+		least(2*k + 1)
+	}
+	least(1)
+	if bestCost[1] <= thresh {
+		return best, best, true // the cheapest meets the SLO
+	}
+	// The least cost meeting the SLO: skip nodes where no leaf meets it
+	// (least secondary counter) or none is cheaper than the best so far.
+	bestOK = event.NoInstance
+	var bestOKCost Cost
+	var meeting func(k int)
+	meeting = func(k int) {
+		if tr.a[k] == math.Inf(1) || second(tr.mb[k]) > thresh {
+			return
+		}
+		if bestOK != event.NoInstance && !(Cost{tr.a[k], second(tr.b[k])}).Less(bestOKCost) {
+			return
+		}
+		if k >= tr.size {
+			if c := cost(event.Instance(k - tr.size)); c[1] <= thresh {
+				bestOK, bestOKCost = event.Instance(k-tr.size), c
+			}
+			return
+		}
+		meeting(2 * k)
+		meeting(2*k + 1)
+	}
+	meeting(1)
+	return best, bestOK, true
+}

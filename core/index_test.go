@@ -1,0 +1,138 @@
+package core
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/timing"
+)
+
+// The placement index chooses exactly what Algorithm 1's scan chooses:
+// random facts (arrivals, prefills done, endings, cancellations, engines
+// down and up, re-placements, observations, ticks) drive 40-instance
+// fleets under every controller that places with Algorithm 1, with every
+// indexed placement checked against the scan (checkIndex panics on a
+// difference).
+func TestPlacementIndexMatchesScan(t *testing.T) {
+	checkIndex = true
+	defer func() { checkIndex = false }()
+	for _, arm := range []string{"adaptive", "arrow", "planner", "coldswap", "static:10P30D/alg1"} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			before := indexChecks
+			driveRandom(t, arm, 40, seed, 3000)
+			if indexChecks-before < 100 {
+				t.Errorf("%s seed %d: only %d placements used the index", arm, seed, indexChecks-before)
+			}
+		}
+	}
+}
+
+type live struct {
+	r     Request
+	stage Stage
+}
+
+func driveRandom(t *testing.T, arm string, n int, seed uint64, steps int) {
+	t.Helper()
+	ctrl, err := NewController(arm, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := make([]timing.Profile, n)
+	for i := range ps {
+		ps[i] = timing.Reference
+	}
+	c, err := New(Config{Profiles: ps, SLO: event.SLO{TTFT: 2 * event.Second, TPOT: 60 * event.Millisecond}}, ctrl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 9))
+	now := event.Time(0)
+	byID := map[event.RequestID]*live{}
+	var ids []event.RequestID
+	next := event.RequestID(1)
+	down := event.NoInstance
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s seed %d: %v", arm, seed, err)
+		}
+	}
+	apply := func() {
+		for _, d := range c.Ready().Decisions {
+			l := byID[d.Req]
+			switch d.Kind {
+			case PlacePrefill:
+				l.r.PrefillInst, l.stage = d.Inst, StagePrefill
+			case PlaceDecode:
+				l.r.DecodeInst, l.stage = d.Inst, StageDecode
+				l.r.ContextTokens = int64(l.r.InputTokens) + 1
+			case Refuse, Fail, Expire:
+				delete(byID, d.Req)
+			case Queue:
+				l.stage = StageQueued
+			}
+		}
+	}
+	pick := func(stage Stage) *live {
+		for k := 0; k < 8 && len(ids) > 0; k++ {
+			j := rng.IntN(len(ids))
+			if l, ok := byID[ids[j]]; ok && l.stage == stage {
+				return l
+			}
+			if _, ok := byID[ids[j]]; !ok {
+				ids[j] = ids[len(ids)-1]
+				ids = ids[:len(ids)-1]
+			}
+		}
+		return nil
+	}
+	for s := 0; s < steps; s++ {
+		now += event.Time(rng.IntN(int(50 * event.Millisecond)))
+		switch k := rng.IntN(100); {
+		case k < 40:
+			r := Request{ID: next, InputTokens: 50 + rng.IntN(8000), PrefillInst: event.NoInstance, DecodeInst: event.NoInstance}
+			next++
+			byID[r.ID] = &live{r: r}
+			ids = append(ids, r.ID)
+			must(c.Arrive(now, r))
+		case k < 65:
+			if l := pick(StagePrefill); l != nil {
+				must(c.PrefillDone(now, l.r))
+			}
+		case k < 85:
+			if l := pick(StageDecode); l != nil {
+				l.r.OutputTokens, l.r.TTFT, l.r.TPOT = 1+rng.IntN(300), event.Second, event.Never
+				l.r.ContextTokens += int64(l.r.OutputTokens)
+				must(c.Finished(now, l.r.DecodeInst, l.r))
+				delete(byID, l.r.ID)
+			}
+		case k < 89:
+			if l := pick(StagePrefill); l != nil {
+				must(c.Cancel(now, l.r, StagePrefill))
+				delete(byID, l.r.ID)
+			}
+		case k < 91:
+			if l := pick(StageDecode); l != nil {
+				must(c.Replace(now, l.r, StageDecode, l.r.DecodeInst, event.CauseEngineDown))
+				l.r.PrefillInst, l.r.DecodeInst, l.stage = event.NoInstance, event.NoInstance, StageQueued
+			}
+		case k < 93:
+			// At most one engine down at a time, back on the next pick.
+			if down == event.NoInstance {
+				down = event.Instance(rng.IntN(n))
+				must(c.EngineDown(now, down, event.CauseEngineDown))
+			} else {
+				must(c.EngineUp(now, down, uint64(s)))
+				down = event.NoInstance
+			}
+		case k < 96:
+			i := event.Instance(rng.IntN(n))
+			must(c.Observe(now, i, Observation{DecodeIters: 3, DecodeSeconds: 0.05 * rng.Float64(), DecodeTokens: int64(rng.IntN(30000))}))
+		default:
+			must(c.Tick(now))
+		}
+		apply()
+	}
+}
