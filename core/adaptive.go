@@ -221,7 +221,7 @@ func (a *Adaptive) pass(c *View) {
 	}
 	cur := ScoreSplit(c, e, p)
 	best := cur
-	for _, q := range []int{p - 1, p, p + 1} {
+	for _, q := range candidateSplits(p, n) {
 		s := ScoreSplit(c, e, q)
 		rec.Candidates = append(rec.Candidates, SplitCandidate{P: q, TTFT: Ratio(s.TTFT), TPOT: Ratio(s.TPOT), Score: Ratio(s.Score())})
 		if q < a.Cfg.MinPrefill || n-q < a.Cfg.MinDecode || q < 1 || q >= n {
@@ -239,7 +239,7 @@ func (a *Adaptive) pass(c *View) {
 	gain := cur.Score() - best.Score()
 	margin, rel := a.Cfg.Margin, a.Cfg.RelMargin
 	dir := best.Prefill - p
-	reversal := a.moved && dir == -a.lastDir && c.now-a.lastMove < a.Cfg.ThrashWindow
+	reversal := a.moved && sign(dir) == -sign(a.lastDir) && c.now-a.lastMove < a.Cfg.ThrashWindow
 	if reversal {
 		margin, rel = 2*margin, 2*rel
 	}
@@ -290,16 +290,49 @@ func (a *Adaptive) pass(c *View) {
 		to = event.RoleDecode
 	}
 	why := fmt.Sprintf("score %.3f -> %.3f (ttft %.3f, tpot %.3f)", cur.Score(), best.Score(), best.TTFT, best.TPOT)
-	mover := pickMover(c, to)
-	if mover == event.NoInstance {
+	moved := 0
+	for moved < abs(dir) {
+		mover := pickMover(c, to)
+		if mover == event.NoInstance {
+			break
+		}
+		c.Move(mover, to, c.now, event.CauseController, why)
+		moved++
+	}
+	if moved == 0 {
 		decide("stay", "no instance can move")
 		return
 	}
-	c.Move(mover, to, c.now, event.CauseController, why)
 	a.proposal, a.confirms = 0, 0
 	a.lastMove, a.lastDir, a.moved = c.now, dir, true
 	decide("move "+target, why)
 }
+
+// candidateSplits are the prefill pool sizes a pass scores: the
+// neighbours p-1 and p+1 (Arrow's one-engine steps) and, on fleets large
+// enough that one engine is a small share, steps of 2, 4, 8, ... engines
+// up to a sixteenth of the fleet, so a large fleet can follow a change of
+// traffic within a few passes. A fleet under 32 engines scores only the
+// neighbours.
+func candidateSplits(p, n int) []int {
+	out := []int{p - 1, p, p + 1}
+	for k := 2; k <= n/16; k *= 2 {
+		out = append(out, p-k, p+k)
+	}
+	return out
+}
+
+func sign(x int) int {
+	switch {
+	case x > 0:
+		return 1
+	case x < 0:
+		return -1
+	}
+	return 0
+}
+
+func abs(x int) int { return max(x, -x) }
 
 // pickMover chooses the instance to relabel toward role to: among the
 // online, unpinned instances of the other role, one still holding work of the target

@@ -21,6 +21,7 @@ type checker struct {
 	tokens map[event.RequestID][]event.Time
 	first  map[event.RequestID]event.Time
 	errs   int
+	moves  map[event.Time]int // role moves (not opening roles) per instant
 }
 
 func newChecker(t testing.TB) *checker {
@@ -39,6 +40,12 @@ func (c *checker) Record(r *event.Record) {
 		c.errorf("record seq %d after %d", r.Seq, c.seq)
 	}
 	c.seq = r.Seq
+	if r.Kind == event.KindRoleMove && !r.Opening() {
+		if c.moves == nil {
+			c.moves = map[event.Time]int{}
+		}
+		c.moves[r.At]++
+	}
 	if r.At < c.last {
 		c.errorf("clock went back: %s at %v after %v", r.Kind, r.At, c.last)
 	}
@@ -208,5 +215,42 @@ func TestInvariantsWithAdmissionQueue(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A large fleet's adaptive controller moves several engines in one
+// decision when a phase change makes a far split score best (steps of up
+// to a sixteenth of the fleet), and the invariants hold.
+func TestAdaptiveMovesSeveralEnginesOnALargeFleet(t *testing.T) {
+	cfg := refConfig(64)
+	// Decode-heavy, then prefill-heavy: the best split moves far.
+	var reqs []Request
+	rng := rand.New(rand.NewPCG(5, 5))
+	at := 0.0
+	for i := 0; i < 6000; i++ {
+		at += rng.ExpFloat64() / 40
+		r := Request{At: event.Seconds(at), InputTokens: 200 + rng.IntN(200), OutputTokens: 300 + rng.IntN(300)}
+		if at > 60 {
+			r.InputTokens, r.OutputTokens = 6000+rng.IntN(3000), 20+rng.IntN(40)
+		}
+		reqs = append(reqs, r)
+	}
+	c := newChecker(t)
+	cfg.TokenHook = c.hook
+	s, err := New(cfg, mustController(t, "adaptive", 64), reqs, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.finish(reqs, st)
+	most := 0
+	for _, n := range c.moves {
+		most = max(most, n)
+	}
+	if most < 2 {
+		t.Fatalf("at most %d engine moved at one instant over %d moves: expected multi-engine steps on 64 engines", most, st.Moves)
 	}
 }
