@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -13,7 +14,8 @@ import (
 // experiment file; Resolve turns it into a Config.
 type Options struct {
 	Trace, TraceFormat string
-	// Fleet defaults to the trace's, else "demo".
+	// Fleet defaults to the trace's, else "demo" for a synthetic trace; an
+	// imported trace without one is refused.
 	Fleet string
 	// TTFT and TPOT override the objectives (durations such as "2.1s").
 	TTFT, TPOT string
@@ -84,6 +86,13 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	fleetName := o.Fleet
 	if fleetName == "" {
 		fleetName = tr.Fleet
+	}
+	if fleetName == "" && tr.Spec == nil {
+		// An imported trace's prompts may be far longer than the demo
+		// fleet's profile was measured on (a 126K-token prompt would take
+		// minutes): the user names the fleet.
+		return cfg, nil, optErr("fleet", fmt.Errorf("trace %s is imported and names no fleet: expected --fleet with a built-in fleet (%s) or a fleet YAML file whose profile fits its prompt lengths",
+			tr.Name, strings.Join(fleet.Builtin(), ", ")))
 	}
 	if fleetName == "" {
 		fleetName = "demo"

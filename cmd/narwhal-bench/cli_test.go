@@ -189,3 +189,18 @@ func TestExportDamageExit2(t *testing.T) {
 		})
 	}
 }
+
+// An imported trace names no fleet: without --fleet it is refused (exit
+// 2, naming the built-in fleets), never run on the demo fleet, whose
+// profile its prompts may not fit; with --fleet it runs.
+func TestImportedTraceNeedsFleet(t *testing.T) {
+	trace := "../../traces/azure/code.csv"
+	code, _, errs := runCLI(t, "sim", "--trace", trace, "--arms", "static:4P4D", "--rates", "0.5x")
+	if code != 2 || !strings.Contains(errs, "--fleet") || !strings.Contains(errs, "eval8") {
+		t.Fatalf("exit %d: %s: expected exit 2 naming --fleet and the built-in fleets", code, errs)
+	}
+	code, _, errs = runCLI(t, "sim", "--trace", trace, "--fleet", "eval8", "--arms", "static:4P4D", "--rates", "0.5x")
+	if code != 0 {
+		t.Fatalf("with --fleet: exit %d: %s", code, errs)
+	}
+}
