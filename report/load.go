@@ -93,11 +93,41 @@ func Detect(dir string) (InputKind, []string, error) {
 // error naming the run, unless opts.Partial. Damage (a file missing,
 // truncated or altered, records lost) is always an error.
 func Load(dir string, opts Options) (*Report, error) {
-	kind, runs, err := Detect(dir)
-	if err != nil {
-		return nil, err
+	return LoadAll([]string{dir}, opts)
+}
+
+// LoadAll is Load over several directories at once, as one report: the
+// shards of a campaign run with `narwhal-bench run --shard I/N`, each a
+// journal root or a Parquet export. A run name found in two directories
+// is an error (shards never share a run).
+func LoadAll(dirs []string, opts Options) (*Report, error) {
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("report: no directory")
 	}
 	b := newBuilder(opts)
+	seen := map[string]string{}
+	for _, dir := range dirs {
+		before := len(b.runs)
+		if err := b.addDir(dir); err != nil {
+			return nil, err
+		}
+		for _, r := range b.runs[before:] {
+			if other, dup := seen[r.Run]; dup {
+				return nil, fmt.Errorf("report: run %s is in both %s and %s: expected each run in one directory", r.Run, other, dir)
+			}
+			seen[r.Run] = dir
+		}
+	}
+	return b.finish(), nil
+}
+
+// addDir adds every run of one directory.
+func (b *builder) addDir(dir string) error {
+	opts := b.opts
+	kind, runs, err := Detect(dir)
+	if err != nil {
+		return err
+	}
 	switch kind {
 	case InputParquet:
 		err = journal.ReadExportWith(dir, journal.ReadExportOptions{Partial: opts.Partial}, func(run *journal.ExportedRun) error {
@@ -109,17 +139,17 @@ func Load(dir string, opts Options) (*Report, error) {
 			return b.add(run.Name, run.Partial, run.Meta, run.Rows, moves)
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 	default:
 		var fold event.Fold
 		for _, rd := range runs {
 			if err := b.addJournal(rd, &fold); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	return b.finish(), nil
+	return nil
 }
 
 // addJournal replays one run directory and adds it.

@@ -49,13 +49,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 	cmd := &cli.Command{
 		Name:      "narwhal-report",
 		Usage:     "score journaled narwhal-bench runs (a journal root, one run, or a Parquet export)",
-		ArgsUsage: "DIR",
+		ArgsUsage: "DIR [DIR...]",
 		Version:   version,
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Description: "DIR is a journal root (as sim --journal writes), one run directory, or a Parquet export\n" +
-			"directory (requests.parquet, runs.parquet, ...). The report is computed from the records\n" +
-			"alone; see docs/report.md for every column.",
+			"directory (requests.parquet, runs.parquet, ...); several DIRs (the shards of run --shard I/N)\n" +
+			"make one report. The report is computed from the records alone; see docs/report.md for every column.",
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "output format: text, markdown, json or csv"},
@@ -82,8 +82,8 @@ func action(ctx context.Context, c *cli.Command) error {
 	if c.Bool("compare") {
 		return compareFlagged(c)
 	}
-	if c.Args().Len() != 1 {
-		return usageError(fmt.Errorf("expected one directory (a journal root, a run, or a Parquet export), got %d arguments", c.Args().Len()))
+	if c.Args().Len() == 0 {
+		return usageError(fmt.Errorf("expected a directory (a journal root, a run, or a Parquet export), or several (shards), got none"))
 	}
 	format, err := report.ParseFormat(c.String("format"))
 	if err != nil {
@@ -112,7 +112,7 @@ func action(ctx context.Context, c *cli.Command) error {
 			return usageError(fmt.Errorf("--plot-rate %q: expected a rate in req/s such as 3.2", s))
 		}
 	}
-	rep, err := report.Load(c.Args().First(), opts)
+	rep, err := report.LoadAll(c.Args().Slice(), opts)
 	if err != nil {
 		var inc *journal.IncompleteError
 		if errors.As(err, &inc) {

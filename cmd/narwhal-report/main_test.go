@@ -173,8 +173,8 @@ func TestExitCodes(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no directory", nil, "expected one directory"},
-		{"two directories", []string{root, root}, "expected one directory"},
+		{"no directory", nil, "expected a directory"},
+		{"one directory twice", []string{root, root}, "is in both"},
 		{"missing", []string{filepath.Join(root, "nope")}, "no such directory"},
 		{"empty", []string{t.TempDir()}, "empty directory"},
 		{"garbage", []string{garbage}, "no journal runs"},
@@ -192,5 +192,26 @@ func TestExitCodes(t *testing.T) {
 		if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(errs, "internal error") {
 			t.Errorf("%s: exit %d, stderr %q; want exit 2 mentioning %q", c.name, code, errs, c.want)
 		}
+	}
+}
+
+// Several directories (the shards of run --shard I/N) make one report
+// with every run of each, the same as one directory holding them all.
+func TestShardsMakeOneReport(t *testing.T) {
+	whole := writeRoot(t)
+	a, b := t.TempDir(), t.TempDir()
+	writeRun(t, filepath.Join(a, "static-2P2D@1"), "static:2P2D", 1)
+	writeRun(t, filepath.Join(a, "oracle@1"), "oracle", 1)
+	writeRun(t, filepath.Join(b, "static-2P2D@2"), "static:2P2D", 2)
+	code, one, errs := runCLI(t, "--format", "csv", whole)
+	if code != 0 {
+		t.Fatalf("report whole: exit %d: %s", code, errs)
+	}
+	code, two, errs := runCLI(t, "--format", "csv", a, b)
+	if code != 0 {
+		t.Fatalf("report shards: exit %d: %s", code, errs)
+	}
+	if one != two {
+		t.Fatalf("the shards' report differs from the whole root's:\n%s\n---\n%s", one, two)
 	}
 }
