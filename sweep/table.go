@@ -40,9 +40,16 @@ func WriteTable(w io.Writer, r *Result) error {
 		}
 	}
 	b.WriteString("\n")
-	if bestArm == "" {
+	statics := false
+	for _, a := range r.Arms {
+		statics = statics || (strings.HasPrefix(a, "static:") && !strings.Contains(a, "/"))
+	}
+	switch {
+	case !statics:
+		// Nothing to compare with: no static split ran.
+	case bestArm == "":
 		b.WriteString("no static split reaches 90% attainment at any swept rate\n")
-	} else {
+	default:
 		top := ""
 		if r.SustainedGridTop[bestArm] {
 			top = " (at least: the grid's top)"
