@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
 
 // HandoffPolicy says what the router does when a prefill leg returns no KV
@@ -142,20 +142,9 @@ func (c *Config) defaults() {
 	}
 }
 
-// NewTransport is the engine legs' default transport: keep-alive
-// connections pooled per engine, enough idle ones for thousands of
-// concurrent streams, no compression (SSE must flow token by token).
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        0,
-		MaxIdleConnsPerHost: 4096,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
-	}
-}
+// NewTransport is the engine legs' default transport: enough idle
+// connections per engine for thousands of concurrent streams.
+func NewTransport() *http.Transport { return api.NewTransport(4096) }
 
 // engine is the router's handle on one engine.
 type engine struct {

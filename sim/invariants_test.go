@@ -113,6 +113,13 @@ func (c *checker) finish(reqs []Request, st Stats) {
 // runChecked runs reqs on cfg under arm with every invariant checked.
 func runChecked(t testing.TB, cfg Config, arm string, reqs []Request) (Stats, []event.Row) {
 	t.Helper()
+	c, st := runChecker(t, cfg, arm, reqs)
+	return st, c.fold.Rows()
+}
+
+// runChecker is runChecked returning the checker (its role moves too).
+func runChecker(t testing.TB, cfg Config, arm string, reqs []Request) (*checker, Stats) {
+	t.Helper()
 	c := newChecker(t)
 	cfg.TokenHook = c.hook
 	s, err := New(cfg, mustController(t, arm, len(cfg.Profiles)), reqs, c)
@@ -124,7 +131,7 @@ func runChecked(t testing.TB, cfg Config, arm string, reqs []Request) (Stats, []
 		t.Fatal(err)
 	}
 	c.finish(reqs, st)
-	return st, c.fold.Rows()
+	return c, st
 }
 
 // randomTrace draws n requests with mixed prompt and answer lengths.
@@ -235,17 +242,7 @@ func TestAdaptiveMovesSeveralEnginesOnALargeFleet(t *testing.T) {
 		}
 		reqs = append(reqs, r)
 	}
-	c := newChecker(t)
-	cfg.TokenHook = c.hook
-	s, err := New(cfg, mustController(t, "adaptive", 64), reqs, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.Run()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.finish(reqs, st)
+	c, st := runChecker(t, cfg, "adaptive", reqs)
 	most := 0
 	for _, n := range c.moves {
 		most = max(most, n)

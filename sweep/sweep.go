@@ -330,18 +330,28 @@ func Execute(cfg Config) (*Result, error) {
 			cfg.Progress(int(done.Add(1)), total)
 		}
 	}
-	if needOracle {
+	// perRate runs one hindsight search per rate in parallel, counting
+	// each in the progress.
+	perRate := func(search func(i int) error) error {
 		err := parallel(ctx, len(rates), workers, func(i int) error {
-			t, err := oracle(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO)
-			targets[i] = t
+			err := search(i)
 			tick()
 			return err
 		})
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w (during the oracle's search): %w", ErrInterrupted, context.Cause(ctx))
+			return fmt.Errorf("%w (during the oracle's search): %w", ErrInterrupted, context.Cause(ctx))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("sweep: oracle: %w", err)
+			return fmt.Errorf("sweep: oracle: %w", err)
+		}
+		return nil
+	}
+	if needOracle {
+		if err := perRate(func(i int) (err error) {
+			targets[i], err = oracle(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO)
+			return err
+		}); err != nil {
+			return nil, err
 		}
 		for i, r := range rates {
 			o := OracleSplits{Rate: r}
@@ -359,17 +369,11 @@ func Execute(cfg Config) (*Result, error) {
 				rivals = append(rivals, a)
 			}
 		}
-		err := parallel(ctx, len(rates), workers, func(i int) error {
-			p, err := bound(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals)
-			plans[i] = p
-			tick()
+		if err := perRate(func(i int) (err error) {
+			plans[i], err = bound(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals)
 			return err
-		})
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w (during the oracle's search): %w", ErrInterrupted, context.Cause(ctx))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sweep: oracle: %w", err)
+		}); err != nil {
+			return nil, err
 		}
 		for i, p := range plans {
 			o := &res.Oracle[i]

@@ -289,15 +289,12 @@ func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 		}
 	}
 	if lc.dir != "" && !lc.noParquet && len(results) > 0 {
-		out := filepath.Join(lc.dir, "parquet")
-		_ = os.RemoveAll(out)
+		_ = os.RemoveAll(filepath.Join(lc.dir, "parquet"))
 		// A run cut short by Ctrl-C is exported too, marked partial in
 		// runs.parquet (its journal's end-of-run record says so).
-		st, err := journal.ExportWith(lc.dir, out, journal.ExportOptions{Partial: stopped})
-		if err != nil {
-			return fmt.Errorf("export %s: %w", lc.dir, err)
+		if err := exportAfter(lc.dir, stopped, stderr); err != nil {
+			return err
 		}
-		fmt.Fprintf(stderr, "narwhal-bench: journal: %d runs, %d records in %s; Parquet in %s\n", st.Runs, st.Records, lc.dir, out)
 	}
 	if lc.json {
 		enc := json.NewEncoder(stdout)

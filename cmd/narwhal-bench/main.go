@@ -153,12 +153,9 @@ func simCommand(stderr io.Writer) *cli.Command {
 				return err
 			}
 			if dir != "" && !c.Bool("no-parquet") {
-				out := filepath.Join(dir, "parquet")
-				st, err := journal.Export(dir, out)
-				if err != nil {
-					return fmt.Errorf("export %s: %w", dir, err)
+				if err := exportAfter(dir, false, stderr); err != nil {
+					return err
 				}
-				fmt.Fprintf(stderr, "narwhal-bench: journal: %d runs, %d records in %s; Parquet in %s\n", st.Runs, st.Records, dir, out)
 			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.Root().Writer)
@@ -255,4 +252,16 @@ func progressBar(stderr io.Writer) func(done, total int) {
 			fmt.Fprint(f, "\r\033[K")
 		}
 	}
+}
+
+// exportAfter exports a journal root a command just wrote to DIR/parquet
+// (runs marked partial too, when partial) and says so on stderr.
+func exportAfter(dir string, partial bool, stderr io.Writer) error {
+	out := filepath.Join(dir, "parquet")
+	st, err := journal.ExportWith(dir, out, journal.ExportOptions{Partial: partial})
+	if err != nil {
+		return fmt.Errorf("export %s: %w", dir, err)
+	}
+	fmt.Fprintf(stderr, "narwhal-bench: journal: %d runs, %d records in %s; Parquet in %s\n", st.Runs, st.Records, dir, out)
+	return nil
 }

@@ -90,12 +90,9 @@ func replayAction(c *cli.Command, stderr io.Writer) error {
 		cells = append(cells, cell{src, run})
 	}
 	if dir != "" && !c.Bool("no-parquet") {
-		out := filepath.Join(dir, "parquet")
-		st, err := journal.Export(dir, out)
-		if err != nil {
-			return fmt.Errorf("export %s: %w", dir, err)
+		if err := exportAfter(dir, false, stderr); err != nil {
+			return err
 		}
-		fmt.Fprintf(stderr, "narwhal-bench: journal: %d runs, %d records in %s; Parquet in %s\n", st.Runs, st.Records, dir, out)
 	}
 	if c.Bool("json") {
 		runs := make([]sweep.Run, len(cells))

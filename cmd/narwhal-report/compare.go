@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -40,17 +39,8 @@ func compareFlagged(c *cli.Command) error {
 		return usageError(fmt.Errorf("--format: %w", err))
 	}
 	var opts report.Options
-	for _, f := range []struct {
-		name string
-		dst  *time.Duration
-	}{{"ttft-slo", &opts.TTFTSLO}, {"tpot-slo", &opts.TPOTSLO}} {
-		if s := c.String(f.name); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return usageError(fmt.Errorf("--%s %q: expected a positive duration such as 2.1s or 45ms", f.name, s))
-			}
-			*f.dst = d
-		}
+	if err := sloFlags(c, &opts); err != nil {
+		return err
 	}
 	return compareAction(c, format, opts)
 }

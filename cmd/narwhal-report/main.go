@@ -93,17 +93,8 @@ func action(ctx context.Context, c *cli.Command) error {
 		return usageError(errors.New("--plot-rate: only with --plots DIR"))
 	}
 	opts := report.Options{Partial: c.Bool("partial")}
-	for _, f := range []struct {
-		name string
-		dst  *time.Duration
-	}{{"ttft-slo", &opts.TTFTSLO}, {"tpot-slo", &opts.TPOTSLO}} {
-		if s := c.String(f.name); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return usageError(fmt.Errorf("--%s %q: expected a positive duration such as 2.1s or 45ms", f.name, s))
-			}
-			*f.dst = d
-		}
+	if err := sloFlags(c, &opts); err != nil {
+		return err
 	}
 	var plotRate float64
 	if s := c.String("plot-rate"); s != "" {
@@ -139,6 +130,23 @@ func action(ctx context.Context, c *cli.Command) error {
 			return err
 		}
 		fmt.Fprintf(c.Root().ErrWriter, "narwhal-report: %d plot files in %s (per-arm plots at %g req/s)\n", len(files), dir, plotRate)
+	}
+	return nil
+}
+
+// sloFlags reads --ttft-slo and --tpot-slo into opts.
+func sloFlags(c *cli.Command, opts *report.Options) error {
+	for _, f := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"ttft-slo", &opts.TTFTSLO}, {"tpot-slo", &opts.TPOTSLO}} {
+		if s := c.String(f.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return usageError(fmt.Errorf("--%s %q: expected a positive duration such as 2.1s or 45ms", f.name, s))
+			}
+			*f.dst = d
+		}
 	}
 	return nil
 }

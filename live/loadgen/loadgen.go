@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -159,16 +158,7 @@ type Result struct {
 }
 
 // NewTransport is the generator's default transport.
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        0,
-		MaxIdleConnsPerHost: 8192,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
-}
+func NewTransport() *http.Transport { return api.NewTransport(8192) }
 
 func (c *Config) defaults() error {
 	if c.URL == "" {
