@@ -198,8 +198,10 @@ type SLOJSON struct {
 	TPOT float64 `json:"tpot_s"`
 }
 
-// setSustained fills the sustained-rate maps from the runs.
-func (res *Result) setSustained() {
+// SetSustained fills the sustained-rate maps from the runs, in (arm,
+// rate) order (Execute's, and a result assembled elsewhere: a live run, a
+// replay).
+func (res *Result) SetSustained() {
 	res.Sustained, res.SustainedGridTop, res.SustainedCrossing = map[string]*float64{}, map[string]bool{}, map[string]*float64{}
 	for ai, arm := range res.Arms {
 		att := make([]float64, len(res.Rates))
@@ -219,10 +221,6 @@ func (res *Result) setSustained() {
 		}
 	}
 }
-
-// SetSustained fills the sustained-rate maps of a result assembled outside
-// Execute (a live run, a replay) from its runs, in (arm, rate) order.
-func (res *Result) SetSustained() { res.setSustained() }
 
 // Execute runs the sweep. Runs go in parallel; results come back in (arm,
 // rate) order whatever the scheduling, so output is deterministic.
@@ -429,7 +427,7 @@ dispatch:
 	for _, r := range res.Runs {
 		res.Requests += r.Offered
 	}
-	res.setSustained()
+	res.SetSustained()
 	return res, nil
 }
 

@@ -596,16 +596,12 @@ func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
 	}
 	r := &sweep.Result{Trace: lc.trace.Name, Fleet: fleetName, Instances: n, Seed: lc.seed,
 		SLO: sweep.SLOJSON{TTFT: lc.slo.TTFT.Seconds(), TPOT: lc.slo.TPOT.Seconds()}, BaseRate: lc.trace.MeanRate(),
-		Arms: []string{lc.arm}, Sustained: map[string]*float64{}}
-	var att []float64
+		Arms: []string{lc.arm}}
 	for _, x := range results {
 		r.Rates = append(r.Rates, x.Rate)
 		r.Runs = append(r.Runs, x.Score)
-		att = append(att, x.Score.Attainment)
 	}
-	if s, ok := report.Sustained(r.Rates, att, report.AttainmentTarget); ok {
-		r.Sustained[lc.arm] = &s
-	}
+	r.SetSustained()
 	if len(results) > 0 {
 		if err := sweep.WriteTable(w, r); err != nil {
 			return err

@@ -14,7 +14,6 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/journal"
-	"github.com/narwhal-bench/narwhal-bench/report"
 	"github.com/narwhal-bench/narwhal-bench/sweep"
 )
 
@@ -114,18 +113,14 @@ func replayAction(c *cli.Command, stderr io.Writer) error {
 		done[arm] = true
 		m := x.src.Meta
 		res := &sweep.Result{Trace: m.Trace + " (replay of " + root + ")", Fleet: m.Fleet, Instances: m.Instances, Seed: m.Seed,
-			SLO: sweep.SLOJSON{TTFT: m.TTFTSLO, TPOT: m.TPOTSLO}, BaseRate: m.Rate, Arms: []string{arm}, Sustained: map[string]*float64{}}
-		var att []float64
+			SLO: sweep.SLOJSON{TTFT: m.TTFTSLO, TPOT: m.TPOTSLO}, BaseRate: m.Rate, Arms: []string{arm}}
 		for _, y := range cells {
 			if y.run.Arm == arm {
 				res.Rates = append(res.Rates, y.run.Rate)
 				res.Runs = append(res.Runs, y.run)
-				att = append(att, y.run.Attainment)
 			}
 		}
-		if s, ok := report.Sustained(res.Rates, att, report.AttainmentTarget); ok {
-			res.Sustained[arm] = &s
-		}
+		res.SetSustained()
 		errs = append(errs, sweep.WriteTable(c.Root().Writer, res))
 	}
 	return errors.Join(errs...)
