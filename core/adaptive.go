@@ -162,14 +162,16 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 		}
 	}
 
-	// Prefill: each instance an M/G/1 queue fed 1/p of the arrivals
-	// (Pollaczek-Khinchine mean wait), or the resident backlog spread over
-	// the pool, whichever is worse.
+	// Prefill: the pool as one M/G/p queue, since placement sends each
+	// prompt to the least-loaded prefill engine rather than splitting the
+	// arrivals blindly (Allen-Cunneen: the M/M/p wait, Erlang C, scaled by
+	// (1 + c_s²)/2; at p = 1 it is Pollaczek-Khinchine's), or the
+	// resident backlog spread over the pool, whichever is worse.
 	rho := e.PrefillLoad / float64(p)
 	r := math.Min(rho, saturation)
 	wait := 0.0
 	if e.MeanPrefill > 0 {
-		wait = r * e.MeanPrefill2 / (2 * e.MeanPrefill * (1 - r))
+		wait = erlangC(p, r*float64(p)) * e.MeanPrefill2 / (2 * e.MeanPrefill * float64(p) * (1 - r))
 	}
 	model := (e.MeanPrefill+wait)/c.ttftS + 100*math.Max(0, rho-saturation)
 	drain := (backlog/float64(p) + e.MeanPrefill) / c.ttftS
@@ -186,6 +188,21 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	s.TPOTDemand, s.TPOTResident = model, observed
 	s.TPOT = math.Max(model, observed)
 	return s
+}
+
+// erlangC is the probability that an arrival waits in an M/M/p queue
+// offered a instance-seconds per second (a < p), by the Erlang B
+// recursion, which stays stable for any p.
+func erlangC(p int, a float64) float64 {
+	if a <= 0 {
+		return 0
+	}
+	b := 1.0
+	for k := 1; k <= p; k++ {
+		b = a * b / (float64(k) + a*b)
+	}
+	rho := a / float64(p)
+	return b / (1 - rho*(1-b))
 }
 
 // Tick implements Controller.
@@ -259,21 +276,21 @@ func (a *Adaptive) pass(c *View) {
 	a.confirms++
 	target := fmt.Sprintf("%dP%dD", best.Prefill, n-best.Prefill)
 	need := a.Cfg.Confirmations
-	switch sg := cur.Steady() - best.Steady(); {
-	case sg >= margin && best.Steady() <= cur.Steady()*(1-rel):
-		if cur.Steady() >= 1 && !reversal {
-			// The demand already breaks an SLO on the current split:
-			// move now.
-			need = 1
-		}
-	case sg > 0 && cur.Score() >= 1:
-		// Resident work breaks an SLO now and the demand points the same
-		// way, if not yet by the margins (its window still mixes the old
-		// traffic with the new): the usual confirmations.
-	default:
-		// A move the offered demand does not support answers work resident
-		// now (a burst's backlog): it must persist for
-		// TransientConfirmations.
+	// A move the offered demand supports by the margins, or one answering
+	// resident work that breaks an SLO now while the demand points the
+	// same way (its window still mixes the old traffic with the new),
+	// needs the usual confirmations, even when the demand projects an SLO
+	// broken on the current split: that projection rests on a rate
+	// estimate whose noise is largest exactly there, near saturation. A
+	// move the demand does not support answers work resident now (a
+	// burst's backlog): it must persist for TransientConfirmations.
+	if sg := cur.Steady() - best.Steady(); !(sg >= margin && best.Steady() <= cur.Steady()*(1-rel)) && !(sg > 0 && cur.Score() >= 1) {
+		need = max(need, a.Cfg.TransientConfirmations)
+	}
+	if reversal {
+		// Undoing the last move within the thrash window: the evidence
+		// must persist as long as a transient's, so a burst that pushed
+		// one way and passed does not pull the engine straight back.
 		need = max(need, a.Cfg.TransientConfirmations)
 	}
 	if a.confirms < need {

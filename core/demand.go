@@ -138,6 +138,10 @@ type DemandEstimate struct {
 	// ShortPrefill reports that a blended estimate took the prefill work
 	// from the short window (a change was detected).
 	ShortPrefill bool
+	// GapSCV is the squared coefficient of variation of the gaps between
+	// arrivals in the window (1 for Poisson arrivals; 0 with under three
+	// arrivals). Blend uses it as the arrivals' index of dispersion.
+	GapSCV float64
 
 	prefillVar float64 // squared standard error of PrefillLoad
 }
@@ -156,15 +160,27 @@ func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
 		span = 1
 	}
 	e := DemandEstimate{Span: span}
+	var gap, gap2 float64
+	last := event.Never
 	d.arrivals.each(func(t event.Time, a arrivalSample) {
 		if t < since {
 			return
 		}
+		if last != event.Never {
+			g := (t - last).Seconds()
+			gap += g
+			gap2 += g * g
+		}
+		last = t
 		e.Arrivals++
 		e.PrefillLoad += a.prefill
 		e.MeanPrefill2 += a.prefill * a.prefill
 		e.prefillVar += a.prefill * a.prefill
 	})
+	if k := float64(e.Arrivals - 1); k >= 2 && gap > 0 {
+		m := gap / k
+		e.GapSCV = (gap2/k - m*m) / (m * m)
+	}
 	if e.Arrivals > 0 {
 		e.MeanPrefill = e.PrefillLoad / float64(e.Arrivals)
 		e.MeanPrefill2 /= float64(e.Arrivals)
@@ -198,19 +214,27 @@ func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
 
 // blend estimates offered prefill work over the long span, switching to
 // the short span's estimate when the two differ by more than three standard
-// errors of the short one (a real change of traffic, not Poisson noise), and
-// on to a quarter of the short span when that differs from the short one
-// the same way (the change is recent); decode work always comes from the
-// short span.
+// errors of the short one (a real change of traffic, not noise), and on to
+// a quarter of the short span when that differs from the short one the same
+// way (the change is recent); decode work always comes from the short span.
+//
+// The standard error is that of a compound count whose index of dispersion
+// is the long span's gap SCV (at least 1): sqrt(Σx²)/span for Poisson
+// arrivals, wider by about sqrt(2k-1) for batches of mean k and by c for
+// gamma gaps of CV c. A burst then moves the estimate only as far as the
+// arrivals' own measured variance allows, while a change of mix (prompts
+// many times longer) still clears it within a few arrivals.
 func (d *Demand) blend(now, short event.Time) DemandEstimate {
 	l := d.estimateSpan(now, 0, d.Span)
 	s := d.estimateSpan(now, 0, short)
 	e := l
-	if math.Abs(s.PrefillLoad-l.PrefillLoad) > 3*math.Sqrt(s.prefillVar) {
+	disp := math.Max(1, l.GapSCV)
+	moved := func(a, b DemandEstimate) bool {
+		return math.Abs(b.PrefillLoad-a.PrefillLoad) > 3*math.Sqrt(disp*b.prefillVar)
+	}
+	if moved(l, s) {
 		use := s
-		// A change inside the short window: a quarter of it holds only the
-		// new traffic sooner; use it when it differs again.
-		if q := d.estimateSpan(now, 0, short/4); math.Abs(q.PrefillLoad-s.PrefillLoad) > 3*math.Sqrt(q.prefillVar) {
+		if q := d.estimateSpan(now, 0, short/4); moved(s, q) {
 			use = q
 		}
 		e.Arrivals, e.Rate, e.PrefillLoad, e.MeanPrefill, e.MeanPrefill2 = use.Arrivals, use.Rate, use.PrefillLoad, use.MeanPrefill, use.MeanPrefill2
