@@ -171,7 +171,9 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	r := math.Min(rho, saturation)
 	wait := 0.0
 	if e.MeanPrefill > 0 {
-		wait = erlangC(p, r*float64(p)) * e.MeanPrefill2 / (2 * e.MeanPrefill * float64(p) * (1 - r))
+		// (c_a² + c_s²)·E[T] = c_a²·E[T] + E[T²]/E[T] - E[T].
+		v := arrivalSCV(e)*e.MeanPrefill + e.MeanPrefill2/e.MeanPrefill - e.MeanPrefill
+		wait = erlangC(p, r*float64(p)) * v / (2 * float64(p) * (1 - r))
 	}
 	model := (e.MeanPrefill+wait)/c.ttftS + 100*math.Max(0, rho-saturation)
 	drain := (backlog/float64(p) + e.MeanPrefill) / c.ttftS
@@ -188,6 +190,19 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	s.TPOTDemand, s.TPOTResident = model, observed
 	s.TPOT = math.Max(model, observed)
 	return s
+}
+
+// arrivalSCV is c_a², the arrivals' squared coefficient of variation that
+// the prefill wait is priced with: the long window's measured gap SCV when
+// it exceeds Poisson's 1 by more than three standard errors (the sample SCV
+// of n exponential gaps has a standard error of about sqrt(8/n)), else 1.
+// Bursty arrivals (batches, gamma gaps of CV above 1) then price the queue
+// their bursts build; Poisson noise does not.
+func arrivalSCV(e DemandEstimate) float64 {
+	if n := float64(e.LongArrivals); n > 2 && e.GapSCV > 1+3*math.Sqrt(8/n) {
+		return e.GapSCV
+	}
+	return 1
 }
 
 // erlangC is the probability that an arrival waits in an M/M/p queue
@@ -255,6 +270,13 @@ func (a *Adaptive) pass(c *View) {
 	}
 	gain := cur.Score() - best.Score()
 	margin, rel := a.Cfg.Margin, a.Cfg.RelMargin
+	if ca2 := arrivalSCV(e); ca2 > 1 {
+		// Bursty arrivals: every projection is noisier by about c_a, and a
+		// thin gain is as likely the last burst's as the traffic's, so
+		// the margins widen with c_a. Poisson traffic keeps them.
+		w := math.Min(math.Sqrt(ca2), 2)
+		margin, rel = margin*w, rel*w
+	}
 	dir := best.Prefill - p
 	reversal := a.moved && sign(dir) == -sign(a.lastDir) && c.now-a.lastMove < a.Cfg.ThrashWindow
 	if reversal {

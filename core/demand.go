@@ -142,6 +142,8 @@ type DemandEstimate struct {
 	// arrivals in the window (1 for Poisson arrivals; 0 with under three
 	// arrivals). Blend uses it as the arrivals' index of dispersion.
 	GapSCV float64
+	// LongArrivals is the arrivals GapSCV was measured on.
+	LongArrivals int
 
 	prefillVar float64 // squared standard error of PrefillLoad
 }
@@ -181,6 +183,7 @@ func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
 		m := gap / k
 		e.GapSCV = (gap2/k - m*m) / (m * m)
 	}
+	e.LongArrivals = e.Arrivals
 	if e.Arrivals > 0 {
 		e.MeanPrefill = e.PrefillLoad / float64(e.Arrivals)
 		e.MeanPrefill2 /= float64(e.Arrivals)
