@@ -251,3 +251,39 @@ func TestAdaptiveMovesSeveralEnginesOnALargeFleet(t *testing.T) {
 		t.Fatalf("at most %d engine moved at one instant over %d moves: expected multi-engine steps on 64 engines", most, st.Moves)
 	}
 }
+
+// A KV capacity a few prompts wide: decode streams are preempted
+// (newest first), recompute their context and decode on. On every arm the
+// invariants hold: every request ends exactly once, no token comes twice
+// or before the one it follows, a finished request has all its tokens;
+// and with a short drain limit, requests preempted or recomputing when it
+// passes expire with the tokens they had.
+func TestInvariantsUnderPreemption(t *testing.T) {
+	arms := []string{"static:2P2D", "static:1P3D", "aggregated", "adaptive", "arrow", "planner", "dynamo"}
+	for _, drain := range []event.Time{0, 20 * event.Second} {
+		for _, rate := range []float64{4, 30} {
+			preempted := 0
+			for _, arm := range arms {
+				t.Run(fmt.Sprintf("%s/rate=%v/drain=%v", arm, rate, drain), func(t *testing.T) {
+					cfg := refConfig(4)
+					cfg.Batch = Batch{ChunkTokens: 2048, BudgetTokens: 16384, KVCapacityTokens: 16000}
+					cfg.DrainLimit = drain
+					reqs := randomTrace(uint64(rate*10)+7, 300, rate)
+					st, rows := runChecked(t, cfg, arm, reqs)
+					preempted += st.Preemptions
+					if drain > 0 && st.Expired == 0 && rate == 30 {
+						t.Errorf("%+v: expected requests to expire at the drain limit", st)
+					}
+					for _, r := range rows {
+						if r.Terminal == event.KindExpire && r.OutputTokens > r.WantOutput {
+							t.Errorf("request %d expired with %d tokens of %d", r.Req, r.OutputTokens, r.WantOutput)
+						}
+					}
+				})
+			}
+			if rate == 30 && preempted == 0 {
+				t.Errorf("rate %v drain %v: no preemption on any arm: expected the KV capacity to bind", rate, drain)
+			}
+		}
+	}
+}
