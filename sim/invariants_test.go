@@ -14,14 +14,15 @@ import (
 // once, token k never comes before token k-1, the first token comes after
 // the arrival, decode never starts before the first token exists.
 type checker struct {
-	t      testing.TB
-	last   event.Time
-	seq    uint64
-	fold   event.Fold
-	tokens map[event.RequestID][]event.Time
-	first  map[event.RequestID]event.Time
-	errs   int
-	moves  map[event.Time]int // role moves (not opening roles) per instant
+	t        testing.TB
+	last     event.Time
+	seq      uint64
+	fold     event.Fold
+	tokens   map[event.RequestID][]event.Time
+	first    map[event.RequestID]event.Time
+	errs     int
+	moves    map[event.Time]int // role moves (not opening roles) per instant
+	preempts int                // KindPreempt records
 }
 
 func newChecker(t testing.TB) *checker {
@@ -51,6 +52,11 @@ func (c *checker) Record(r *event.Record) {
 	}
 	c.last = r.At
 	switch r.Kind {
+	case event.KindPreempt:
+		c.preempts++
+		if f, ok := c.first[r.Req]; !ok || r.At < f {
+			c.errorf("request %d: preempted at %v before its first token", r.Req, r.At)
+		}
 	case event.KindPrefillDone:
 		c.first[r.Req] = r.At
 	case event.KindDecodeStart:
@@ -80,6 +86,9 @@ func (c *checker) finish(reqs []Request, st Stats) {
 	rows := c.fold.Rows()
 	if len(rows) != len(reqs) {
 		c.errorf("%d requests folded, %d offered", len(rows), len(reqs))
+	}
+	if c.preempts != st.Preemptions {
+		c.errorf("%d preempt records, %d preemptions counted", c.preempts, st.Preemptions)
 	}
 	if got := st.Finished + st.Refused + st.Failed + st.Expired; got != st.Offered {
 		c.errorf("outcomes %d finished + %d refused + %d expired != %d offered", st.Finished, st.Refused, st.Expired, st.Offered)

@@ -575,6 +575,7 @@ func (s *Sim) preemptNewest(e *engine) {
 		e.ctx -= int64(st.input + st.produced)
 	}
 	st := &s.st[i]
+	s.emitReq(event.KindPreempt, i, e.id, -1, int64(st.input+st.produced), event.CauseNone)
 	e.pendingCtx += int64(st.input + st.produced)
 	e.pendingN++
 	e.preempted = append(e.preempted, 0)
