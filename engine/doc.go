@@ -8,7 +8,9 @@
 //
 // The semantics are the simulator's (sim/sim.go, docs/sim.md "The engine
 // model"): decode streams join at iteration boundaries up to max_seqs and,
-// FCFS, within the KV capacity; prompt chunks of at most chunk_tokens
+// FCFS, within the KV capacity; past the capacity the newest admitted
+// stream is preempted and later recomputes its prompt and answer so far
+// (vLLM's recompute preemption); prompt chunks of at most chunk_tokens
 // fill what the running streams leave of the token budget; an iteration
 // costs I(ctx) when it decodes plus T(to)-T(from) per chunk; a run of
 // decode-only iterations over the same streams is timed with the

@@ -65,6 +65,12 @@ type seq struct {
 	want     int  // answer tokens in all
 	produced int  // answer tokens so far
 	where    place
+	// preemption: a preempted stream must compute its context again
+	// (recomp tokens: prompt + answer so far) before it decodes again
+	recomp  int    // tokens to recompute; 0 when the stream holds its KV
+	rdone   int    // of which computed
+	admit   uint64 // admission order: the newest admitted is preempted first
+	preempt int    // times preempted
 }
 
 type place uint8
@@ -73,6 +79,7 @@ const (
 	inPrefill place = iota + 1
 	inWaiting
 	inRunning
+	inRecompute // admitted again after a preemption, recomputing its context
 )
 
 type chunk struct {
@@ -89,13 +96,17 @@ type Engine struct {
 	seqs     map[uint64]*seq
 	prefillQ []*seq // prompts, FIFO
 	waiting  []*seq // decode streams waiting to join, FIFO
-	running  []*seq // the running decode batch, in join order
+	running  []*seq // the running decode batch
 	ctx      int64  // resident context of the running batch
+	recomp   []*seq // preempted streams admitted again, recomputing, in admission order
+	held     int64  // KV the recomputing streams hold (their whole context)
+	admits   uint64 // admissions so far (orders running and recomputing streams)
 
 	// the iteration in flight
 	busy     bool
 	chunks   []chunk
-	decoding []*seq // running streams the iteration advances
+	rchunks  []chunk // recompute chunks
+	decoding []*seq  // running streams the iteration advances
 
 	// decode-only spans, timed in closed form as the simulator does
 	spanOn   bool // the last iteration was a span iteration
@@ -105,8 +116,9 @@ type Engine struct {
 	spanJ    int64 // span iterations started
 
 	// counters
-	iters  int64
-	events []Event
+	iters       int64
+	preemptions int64
+	events      []Event
 }
 
 // New returns an idle engine. A zero ChunkTokens or BudgetTokens takes
@@ -194,6 +206,9 @@ func (e *Engine) Cancel(id uint64) bool {
 	case inRunning:
 		e.running = remove(e.running, s)
 		e.ctx -= int64(s.input + s.produced)
+	case inRecompute:
+		e.recomp = remove(e.recomp, s)
+		e.held -= int64(s.recomp)
 	}
 	s.where = 0
 	e.spanKeep = false
@@ -210,22 +225,42 @@ func remove(list []*seq, s *seq) []*seq {
 }
 
 // Start begins the next iteration, as the simulator's startIteration
-// does: waiting decode streams join first (up to max_seqs, and FCFS
-// within the KV capacity), then prompt chunks fill what is left of the
-// token budget. It returns the iteration's duration (at least 1 ns), or
-// busy=false when there is nothing to run. Call Finish when the duration
-// has passed. Start during an iteration panics.
+// does. When the KV the running and recomputing streams hold exceeds the
+// KV capacity, the newest admitted of them is preempted, again until it
+// fits or one is left (vLLM's recompute preemption: its KV is freed, it
+// goes to the front of the waiting queue, and once admitted again it
+// computes its prompt and answer so far again, as chunks, before it
+// decodes on). Without a preemption, waiting streams are admitted (up to
+// max_seqs, and FCFS within the KV capacity). Then recompute chunks and
+// prompt chunks fill what the running streams leave of the token budget.
+// It returns the iteration's duration (at least 1 ns), or busy=false when
+// there is nothing to run. Call Finish when the duration has passed.
+// Start during an iteration panics.
 func (e *Engine) Start() (d event.Time, busy bool) {
 	if e.busy {
 		panic("engine: Start during an iteration")
 	}
 	cfg := &e.cfg
+	kv := cfg.KVCapacityTokens
+	preempted := false
+	for kv > 0 && len(e.running)+len(e.recomp) > 1 && e.ctx+e.held > kv {
+		e.preemptNewest()
+		preempted = true
+	}
 	k := 0
-	for ; k < len(e.waiting) && len(e.running) < e.maxSeqs; k++ {
+	for ; !preempted && k < len(e.waiting) && len(e.running)+len(e.recomp) < e.maxSeqs; k++ {
 		s := e.waiting[k]
 		c := int64(s.input + s.produced)
-		if kv := cfg.KVCapacityTokens; kv > 0 && len(e.running) > 0 && e.ctx+c > kv {
+		if kv > 0 && len(e.running)+len(e.recomp) > 0 && e.ctx+e.held+c > kv {
 			break
+		}
+		e.admits++
+		s.admit = e.admits
+		if s.recomp > 0 {
+			s.where = inRecompute
+			e.held += c
+			e.recomp = append(e.recomp, s)
+			continue
 		}
 		s.where = inRunning
 		e.ctx += c
@@ -238,7 +273,17 @@ func (e *Engine) Start() (d event.Time, busy bool) {
 	m := len(e.running)
 	budget := cfg.BudgetTokens - m
 	e.chunks = e.chunks[:0]
+	e.rchunks = e.rchunks[:0]
 	var secs float64
+	for _, s := range e.recomp {
+		if budget <= 0 {
+			break
+		}
+		n := min(s.recomp-s.rdone, cfg.ChunkTokens, budget)
+		secs += cfg.Profile.PrefillSpan(s.rdone, s.rdone+n)
+		e.rchunks = append(e.rchunks, chunk{s: s, tokens: n})
+		budget -= n
+	}
 	for _, s := range e.prefillQ {
 		if budget <= 0 {
 			break
@@ -253,7 +298,7 @@ func (e *Engine) Start() (d event.Time, busy bool) {
 		budget -= n
 	}
 	e.decoding = append(e.decoding[:0], e.running...)
-	if len(e.chunks) > 0 {
+	if len(e.chunks) > 0 || len(e.rchunks) > 0 {
 		if m > 0 {
 			secs += cfg.Profile.Interval(e.ctx)
 		}
@@ -276,6 +321,38 @@ func (e *Engine) Start() (d event.Time, busy bool) {
 	e.spanJ++
 	e.busy = true
 	return e.spanEnd(e.spanJ) - e.spanEnd(e.spanJ-1), true
+}
+
+// preemptNewest preempts the running or recomputing stream admitted last:
+// its KV is freed and it goes to the front of the waiting queue, to
+// compute its prompt and its answer so far again once admitted.
+func (e *Engine) preemptNewest() {
+	var v *seq
+	for _, s := range e.running {
+		if v == nil || s.admit > v.admit {
+			v = s
+		}
+	}
+	for _, s := range e.recomp {
+		if v == nil || s.admit > v.admit {
+			v = s
+		}
+	}
+	if v.where == inRunning {
+		e.running = remove(e.running, v)
+		e.ctx -= int64(v.input + v.produced)
+	} else {
+		e.recomp = remove(e.recomp, v)
+		e.held -= int64(v.recomp)
+	}
+	v.recomp, v.rdone = v.input+v.produced, 0
+	v.where = inWaiting
+	v.preempt++
+	e.preemptions++
+	e.waiting = append(e.waiting, nil)
+	copy(e.waiting[1:], e.waiting)
+	e.waiting[0] = v
+	e.spanKeep = false
 }
 
 // spanEnd is when the j-th iteration of the current span ends, relative
@@ -329,6 +406,50 @@ func (e *Engine) Finish() []Event {
 		}
 		clear(e.running[w:])
 		e.running = e.running[:w]
+	}
+	if len(e.rchunks) > 0 {
+		// A stream whose recompute ran to its end samples its next token
+		// (the recompute's last position, as a prefill's gives the first)
+		// and decodes on in the running batch: its KV is already held.
+		gone := false
+		for _, c := range e.rchunks {
+			s := c.s
+			if s.where != inRecompute {
+				gone = true // cancelled during the iteration
+				continue
+			}
+			s.rdone += c.tokens
+			if s.rdone < s.recomp {
+				continue
+			}
+			gone = true
+			e.held -= int64(s.recomp)
+			s.recomp, s.rdone = 0, 0
+			s.produced++
+			ev = append(ev, Event{Kind: Token, ID: s.id, K: s.produced})
+			if s.produced >= s.want {
+				ev = append(ev, Event{Kind: Done, ID: s.id})
+				delete(e.seqs, s.id)
+				s.where = 0
+				continue
+			}
+			s.where = inRunning
+			e.ctx += int64(s.input + s.produced)
+			e.running = append(e.running, s)
+		}
+		if gone {
+			w := 0
+			for _, s := range e.recomp {
+				if s.where == inRecompute {
+					e.recomp[w] = s
+					w++
+				}
+			}
+			clear(e.recomp[w:])
+			e.recomp = e.recomp[:w]
+			e.spanKeep = false
+		}
+		e.rchunks = e.rchunks[:0]
 	}
 	if len(e.chunks) > 0 {
 		gone := 0
@@ -394,19 +515,29 @@ type Gauges struct {
 	// still prefilling, and the context of waiting streams: KV the engine
 	// holds outside the running batch.
 	PrefillTokens int64
+	// Recomputing counts preempted streams admitted again and computing
+	// their context again (RecomputeTokens: the KV they hold).
+	Recomputing     int
+	RecomputeTokens int64
 	// Iterations counts finished iterations.
 	Iterations int64
+	// Preemptions counts preemptions (a stream preempted twice counts
+	// twice), as vLLM's vllm:num_preemptions.
+	Preemptions int64
 }
 
 // Gauges returns the engine's gauges now.
 func (e *Engine) Gauges() Gauges {
 	g := Gauges{Running: len(e.running), Waiting: len(e.waiting), Prefill: len(e.prefillQ),
-		Requests: len(e.seqs), ContextTokens: e.ctx, Iterations: e.iters}
+		Requests: len(e.seqs), ContextTokens: e.ctx, Iterations: e.iters,
+		Recomputing: len(e.recomp), RecomputeTokens: e.held, Preemptions: e.preemptions}
 	for _, s := range e.prefillQ {
 		g.PrefillTokens += int64(s.done)
 	}
 	for _, s := range e.waiting {
-		g.PrefillTokens += int64(s.input + s.produced)
+		if s.recomp == 0 { // a preempted stream's KV was freed
+			g.PrefillTokens += int64(s.input + s.produced)
+		}
 	}
 	return g
 }

@@ -20,10 +20,14 @@ type Batch struct {
 	// MaxSeqs caps the running decode streams (vLLM's max_num_seqs); 0 means
 	// no cap beyond BudgetTokens. Default 0.
 	MaxSeqs int `yaml:"max_seqs" json:"max_seqs"`
-	// KVCapacityTokens bounds the context tokens an engine's running decode
-	// batch may hold; 0 means no bound. A decode leg that does not fit waits
-	// (FCFS) until streams finish: nothing is preempted. The check is at
-	// admission; streams may grow past it as they generate.
+	// KVCapacityTokens bounds the KV an engine's decode streams hold, in
+	// tokens (prompt plus answer so far, per stream, running or
+	// recomputing); 0 means no bound. A decode leg that does not fit waits
+	// (FCFS). When the streams' growth passes it, the newest admitted is
+	// preempted as vLLM's recompute preemption does: freed, to the front
+	// of the waiting queue, and once admitted again it computes its prompt
+	// and answer so far again before decoding on. A stream alone runs
+	// even past it.
 	KVCapacityTokens int64 `yaml:"kv_capacity_tokens" json:"kv_capacity_tokens"`
 }
 

@@ -52,7 +52,7 @@ func setSLO(cfg *sim.Config, ttft, tpot float64) {
 
 type tokenTimes map[uint64][]event.Time
 
-func simTokens(t *testing.T, arm string, n int, b sim.Batch, reqs []sim.Request) tokenTimes {
+func simTokens(t *testing.T, arm string, n int, b sim.Batch, reqs []sim.Request) (tokenTimes, sim.Stats) {
 	t.Helper()
 	cfg := sim.Config{KV: timing.FlatKV, Batch: b}
 	for range n {
@@ -81,7 +81,7 @@ func simTokens(t *testing.T, arm string, n int, b sim.Batch, reqs []sim.Request)
 	if st.Finished != len(reqs) {
 		t.Fatalf("sim: %+v: expected every request to finish", st)
 	}
-	return got
+	return got, st
 }
 
 // driver runs engines on a virtual clock: arrivals first at an instant,
@@ -202,14 +202,16 @@ func newEngine(b sim.Batch) *engine.Engine {
 
 // One engine doing both phases (the aggregated arm): every token of every
 // request at the simulator's time. Small budgets and caps make chunking,
-// budget sharing, max_seqs and the KV-capacity wait all happen.
+// budget sharing, max_seqs, the KV-capacity wait and preemption (with
+// recompute) all happen.
 func TestAgreesWithSimulatorAggregated(t *testing.T) {
 	for _, b := range []sim.Batch{
 		sim.DefaultBatch,
 		{ChunkTokens: 512, BudgetTokens: 1024, MaxSeqs: 6, KVCapacityTokens: 12000},
+		{ChunkTokens: 1024, BudgetTokens: 4096, KVCapacityTokens: 9000},
 	} {
 		reqs := workload(1, 80)
-		want := simTokens(t, "aggregated", 1, b, reqs)
+		want, st := simTokens(t, "aggregated", 1, b, reqs)
 		d := &driver{t: t, engs: []*engine.Engine{newEngine(b)}, ends: []event.Time{event.Never}, got: tokenTimes{}}
 		d.run(reqs, func(d *driver, id uint64, r sim.Request) {
 			if err := d.engs[0].AddPrefill(id, r.InputTokens, 0, r.OutputTokens); err != nil {
@@ -217,6 +219,13 @@ func TestAgreesWithSimulatorAggregated(t *testing.T) {
 			}
 		})
 		compare(t, want, d.got, len(reqs))
+		if p := d.engs[0].Gauges().Preemptions; p != int64(st.Preemptions) {
+			t.Errorf("batch %+v: %d preemptions in the engine, %d in the simulator", b, p, st.Preemptions)
+		}
+		if b.KVCapacityTokens > 0 && b.MaxSeqs == 0 && st.Preemptions == 0 {
+			t.Errorf("batch %+v: no preemption: expected the KV capacity to bind", b)
+		}
+		t.Logf("batch %+v: %d preemptions", b, st.Preemptions)
 		if b.MaxSeqs > 0 && (d.maxRunning != b.MaxSeqs || d.maxWaiting == 0) {
 			t.Errorf("batch %+v: at most %d running and %d waiting: expected the caps to bind", b, d.maxRunning, d.maxWaiting)
 		}
@@ -226,12 +235,54 @@ func TestAgreesWithSimulatorAggregated(t *testing.T) {
 	}
 }
 
+// Under heavy KV pressure (long answers, a capacity a few prompts wide)
+// streams are preempted many times, some of them again while they
+// recompute; engine and simulator still agree on every token.
+func TestAgreesWithSimulatorUnderPreemption(t *testing.T) {
+	for _, b := range []sim.Batch{
+		{ChunkTokens: 2048, BudgetTokens: 16384, KVCapacityTokens: 4000},
+		{ChunkTokens: 128, BudgetTokens: 256, KVCapacityTokens: 3000},
+		{ChunkTokens: 512, BudgetTokens: 2048, MaxSeqs: 5, KVCapacityTokens: 2500},
+	} {
+		reqs := workload(3, 60)
+		for i := range reqs {
+			reqs[i].InputTokens = 30 + reqs[i].InputTokens%600
+			reqs[i].OutputTokens = 50 + (reqs[i].OutputTokens*37)%400
+		}
+		want, st := simTokens(t, "aggregated", 1, b, reqs)
+		d := &driver{t: t, engs: []*engine.Engine{newEngine(b)}, ends: []event.Time{event.Never}, got: tokenTimes{}}
+		d.run(reqs, func(d *driver, id uint64, r sim.Request) {
+			if err := d.engs[0].AddPrefill(id, r.InputTokens, 0, r.OutputTokens); err != nil {
+				t.Fatal(err)
+			}
+		})
+		compare(t, want, d.got, len(reqs))
+		g := d.engs[0].Gauges()
+		if g.Preemptions != int64(st.Preemptions) || st.Preemptions < 20 {
+			t.Errorf("batch %+v: %d preemptions in the engine, %d in the simulator: expected the same, at least 20", b, g.Preemptions, st.Preemptions)
+		}
+		if !d.engs[0].Idle() || g.ContextTokens != 0 || g.RecomputeTokens != 0 || g.Requests != 0 {
+			t.Errorf("engine not empty at the end: %+v", g)
+		}
+		t.Logf("batch %+v: %d preemptions", b, st.Preemptions)
+	}
+}
+
 // 1P1D: engine 0 prefills (one-token legs), the KV moves in the flat
-// 50 ms, engine 1 decodes; as the simulator's static:1P1D arm.
+// 50 ms, engine 1 decodes; as the simulator's static:1P1D arm. With the
+// tighter capacity the decode engine preempts and recomputes.
 func TestAgreesWithSimulatorDisaggregated(t *testing.T) {
-	b := sim.Batch{ChunkTokens: 1024, BudgetTokens: 4096, MaxSeqs: 16, KVCapacityTokens: 40000}
+	for _, b := range []sim.Batch{
+		{ChunkTokens: 1024, BudgetTokens: 4096, MaxSeqs: 16, KVCapacityTokens: 40000},
+		{ChunkTokens: 1024, BudgetTokens: 4096, KVCapacityTokens: 10000},
+	} {
+		agreeDisaggregated(t, b)
+	}
+}
+
+func agreeDisaggregated(t *testing.T, b sim.Batch) {
 	reqs := workload(2, 80)
-	want := simTokens(t, "static:1P1D", 2, b, reqs)
+	want, st := simTokens(t, "static:1P1D", 2, b, reqs)
 	d := &driver{t: t, engs: []*engine.Engine{newEngine(b), newEngine(b)}, ends: []event.Time{event.Never, event.Never}, got: tokenTimes{}}
 	d.onEvt = func(d *driver, eng int, ev engine.Event) {
 		if eng == 0 && ev.Kind == engine.PrefillDone {
@@ -247,4 +298,12 @@ func TestAgreesWithSimulatorDisaggregated(t *testing.T) {
 		}
 	})
 	compare(t, want, d.got, len(reqs))
+	p := d.engs[0].Gauges().Preemptions + d.engs[1].Gauges().Preemptions
+	if p != int64(st.Preemptions) {
+		t.Errorf("batch %+v: %d preemptions in the engines, %d in the simulator", b, p, st.Preemptions)
+	}
+	if b.KVCapacityTokens < 20000 && st.Preemptions == 0 {
+		t.Errorf("batch %+v: no preemption: expected the KV capacity to bind", b)
+	}
+	t.Logf("batch %+v: %d preemptions", b, st.Preemptions)
 }

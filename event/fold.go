@@ -19,6 +19,7 @@ type Row struct {
 	WantOutput   int64  // output tokens the trace asked for
 	OutputTokens int64  // output tokens produced, first token included
 	CachedTokens int64  // prompt tokens served from the prefix cache
+	Preemptions  int64  // times its decode stream was preempted (KindPreempt)
 	Terminal     Kind   // KindFinish, KindRefuse, KindExpire, KindFail; KindNone while open
 	Cause        Cause  // finish reason or refusal/expiry/failure cause
 	Reference    string // the trace's reference answer (KindArrival Text); empty when none
@@ -68,6 +69,7 @@ type foldRow struct {
 	scheduled, arrival, admit, first, end Time
 	prefill, decode                       Instance
 	crossed                               bool
+	preempt                               int32
 	terminal                              Kind
 	cause                                 Cause
 	class                                 uint32
@@ -123,6 +125,8 @@ func (f *Fold) Record(rec *Record) {
 	case KindPrefillDone:
 		r.first = rec.At
 		r.output = 1
+	case KindPreempt:
+		r.preempt++
 	case KindDecodeStart:
 		r.decode = rec.Inst
 		r.crossed = rec.Cause == CauseCrossed
@@ -218,7 +222,7 @@ func (f *Fold) RowAt(i int, o *Row) {
 	*o = Row{Req: RequestID(i + 1), Scheduled: r.scheduled, Arrival: r.arrival, Admit: r.admit,
 		FirstToken: r.first, End: r.end, PrefillInst: r.prefill, DecodeInst: r.decode, Crossed: r.crossed,
 		InputTokens: r.input, WantOutput: r.want, OutputTokens: r.output, CachedTokens: r.cached,
-		Terminal: r.terminal, Cause: r.cause}
+		Preemptions: int64(r.preempt), Terminal: r.terminal, Cause: r.cause}
 	if r.class != 0 {
 		o.Class = f.classes[r.class]
 	}

@@ -66,13 +66,19 @@ const (
 	// KindHealth: Inst's health changed; Tokens = process generation,
 	// Cause = the new state.
 	KindHealth
+	// KindPreempt: Inst preempted the request's decode stream because the
+	// KV its streams hold passed the engine's capacity (vLLM's recompute
+	// preemption: freed, to be computed again). Tokens = the context freed
+	// (prompt plus answer so far). Not terminal; simulations only (a live
+	// router does not see inside its engines).
+	KindPreempt
 	kindCount
 )
 
 var kindNames = [...]string{
 	"none", "run_meta", "arrival", "admit", "queue", "refuse", "expire",
 	"prefill_start", "prefill_done", "kv_start", "kv_done", "decode_start",
-	"finish", "fail", "role_move", "decision", "health",
+	"finish", "fail", "role_move", "decision", "health", "preempt",
 }
 
 func (k Kind) String() string {

@@ -15,6 +15,8 @@ type Summary struct {
 	Refused   int
 	Expired   int
 	Failed    int
+	// Preemptions counts KV-capacity preemptions over all requests.
+	Preemptions int
 	// Misses counts requests by the first check they failed.
 	Misses [event.NumChecks]int
 }
@@ -43,6 +45,7 @@ func Summarize(rows []event.Row, slo event.SLO) Summary {
 		case event.KindFail:
 			s.Failed++
 		}
+		s.Preemptions += int(r.Preemptions)
 		c := event.Qualify(r, slo)
 		s.Misses[c]++
 		if c == event.CheckOK {

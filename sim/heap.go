@@ -54,8 +54,9 @@ func (h *evHeap) pop() ev {
 // finishEntry is a running decode stream and the engine iteration count at
 // which it produces its last token.
 type finishEntry struct {
-	at  int64
-	req int32
+	at    int64
+	req   int32
+	admit uint32 // the engine's admission count when it joined
 }
 
 // finishHeap orders an engine's running streams by finishing iteration,
@@ -87,13 +88,27 @@ func (h *finishHeap) push(f finishEntry) {
 	}
 }
 
-func (h *finishHeap) pop() finishEntry {
+func (h *finishHeap) pop() finishEntry { return h.removeAt(0) }
+
+// removeAt removes and returns item k.
+func (h *finishHeap) removeAt(k int) finishEntry {
 	a := h.items
-	top := a[0]
+	top := a[k]
 	n := len(a) - 1
-	a[0] = a[n]
+	a[k] = a[n]
 	h.items = a[:n]
-	i := 0
+	if k == n {
+		return top
+	}
+	i := k
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h.items[i], h.items[p] = h.items[p], h.items[i]
+		i = p
+	}
 	for {
 		l := 2*i + 1
 		if l >= n {

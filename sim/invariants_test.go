@@ -14,14 +14,15 @@ import (
 // once, token k never comes before token k-1, the first token comes after
 // the arrival, decode never starts before the first token exists.
 type checker struct {
-	t      testing.TB
-	last   event.Time
-	seq    uint64
-	fold   event.Fold
-	tokens map[event.RequestID][]event.Time
-	first  map[event.RequestID]event.Time
-	errs   int
-	moves  map[event.Time]int // role moves (not opening roles) per instant
+	t        testing.TB
+	last     event.Time
+	seq      uint64
+	fold     event.Fold
+	tokens   map[event.RequestID][]event.Time
+	first    map[event.RequestID]event.Time
+	errs     int
+	moves    map[event.Time]int // role moves (not opening roles) per instant
+	preempts int                // KindPreempt records
 }
 
 func newChecker(t testing.TB) *checker {
@@ -51,6 +52,11 @@ func (c *checker) Record(r *event.Record) {
 	}
 	c.last = r.At
 	switch r.Kind {
+	case event.KindPreempt:
+		c.preempts++
+		if f, ok := c.first[r.Req]; !ok || r.At < f {
+			c.errorf("request %d: preempted at %v before its first token", r.Req, r.At)
+		}
 	case event.KindPrefillDone:
 		c.first[r.Req] = r.At
 	case event.KindDecodeStart:
@@ -80,6 +86,9 @@ func (c *checker) finish(reqs []Request, st Stats) {
 	rows := c.fold.Rows()
 	if len(rows) != len(reqs) {
 		c.errorf("%d requests folded, %d offered", len(rows), len(reqs))
+	}
+	if c.preempts != st.Preemptions {
+		c.errorf("%d preempt records, %d preemptions counted", c.preempts, st.Preemptions)
 	}
 	if got := st.Finished + st.Refused + st.Failed + st.Expired; got != st.Offered {
 		c.errorf("outcomes %d finished + %d refused + %d expired != %d offered", st.Finished, st.Refused, st.Expired, st.Offered)
@@ -249,5 +258,41 @@ func TestAdaptiveMovesSeveralEnginesOnALargeFleet(t *testing.T) {
 	}
 	if most < 2 {
 		t.Fatalf("at most %d engine moved at one instant over %d moves: expected multi-engine steps on 64 engines", most, st.Moves)
+	}
+}
+
+// A KV capacity a few prompts wide: decode streams are preempted
+// (newest first), recompute their context and decode on. On every arm the
+// invariants hold: every request ends exactly once, no token comes twice
+// or before the one it follows, a finished request has all its tokens;
+// and with a short drain limit, requests preempted or recomputing when it
+// passes expire with the tokens they had.
+func TestInvariantsUnderPreemption(t *testing.T) {
+	arms := []string{"static:2P2D", "static:1P3D", "aggregated", "adaptive", "arrow", "planner", "dynamo"}
+	for _, drain := range []event.Time{0, 20 * event.Second} {
+		for _, rate := range []float64{4, 30} {
+			preempted := 0
+			for _, arm := range arms {
+				t.Run(fmt.Sprintf("%s/rate=%v/drain=%v", arm, rate, drain), func(t *testing.T) {
+					cfg := refConfig(4)
+					cfg.Batch = Batch{ChunkTokens: 2048, BudgetTokens: 16384, KVCapacityTokens: 16000}
+					cfg.DrainLimit = drain
+					reqs := randomTrace(uint64(rate*10)+7, 300, rate)
+					st, rows := runChecked(t, cfg, arm, reqs)
+					preempted += st.Preemptions
+					if drain > 0 && st.Expired == 0 && rate == 30 {
+						t.Errorf("%+v: expected requests to expire at the drain limit", st)
+					}
+					for _, r := range rows {
+						if r.Terminal == event.KindExpire && r.OutputTokens > r.WantOutput {
+							t.Errorf("request %d expired with %d tokens of %d", r.Req, r.OutputTokens, r.WantOutput)
+						}
+					}
+				})
+			}
+			if rate == 30 && preempted == 0 {
+				t.Errorf("rate %v drain %v: no preemption on any arm: expected the KV capacity to bind", rate, drain)
+			}
+		}
 	}
 }

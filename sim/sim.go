@@ -16,9 +16,12 @@ type Stats struct {
 	Refused  int
 	Failed   int
 	Expired  int
-	Moves    int        // role moves
-	End      event.Time // virtual time when the run ended
-	Events   int        // heap events processed
+	Moves    int // role moves
+	// Preemptions counts decode streams preempted for KV capacity (a
+	// stream preempted twice counts twice).
+	Preemptions int
+	End         event.Time // virtual time when the run ended
+	Events      int        // heap events processed
 }
 
 type evKind uint8
@@ -56,6 +59,14 @@ type reqState struct {
 	firstAt  event.Time // first token
 }
 
+// recompJob is a preempted stream admitted again, computing its prompt
+// and its answer so far (total tokens) again.
+type recompJob struct {
+	req         int32
+	admit       uint32
+	total, done int
+}
+
 // chunk is one prompt's share of a prefill iteration.
 type chunk struct {
 	req    int32
@@ -73,6 +84,15 @@ type engine struct {
 	running  finishHeap
 	ctx      int64 // resident context of the running batch
 	iters    int64 // decode iterations completed
+
+	// KV capacity (Batch.KVCapacityTokens): preempted streams wait ahead
+	// of waiting, newest preemption first; once admitted again they
+	// recompute their context (recomp, holding it as KV) before decoding.
+	preempted []int32
+	recomp    []recompJob
+	rchunks   []chunk // the recompute chunks of the iteration in flight
+	held      int64   // KV the recomputing streams hold
+	admits    uint32  // admissions so far: the newest admitted is preempted first
 
 	// current activity
 	busy   bool
@@ -413,32 +433,64 @@ func (s *Sim) poke(e *engine) {
 	s.push(ev{at: e.spanAt, kind: evSpan, eng: e.id, gen: e.gen})
 }
 
-// startIteration begins the engine's next iteration at s.now: decode legs
-// join first, then prompt chunks fill what is left of the token budget.
+// startIteration begins the engine's next iteration at s.now: when the
+// KV held exceeds the capacity the newest admitted streams are preempted;
+// otherwise decode legs join; then recompute chunks and prompt chunks
+// fill what is left of the token budget (engine.Engine.Start, the same
+// rules).
 func (s *Sim) startIteration(e *engine) {
 	b := s.cfg.Batch
 	maxSeqs := b.BudgetTokens
 	if b.MaxSeqs > 0 && b.MaxSeqs < maxSeqs {
 		maxSeqs = b.MaxSeqs
 	}
-	k := 0
-	for ; k < len(e.waiting) && e.running.Len() < maxSeqs; k++ {
-		i := e.waiting[k]
+	kv := b.KVCapacityTokens
+	preempted := false
+	for kv > 0 && e.running.Len()+len(e.recomp) > 1 && e.ctx+e.held > kv {
+		s.preemptNewest(e)
+		preempted = true
+	}
+	for !preempted && e.running.Len()+len(e.recomp) < maxSeqs {
+		q := &e.preempted
+		if len(*q) == 0 {
+			q = &e.waiting
+		}
+		if len(*q) == 0 {
+			break
+		}
+		i := (*q)[0]
 		st := &s.st[i]
-		if kv := b.KVCapacityTokens; kv > 0 && e.running.Len() > 0 && e.ctx+int64(st.input+st.produced) > kv {
+		c := int64(st.input + st.produced)
+		if kv > 0 && e.running.Len()+len(e.recomp) > 0 && e.ctx+e.held+c > kv {
 			break // FCFS: the head waits for room
 		}
-		st.joinIter, st.running = e.iters, true
-		e.ctx += int64(st.input + st.produced)
-		e.pendingCtx -= int64(st.input + st.produced)
+		*q = (*q)[1:]
+		e.pendingCtx -= c
 		e.pendingN--
-		e.running.push(finishEntry{at: e.iters + int64(st.want-st.produced), req: i})
+		e.admits++
+		if q == &e.preempted {
+			e.held += c
+			e.recomp = append(e.recomp, recompJob{req: i, admit: e.admits, total: int(c)})
+			continue
+		}
+		st.joinIter, st.running = e.iters, true
+		e.ctx += c
+		e.running.push(finishEntry{at: e.iters + int64(st.want-st.produced), req: i, admit: e.admits})
 	}
-	e.waiting = e.waiting[k:]
 	m := e.running.Len()
 	budget := b.BudgetTokens - m
 	e.chunks = e.chunks[:0]
+	e.rchunks = e.rchunks[:0]
 	var secs float64
+	for _, j := range e.recomp {
+		if budget <= 0 {
+			break
+		}
+		n := min(j.total-j.done, b.ChunkTokens, budget)
+		secs += e.prof.PrefillSpan(j.done, j.done+n)
+		e.rchunks = append(e.rchunks, chunk{req: j.req, tokens: n})
+		budget -= n
+	}
 	for _, i := range e.prefillQ {
 		if budget <= 0 {
 			break
@@ -465,7 +517,7 @@ func (s *Sim) startIteration(e *engine) {
 	e.gen++
 	e.busy = true
 	e.inSpan = false
-	if len(e.chunks) > 0 {
+	if len(e.chunks) > 0 || len(e.rchunks) > 0 {
 		if m > 0 {
 			secs += e.prof.Interval(e.ctx)
 		}
@@ -482,8 +534,54 @@ func (s *Sim) startIteration(e *engine) {
 	e.inSpan = true
 	e.spanStart, e.spanIters0, e.spanCtx0, e.spanM = s.now, e.iters, e.ctx, int64(m)
 	e.spanTarget = e.running.min().at - e.iters
+	if kv > 0 && m+len(e.recomp) > 1 {
+		// The span also stops before the iteration whose context would
+		// exceed the capacity: that iteration starts with a preemption.
+		if t := (kv-e.held-e.ctx)/int64(m) + 1; t < e.spanTarget {
+			e.spanTarget = t
+		}
+	}
 	e.spanAt = e.spanEnd(e.spanTarget)
 	s.push(ev{at: e.spanAt, kind: evSpan, eng: e.id, gen: e.gen})
+}
+
+// preemptNewest preempts the running or recomputing stream admitted last
+// (vLLM's recompute preemption): its KV is freed and it waits at the front
+// of the waiting queue, to compute its context again once admitted.
+func (s *Sim) preemptNewest(e *engine) {
+	at, job := -1, -1
+	var newest uint32
+	for k, f := range e.running.items {
+		if at < 0 || f.admit > newest {
+			at, newest = k, f.admit
+		}
+	}
+	for k, j := range e.recomp {
+		if (at < 0 && job < 0) || j.admit > newest {
+			at, job, newest = -1, k, j.admit
+		}
+	}
+	var i int32
+	if job >= 0 {
+		j := e.recomp[job]
+		i = j.req
+		e.held -= int64(j.total)
+		e.recomp = append(e.recomp[:job], e.recomp[job+1:]...)
+	} else {
+		i = e.running.removeAt(at).req
+		st := &s.st[i]
+		st.produced += int(e.iters - st.joinIter)
+		st.running = false
+		e.ctx -= int64(st.input + st.produced)
+	}
+	st := &s.st[i]
+	s.emitReq(event.KindPreempt, i, e.id, -1, int64(st.input+st.produced), event.CauseNone)
+	e.pendingCtx += int64(st.input + st.produced)
+	e.pendingN++
+	e.preempted = append(e.preempted, 0)
+	copy(e.preempted[1:], e.preempted)
+	e.preempted[0] = i
+	s.stats.Preemptions++
 }
 
 // iterTime converts an iteration's seconds to Time; an iteration always
@@ -535,6 +633,9 @@ func (s *Sim) iterDone(e *engine) {
 	if e.running.Len() > 0 {
 		s.advanceDecode(e, 1)
 	}
+	if len(e.rchunks) > 0 {
+		s.recomputeDone(e)
+	}
 	// Apply prompt chunks; completed prompts have their first token now.
 	// Chunks went to the head of the queue in order, so only the first
 	// len(chunks) entries can leave it: keep the unfinished ones in order,
@@ -558,6 +659,41 @@ func (s *Sim) iterDone(e *engine) {
 	e.chunks = e.chunks[:0]
 	e.busy = false
 	s.startIteration(e)
+}
+
+// recomputeDone applies the recompute chunks of the iteration that ended:
+// a stream whose recompute is complete samples its next token (as a
+// prefill's last position gives the first) and decodes on in the running
+// batch, where its KV already is.
+func (s *Sim) recomputeDone(e *engine) {
+	k := len(e.rchunks)
+	for n, c := range e.rchunks {
+		e.recomp[n].done += c.tokens
+	}
+	w := 0
+	for n, j := range e.recomp {
+		if n >= k || j.done < j.total {
+			e.recomp[w] = j
+			w++
+			continue
+		}
+		i := j.req
+		st := &s.st[i]
+		e.held -= int64(j.total)
+		st.produced++
+		if s.cfg.TokenHook != nil {
+			s.cfg.TokenHook(event.RequestID(i+1), st.produced, s.now)
+		}
+		if st.produced >= st.want {
+			s.finish(i, e.id)
+			continue
+		}
+		st.joinIter, st.running = e.iters, true
+		e.ctx += int64(st.input + st.produced)
+		e.running.push(finishEntry{at: e.iters + int64(st.want-st.produced), req: i, admit: j.admit})
+	}
+	e.recomp = e.recomp[:w]
+	e.rchunks = e.rchunks[:0]
 }
 
 // advanceDecode ends n decode iterations of the running batch at s.now:
@@ -596,7 +732,7 @@ func (s *Sim) observe() {
 		}
 		if err := s.core.Observe(s.now, event.Instance(k), core.Observation{
 			DecodeIters: iters - e.reportedIters, DecodeSeconds: secs - e.reportedSecs,
-			DecodeTokens: ctx + e.pendingCtx, DecodeWaiting: e.pendingN,
+			DecodeTokens: ctx + e.held + e.pendingCtx, DecodeWaiting: e.pendingN,
 		}); err != nil && s.err == nil {
 			s.err = err
 		}

@@ -205,8 +205,9 @@ func TestPrefixCacheLRU(t *testing.T) {
 	}
 }
 
-// KV capacity: a decode leg that does not fit waits until the running
-// batch has room; nothing is preempted.
+// KV capacity at admission: a decode leg that does not fit waits until
+// the running batch has room (growth past the capacity preempts:
+// TestInvariantsUnderPreemption, engine's preempt_test.go).
 func TestKVCapacityWaits(t *testing.T) {
 	cfg := refConfig(2)
 	cfg.Batch.KVCapacityTokens = 1500

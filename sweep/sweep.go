@@ -126,6 +126,10 @@ type Run struct {
 	// completed + refused + expired + failed + unfinished.
 	Failed int `json:"failed"`
 	Moves  int `json:"moves"`
+	// Preemptions counts decode streams preempted for KV capacity (vLLM's
+	// recompute preemption; one stream preempted twice counts twice), as
+	// vLLM's vllm:num_preemptions.
+	Preemptions int `json:"preemptions"`
 	// MissTTFT and MissTPOT count completed requests that failed on TTFT
 	// or on TPOT (first failed check).
 	MissTTFT int `json:"miss_ttft"`
@@ -526,7 +530,7 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 	}
 	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), Reversals: score.Thrash(splits, score.ReversalWindow),
 		Changes: max(len(splits)-1, 0), Failed: sum.Failed, LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
-		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves,
+		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves, Preemptions: sum.Preemptions,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
 }

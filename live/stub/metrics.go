@@ -38,10 +38,13 @@ func newMetrics(s *Server) metrics {
 			return 0
 		}
 		g := s.Gauges()
-		return float64(g.ContextTokens+g.PrefillTokens+s.PinnedTokens()) / float64(c)
+		return float64(g.ContextTokens+g.PrefillTokens+g.RecomputeTokens+s.PinnedTokens()) / float64(c)
 	}
 	f("vllm:gpu_cache_usage_perc", "KV-cache usage: resident, held and pinned tokens over the KV capacity (0 when unbounded).", usage)
 	f("vllm:kv_cache_usage_perc", "KV-cache usage (vLLM's newer name).", usage)
+	s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:num_preemptions_total",
+		Help: "Decode streams preempted for KV capacity (recompute), cumulative.", ConstLabels: labels},
+		func() float64 { return float64(s.Gauges().Preemptions) }))
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "process_start_time_seconds",
 		Help: "When this engine started, Unix seconds (changes on restart)."},
 		func() float64 { return float64(s.started.Load()) / 1e9 }))

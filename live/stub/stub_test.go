@@ -279,7 +279,7 @@ func TestMetrics(t *testing.T) {
 	resp.Body.Close()
 	for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc",
 		"vllm:time_to_first_token_seconds_bucket", "vllm:time_per_output_token_seconds_count", "vllm:prompt_tokens_total",
-		"vllm:generation_tokens_total", "process_start_time_seconds", `model_name="stub"`} {
+		"vllm:generation_tokens_total", "vllm:num_preemptions_total", "process_start_time_seconds", `model_name="stub"`} {
 		if !bytes.Contains(b, []byte(name)) {
 			t.Errorf("/metrics lacks %s", name)
 		}
