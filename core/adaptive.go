@@ -205,6 +205,21 @@ func arrivalSCV(e DemandEstimate) float64 {
 	return 1
 }
 
+// robust reports whether split q scores better than split p at the
+// offered prefill load one standard error below and above the estimate as
+// well as at it: a move whose gain reverses within the estimate's own
+// noise (a burst's, or a short window's) is not made.
+func robust(c *View, e DemandEstimate, p, q int) bool {
+	for _, k := range [2]float64{-1, 1} {
+		x := e
+		x.PrefillLoad = math.Max(0, e.PrefillLoad+k*e.PrefillSE)
+		if ScoreSplit(c, x, q).Score() >= ScoreSplit(c, x, p).Score() {
+			return false
+		}
+	}
+	return true
+}
+
 // erlangC is the probability that an arrival waits in an M/M/p queue
 // offered a instance-seconds per second (a < p), by the Erlang B
 // recursion, which stays stable for any p.
@@ -268,6 +283,12 @@ func (a *Adaptive) pass(c *View) {
 		decide("stay", fmt.Sprintf("current split scores best (%.3f)", cur.Score()))
 		return
 	}
+	if best.Prefill != p && e.PrefillSE > 0 && !robust(c, e, p, best.Prefill) {
+		a.proposal, a.confirms = 0, 0
+		decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, but not at the offered prefill load ± one standard error (%.3f ± %.3f)",
+			best.Prefill, cur.Score(), best.Score(), e.PrefillLoad, e.PrefillSE))
+		return
+	}
 	gain := cur.Score() - best.Score()
 	margin, rel := a.Cfg.Margin, a.Cfg.RelMargin
 	if ca2 := arrivalSCV(e); ca2 > 1 {
@@ -309,10 +330,13 @@ func (a *Adaptive) pass(c *View) {
 	if sg := cur.Steady() - best.Steady(); !(sg >= margin && best.Steady() <= cur.Steady()*(1-rel)) && !(sg > 0 && cur.Score() >= 1) {
 		need = max(need, a.Cfg.TransientConfirmations)
 	}
-	if reversal {
+	if reversal && !(cur.Steady() >= 1 && cur.Steady()-best.Steady() >= margin && best.Steady() <= cur.Steady()*(1-rel)) {
 		// Undoing the last move within the thrash window: the evidence
 		// must persist as long as a transient's, so a burst that pushed
-		// one way and passed does not pull the engine straight back.
+		// one way and passed does not pull the engine straight back;
+		// unless the offered demand breaks an SLO on the current split
+		// and the reversal answers it by the (doubled) margins, as after
+		// a change of traffic the last move did not foresee.
 		need = max(need, a.Cfg.TransientConfirmations)
 	}
 	if a.confirms < need {

@@ -144,6 +144,9 @@ type DemandEstimate struct {
 	GapSCV float64
 	// LongArrivals is the arrivals GapSCV was measured on.
 	LongArrivals int
+	// PrefillSE is the standard error of PrefillLoad in a blended
+	// estimate, the arrivals' dispersion included (0 when not blended).
+	PrefillSE float64
 
 	prefillVar float64 // squared standard error of PrefillLoad
 }
@@ -232,8 +235,17 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 	s := d.estimateSpan(now, 0, short)
 	e := l
 	disp := math.Max(1, l.GapSCV)
+	e.PrefillSE = math.Sqrt(disp * l.prefillVar)
 	moved := func(a, b DemandEstimate) bool {
 		return math.Abs(b.PrefillLoad-a.PrefillLoad) > 3*math.Sqrt(disp*b.prefillVar)
+	}
+	mixMoved := func(a, b DemandEstimate) bool {
+		if b.Arrivals < 2 || a.Arrivals == 0 {
+			return false
+		}
+		v := math.Max(0, b.MeanPrefill2-b.MeanPrefill*b.MeanPrefill)
+		diff := math.Abs(a.MeanPrefill - b.MeanPrefill)
+		return diff > 3*math.Sqrt(v/float64(b.Arrivals)) && diff > mixFloor*a.MeanPrefill
 	}
 	if moved(l, s) {
 		use := s
@@ -241,6 +253,24 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 			use = q
 		}
 		e.Arrivals, e.Rate, e.PrefillLoad, e.MeanPrefill, e.MeanPrefill2 = use.Arrivals, use.Rate, use.PrefillLoad, use.MeanPrefill, use.MeanPrefill2
+		e.PrefillSE = math.Sqrt(disp * use.prefillVar)
+		e.ShortPrefill = true
+	} else if q := d.estimateSpan(now, 0, short/4); mixMoved(l, s) || mixMoved(l, q) {
+		// The load has not moved by the test above, but the prompts have:
+		// their mean prefill time is a mean of independent draws whatever
+		// the arrival process, so a change of mix shows in it long before
+		// the load's wider test (in the quarter window first, while the
+		// short one still mixes both). The new mix at the long window's
+		// rate.
+		use := s
+		if mixMoved(s, q) || !mixMoved(l, s) {
+			use = q
+		}
+		e.Arrivals, e.MeanPrefill, e.MeanPrefill2 = use.Arrivals, use.MeanPrefill, use.MeanPrefill2
+		e.PrefillLoad = l.Rate * use.MeanPrefill
+		if l.PrefillLoad > 0 {
+			e.PrefillSE *= e.PrefillLoad / l.PrefillLoad // the long rate's relative error
+		}
 		e.ShortPrefill = true
 	}
 	// Decode demand always comes from the short window: it is measured on
@@ -249,3 +279,7 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 	e.DecodeSteps = s.DecodeSteps
 	return e
 }
+
+// mixFloor is the least relative change of the mean prefill time per
+// request that blend takes for a change of mix.
+const mixFloor = 0.25

@@ -1,0 +1,208 @@
+package core
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Erlang C against values worked by hand: one server waits with
+// probability ρ; two servers offered one erlang wait with probability 1/3.
+func TestErlangC(t *testing.T) {
+	for _, c := range []struct {
+		p    int
+		a, w float64
+	}{{1, 0.5, 0.5}, {1, 0.9, 0.9}, {2, 1, 1.0 / 3}, {3, 0, 0}} {
+		if got := erlangC(c.p, c.a); math.Abs(got-c.w) > 1e-12 {
+			t.Errorf("erlangC(%d, %v) = %v, want %v", c.p, c.a, got, c.w)
+		}
+	}
+	// More servers at the same utilisation wait less often.
+	prev := 1.0
+	for p := 1; p <= 64; p *= 2 {
+		w := erlangC(p, 0.8*float64(p))
+		if w >= prev {
+			t.Fatalf("erlangC(%d, ρ=0.8) = %v, not below %v", p, w, prev)
+		}
+		prev = w
+	}
+}
+
+// The prefill projection is one M/G/p queue: with one prefill engine and
+// Poisson arrivals it is exactly Pollaczek-Khinchine's M/G/1 mean wait,
+// and with more engines it is below p independent M/G/1 queues' wait.
+func TestScoreSplitPrefillQueue(t *testing.T) {
+	c := fixtureCore(t, 8)
+	c.v.now = 100 * event.Second
+	e := DemandEstimate{Arrivals: 100, Span: 20, Rate: 5, PrefillLoad: 0.7, MeanPrefill: 0.14, MeanPrefill2: 0.03}
+	s := ScoreSplit(c.View(), e, 1)
+	pk := e.MeanPrefill + 0.7*e.MeanPrefill2/(2*e.MeanPrefill*(1-0.7))
+	if math.Abs(s.TTFTDemand-pk/c.v.ttftS) > 1e-12 {
+		t.Fatalf("p=1: TTFT ratio %v, want Pollaczek-Khinchine's %v", s.TTFTDemand, pk/c.v.ttftS)
+	}
+	e.PrefillLoad = 2.8 // ρ = 0.7 on four engines
+	s = ScoreSplit(c.View(), e, 4)
+	separate := e.MeanPrefill + 0.7*e.MeanPrefill2/(2*e.MeanPrefill*(1-0.7))
+	if s.TTFTDemand*c.v.ttftS >= separate {
+		t.Fatalf("p=4: pooled TTFT %v s not below four separate queues' %v s", s.TTFTDemand*c.v.ttftS, separate)
+	}
+	// Bursty arrivals price a longer wait on the same split.
+	e.GapSCV, e.LongArrivals = 15, 400
+	if b := ScoreSplit(c.View(), e, 4); b.TTFTDemand <= s.TTFTDemand {
+		t.Fatalf("c_a² = 15 priced no longer wait: %v vs %v", b.TTFTDemand, s.TTFTDemand)
+	}
+}
+
+// Bursty arrivals count only when the measured gap SCV clears Poisson's 1
+// by three standard errors.
+func TestArrivalSCV(t *testing.T) {
+	for _, c := range []struct {
+		scv  float64
+		n    int
+		want float64
+	}{
+		{1.3, 100, 1},   // within Poisson noise at 100 gaps (3·sqrt(8/100) = 0.85)
+		{2.0, 100, 2},   // clears it
+		{2.0, 20, 1},    // 3·sqrt(8/20) = 1.9: not yet at 20 gaps
+		{15, 60, 15},    // batches of mean 8
+		{0.5, 1000, 1},  // smoother than Poisson: priced as Poisson
+		{40, 2, 1},      // too few arrivals to say
+		{4.0, 120, 4.0}, // gamma gaps, CV 2
+	} {
+		got := arrivalSCV(DemandEstimate{GapSCV: c.scv, LongArrivals: c.n})
+		if got != c.want {
+			t.Errorf("arrivalSCV(scv %v, n %d) = %v, want %v", c.scv, c.n, got, c.want)
+		}
+	}
+}
+
+// feed offers arrivals to a demand estimator: times in seconds, each
+// prompt's fleet-mean prefill time given directly.
+func feed(d *Demand, at []float64, prefill []float64) {
+	idx := make([]int, len(at))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return at[idx[a]] < at[idx[b]] })
+	for _, i := range idx {
+		d.arrivals.add(event.Seconds(at[i]), arrivalSample{prefill: prefill[i]})
+	}
+}
+
+// The estimator's gap SCV: near 1 for Poisson arrivals, near 2k-1 for
+// batches of geometric size with mean k.
+func TestGapSCV(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var pois, batch Demand
+	pois.Span, batch.Span = 1000*event.Second, 1000*event.Second
+	var at, bt, x []float64
+	now := 0.0
+	for now < 900 {
+		now += rng.ExpFloat64() / 4
+		at = append(at, now)
+	}
+	now = 0
+	for now < 900 {
+		now += rng.ExpFloat64() * 8 / 4 // batches at a quarter of the rate
+		k := 1
+		for rng.Float64() > 1.0/8 {
+			k++
+		}
+		for ; k > 0; k-- {
+			bt = append(bt, now)
+		}
+	}
+	for range max(len(at), len(bt)) {
+		x = append(x, 0.1)
+	}
+	feed(&pois, at, x)
+	feed(&batch, bt, x)
+	end := event.Seconds(900)
+	if p := pois.estimate(end, 0).GapSCV; math.Abs(p-1) > 0.2 {
+		t.Errorf("Poisson gap SCV %v, want about 1", p)
+	}
+	if b := batch.estimate(end, 0).GapSCV; b < 11 || b > 19 {
+		t.Errorf("batches of mean 8: gap SCV %v, want about 15", b)
+	}
+}
+
+// A burst of a steady mix does not switch the blend to the short window
+// when the arrivals are measured bursty, but the same count of arrivals
+// does under Poisson dispersion; a change of mix switches it either way.
+func TestBlendBurstAndMix(t *testing.T) {
+	build := func(batchy bool, lastPrefill float64, burst int) DemandEstimate {
+		var d Demand
+		d.Span = 120 * event.Second
+		var at, x []float64
+		// 100 s of traffic at 4 req/s: even gaps (SCV 0), or batches of
+		// 8 every 2 s (gap SCV about 7).
+		for s := 0.0; s < 100; s += 0.25 {
+			t := s
+			if batchy {
+				t = math.Floor(s/2) * 2
+			}
+			at = append(at, t)
+			x = append(x, 0.5)
+		}
+		// The last 20 s: the same traffic plus a burst, or another mix.
+		for s := 100.0; s < 120; s += 0.25 {
+			t := s
+			if batchy {
+				t = math.Floor(s/2) * 2
+			}
+			at = append(at, t)
+			x = append(x, lastPrefill)
+		}
+		for i := 0; i < burst; i++ {
+			at = append(at, 110)
+			x = append(x, lastPrefill)
+		}
+		feed(&d, at, x)
+		return d.blend(120*event.Second, 20*event.Second)
+	}
+	if e := build(false, 0.5, 60); !e.ShortPrefill {
+		t.Error("60 extra arrivals under Poisson dispersion should count as a change")
+	}
+	if e := build(true, 0.5, 60); e.ShortPrefill {
+		t.Errorf("60 extra arrivals among batches of 8 counted as a change (load %v)", e.PrefillLoad)
+	}
+	for _, batchy := range []bool{false, true} {
+		e := build(batchy, 2.0, 0)
+		if !e.ShortPrefill || e.MeanPrefill < 1.5 {
+			t.Errorf("batchy %v: a fourfold change of mix not followed (mean %v, short %v)", batchy, e.MeanPrefill, e.ShortPrefill)
+		}
+		if e.PrefillSE <= 0 {
+			t.Errorf("batchy %v: blended estimate without a standard error", batchy)
+		}
+	}
+}
+
+// A move whose gain reverses within one standard error of the offered
+// prefill load is not robust; one that holds across it is.
+func TestRobustMove(t *testing.T) {
+	c := fixtureCore(t, 8)
+	c.v.now = 100 * event.Second
+	// Resident decode context makes the decode side bind at a light
+	// prefill load: there 4P4D scores better than 5P3D.
+	c.v.inst[5].DecodeTokens = 10000
+	e := DemandEstimate{Arrivals: 100, Span: 20, Rate: 5, PrefillLoad: 3.5, MeanPrefill: 0.7, MeanPrefill2: 0.5}
+	lo := e
+	lo.PrefillLoad = 0.2
+	if ScoreSplit(c.View(), lo, 5).Score() <= ScoreSplit(c.View(), lo, 4).Score() {
+		t.Fatal("fixture: 5P must score worse than 4P at a light load")
+	}
+	if ScoreSplit(c.View(), e, 5).Score() >= ScoreSplit(c.View(), e, 4).Score() {
+		t.Fatal("fixture: 5P must score better than 4P at 3.5")
+	}
+	e.PrefillSE = 0.1
+	if !robust(c.View(), e, 4, 5) {
+		t.Fatal("a move that helps across ±1 SE judged not robust")
+	}
+	e.PrefillSE = 3.3
+	if robust(c.View(), e, 4, 5) {
+		t.Fatal("a move that loses at the load's lower bound judged robust")
+	}
+}
