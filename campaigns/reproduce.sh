@@ -11,7 +11,7 @@
 #      qualified, caching off and on, since the publication does not say);
 #   3. measures the fit's sensitivity: the scales that keep the fitted figure
 #      within its seed spread (two more bisections), S -5% and +5%, a local
-#      curve around S, and on a grid of 0.50x..3.50x the scale each
+#      curve around S, and on a grid of 0.25x..3.50x the scale each
 #      published figure would need on its own.
 # Writes OUTDIR/reproduction.md (default out/reproduce): the method, the
 # tables, then campaigns/reproduction-notes.md; `make reproduce` copies it
@@ -39,7 +39,7 @@ TARGET=40.30          # the fitted figure: adaptive, chatdoc, caching off, SLO-q
 LO=1.0 HI=3.0         # the bisection's opening bracket (scales)
 TOL=0.005             # stop when the bracket is narrower than this (about 0.2% of S)
 SPREAD_TOL=0.002      # the same for the spread bisections
-GRID=$(awk 'BEGIN { for (i = 0; i <= 60; i++) printf "%s%.2fx", (i ? "," : ""), 0.5 + i * 0.05 }')
+GRID=$(awk 'BEGIN { for (i = 0; i <= 65; i++) printf "%s%.2fx", (i ? "," : ""), 0.25 + i * 0.05 }')
 CONTEXT=adaptive,dynamo,ray,static:4P4D,static:2P6D,aggregated
 start=$(date +%s)
 
@@ -192,7 +192,7 @@ every other published figure is predicted and its error given in points
 published, so both are given. Sensitivity: the scales at which the fitted
 figure's mean reaches either end of its 95% interval at S (two more
 bisections), S -5% and +5%, a curve of every figure around S, and, on a
-grid of 0.50x-3.50x, the scale each published figure would need on its
+grid of 0.25x-3.50x, the scale each published figure would need on its
 own.
 
 HEAD
@@ -296,7 +296,7 @@ HEAD
 	echo
 	echo "## The scale each published figure would need on its own"
 	echo
-	echo "On a grid of 0.50x to 3.50x (step 0.05x, seeds $SEEDS), where each figure's mean"
+	echo "On a grid of 0.25x to 3.50x (step 0.05x, seeds $SEEDS), where each figure's mean"
 	echo "first crosses its published value (linear between grid points), how many"
 	echo "crossings the curve has, and where the curve rises with load (steps where"
 	echo "the mean goes up by more than a point as the scale grows: the curve is not"
