@@ -12,13 +12,16 @@
 #   3. measures the fit's sensitivity: the scales that keep the fitted figure
 #      within its seed spread (two more bisections), S -5% and +5%, a local
 #      curve around S, and on a grid of 0.25x..3.50x the scale each
-#      published figure would need on its own.
+#      published figure would need on its own;
+#   4. for comparison, does the same with engine speed as the free
+#      parameter (eval8's timing profile times K, each trace at its own rate).
 # Writes OUTDIR/reproduction.md (default out/reproduce): the method, the
 # tables, then campaigns/reproduction-notes.md; `make reproduce` copies it
 # to docs/reproduction.md.
-# Every sweep's --json is kept under OUTDIR/runs/BINARY-HASH/, so a rerun
-# with the same binary reads them back; a new binary (a model change) runs
-# everything again. Deterministic: the same binary writes the same file.
+# Every sweep's --json is kept under OUTDIR/runs/BINARY-HASH/ (and the
+# slowed fleets of step 4 under OUTDIR/fleets/), so a rerun with the same
+# binary reads them back; a new binary (a model change) runs everything
+# again. Deterministic: the same binary writes the same file.
 # Needs jq. A few minutes on two cores (no oracle arm).
 # Usage: campaigns/reproduce.sh [OUTDIR]
 set -euo pipefail
@@ -88,27 +91,37 @@ fitted() {
 # above A B: true when A >= B.
 above() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
 
+# fit FN LO HI TOL STEPS: bisect the parameter of FN (a function printing
+# "mean lo hi" of the fitted figure at a parameter value) over [LO, HI] for
+# the mean to reach TARGET, stopping when the bracket is narrower than TOL;
+# log each evaluation to the file STEPS and print the fitted value, linear
+# inside the last bracket, to 3 decimals.
+fit() {
+	local fn=$1 lo=$2 hi=$3 tol=$4 log=$5 flo fhi mid fm n=0
+	read -r flo _ _ < <("$fn" "$lo")
+	read -r fhi _ _ < <("$fn" "$hi")
+	if ! above "$flo" "$TARGET" || above "$fhi" "$TARGET"; then
+		echo "reproduce: the bracket $lo..$hi does not hold ${TARGET}% ($flo% .. $fhi%); widen it" >&2
+		return 1
+	fi
+	printf '| open | %s | %.2f |\n| open | %s | %.2f |\n' "$lo" "$flo" "$hi" "$fhi" >> "$log"
+	while above "$(awk -v a="$hi" -v b="$lo" 'BEGIN { print a - b }')" "$tol"; do
+		n=$((n + 1))
+		mid=$(awk -v a="$lo" -v b="$hi" 'BEGIN { printf "%.4f", (a + b) / 2 }')
+		read -r fm _ _ < <("$fn" "$mid")
+		if above "$fm" "$TARGET"; then lo=$mid flo=$fm; else hi=$mid fhi=$fm; fi
+		printf '| %d | %s | %.2f |\n' "$n" "$mid" "$fm" >> "$log"
+	done
+	awk -v a="$lo" -v b="$hi" -v fa="$flo" -v fb="$fhi" -v t="$TARGET" \
+		'BEGIN { s = (fa == fb) ? (a + b) / 2 : a + (fa - t) * (b - a) / (fa - fb); printf "%.3f", s }'
+}
+
 # 1. The fit.
 steps=$(mktemp)
-trap 'rm -f "$steps"' EXIT
-read -r flo _ _ < <(fitted "$LO")
-read -r fhi _ _ < <(fitted "$HI")
-if ! above "$flo" "$TARGET" || above "$fhi" "$TARGET"; then
-	echo "reproduce: the bracket ${LO}x..${HI}x does not hold ${TARGET}% ($flo% .. $fhi%); widen LO and HI" >&2
-	exit 1
-fi
-printf '| open | %s | %.2f |\n| open | %s | %.2f |\n' "$LO" "$flo" "$HI" "$fhi" >> "$steps"
-n=0
-while above "$(awk -v a="$HI" -v b="$LO" 'BEGIN { print a - b }')" "$TOL"; do
-	n=$((n + 1))
-	mid=$(awk -v a="$LO" -v b="$HI" 'BEGIN { printf "%.4f", (a + b) / 2 }')
-	read -r fm _ _ < <(fitted "$mid")
-	if above "$fm" "$TARGET"; then LO=$mid flo=$fm; else HI=$mid fhi=$fm; fi
-	printf '| %d | %s | %.2f |\n' "$n" "$mid" "$fm" >> "$steps"
-done
-# The fitted scale: the linear interpolation inside the last bracket.
-S=$(awk -v a="$LO" -v b="$HI" -v fa="$flo" -v fb="$fhi" -v t="$TARGET" \
-	'BEGIN { s = (fa == fb) ? (a + b) / 2 : a + (fa - t) * (b - a) / (fa - fb); printf "%.3f", s }')
+ksteps=$(mktemp)
+all=$(mktemp)
+trap 'rm -f "$steps" "$ksteps" "$all"' EXIT
+S=$(fit fitted "$LO" "$HI" "$TOL" "$steps")
 read -r fS fSlo fShi < <(fitted "$S")
 
 # 2. The spread: the scales where the fitted figure's mean reaches the ends
@@ -134,13 +147,50 @@ local_scales=$(for f in $FACTORS; do awk -v s="$S" -v f="$f" 'BEGIN { printf "%.
 	echo "$SMINUS"; echo "$SPLUS")
 local_scales=$(echo "$local_scales" | sort -g -u)
 LRATES=$(echo "$local_scales" | sed 's/$/x/' | paste -sd, -)
-all=$(mktemp)
-trap 'rm -f "$steps" "$all"' EXIT
 for tc in "chatdoc off" "chatdoc on" "mixed off" "mixed on"; do
 	set -- $tc
 	rows "$(sim "$1" "$2" "$CONTEXT" "$LRATES")" | sed "s/^/$1\t$2\t/" >> "$all"
 	rows "$(sim "$1" "$2" "$([ "$1" = chatdoc ] && echo adaptive,dynamo,ray || echo adaptive)" "$GRID")" |
 		sed "s/^/grid-$1\t$2\t/" >> "$all"
+done
+
+# 4. The same with another free parameter, for comparison: engine speed.
+# Every engine's timing profile (prefill T(n) and decode I(ctx) in
+# fleet/eval8.yaml) multiplied by K (K > 1: slower engines), each trace at
+# its own rate; the KV transfer latency, caches, SLOs and drain limit
+# unchanged. K is fitted on the same figure and the same figures predicted.
+# slowfleet K: write eval8 with its profile times K and print its path.
+slowfleet() {
+	local f="$OUT/fleets/eval8-slow-$1.yaml"
+	mkdir -p "$OUT/fleets"
+	awk -v k="$1" '
+		/^name:/ { print "name: eval8-slow"; next }
+		/^  profile:/ {
+			line = $0; gsub(/.*\{|\}.*/, "", line); n = split(line, kv, ",")
+			out = "  profile: {"
+			for (i = 1; i <= n; i++) {
+				split(kv[i], p, ":"); gsub(/ /, "", p[1])
+				out = out (i > 1 ? ", " : "") p[1] ": " sprintf("%.6g", p[2] * k)
+			}
+			print out "}"; next }
+		{ print }' fleet/eval8.yaml > "$f.tmp"
+	mv "$f.tmp" "$f"
+	echo "$f"
+}
+# simk K TRACE CACHE ARMS: sim on the slowed fleet at the trace's own rate.
+simk() {
+	local FLEET
+	FLEET=$(slowfleet "$1")
+	sim "$2" "$3" "$4" 1x
+}
+fittedk() {
+	rows "$(simk "$1" chatdoc off adaptive)" | awk -F'\t' '$1 == "adaptive" { print $4, $5, $6 }'
+}
+K=$(fit fittedk 1.0 2.0 0.0025 "$ksteps")
+for tc in "chatdoc off" "chatdoc on" "mixed off" "mixed on"; do
+	set -- $tc
+	rows "$(simk "$K" "$1" "$2" "$([ "$1" = chatdoc ] && echo adaptive,dynamo,ray || echo adaptive)")" |
+		sed "s/^/speed-$1\t$2\t/" >> "$all"
 done
 
 # The published figures: label, trace, cache, arm, measure (q or c), value.
@@ -162,6 +212,32 @@ at() {
 }
 pct() { awk -v x="$1" 'BEGIN { printf "%.2f", x }'; }
 signed() { awk -v x="$1" 'BEGIN { printf "%+.2f", x }'; }
+
+# predictions PREFIX SCALE: the table of every published figure against its
+# prediction (trace names prefixed with PREFIX in the collected rows), and
+# the mean absolute error of the predicted ones.
+predictions() {
+	local label t c a m pub mean lo hi mn mx err within mc
+	echo "| figure | published | predicted: mean [95% interval] (min-max over seeds) | error (points) | published within the seeds' range |"
+	echo "|---|---:|---|---:|---|"
+	while IFS='|' read -r label t c a m pub; do
+		read -r mean lo hi mn mx < <(at "$1$t" "$c" "$a" "$m" "$2")
+		err=$(awk -v a="$mean" -v b="$pub" 'BEGIN { print a - b }')
+		within=$(awk -v p="$pub" -v a="$mn" -v b="$mx" 'BEGIN { print (p >= a && p <= b) ? "yes" : "no" }')
+		echo "| $label | $pub | $(pct "$mean") [$(pct "$lo"), $(pct "$hi")] ($(pct "$mn")-$(pct "$mx")) | $(signed "$err") | $within |"
+	done <<< "$FIGS"
+	echo
+	for mc in off on; do
+		while IFS='|' read -r label t c a m pub; do
+			case "$label" in fitted*) continue ;; esac
+			[ "$t" = mixed ] && [ "$c" != "$mc" ] && continue
+			read -r mean _ < <(at "$1$t" "$c" "$a" "$m" "$2")
+			echo "$mean $pub"
+		done <<< "$FIGS" | awk -v mc="$mc" '{ e = $1 - $2; e = (e < 0) ? -e : e; s += e; n++; if (e > w) w = e }
+			END { printf "Mean absolute error over the %d predicted figures, taking mixed with caching %s: %.2f points (largest %.2f).\n", n, mc, s / n, w }'
+		echo
+	done
+}
 
 {
 	cat <<'HEAD'
@@ -193,7 +269,8 @@ published, so both are given. Sensitivity: the scales at which the fitted
 figure's mean reaches either end of its 95% interval at S (two more
 bisections), S -5% and +5%, a curve of every figure around S, and, on a
 grid of 0.25x-3.50x, the scale each published figure would need on its
-own.
+own. Last, for comparison, the same fit and predictions with another free
+parameter: the engines' speed instead of the load.
 
 HEAD
 	echo "## The fit"
@@ -215,27 +292,7 @@ HEAD
 	echo
 	echo "## Predicted against published, at S = ${S}x"
 	echo
-	echo "| figure | published | predicted: mean [95% interval] (min-max over seeds) | error (points) | published within the seeds' range |"
-	echo "|---|---:|---|---:|---|"
-	sum=0 cnt=0
-	while IFS='|' read -r label t c a m pub; do
-		read -r mean lo hi mn mx < <(at "$t" "$c" "$a" "$m" "$S")
-		err=$(awk -v a="$mean" -v b="$pub" 'BEGIN { print a - b }')
-		within=$(awk -v p="$pub" -v a="$mn" -v b="$mx" 'BEGIN { print (p >= a && p <= b) ? "yes" : "no" }')
-		echo "| $label | $pub | $(pct "$mean") [$(pct "$lo"), $(pct "$hi")] ($(pct "$mn")-$(pct "$mx")) | $(signed "$err") | $within |"
-	done <<< "$FIGS"
-	echo
-	for mc in off on; do
-		awk_in=$(while IFS='|' read -r label t c a m pub; do
-			case "$label" in fitted*) continue ;; esac
-			[ "$t" = mixed ] && [ "$c" != "$mc" ] && continue
-			read -r mean _ < <(at "$t" "$c" "$a" "$m" "$S")
-			echo "$mean $pub"
-		done <<< "$FIGS")
-		echo "$awk_in" | awk -v mc="$mc" '{ e = $1 - $2; s += (e < 0 ? -e : e); n++; if ((e < 0 ? -e : e) > w) w = (e < 0 ? -e : e) }
-			END { printf "Mean absolute error over the %d predicted figures, taking mixed with caching %s: %.2f points (largest %.2f).\n", n, mc, s / n, w }'
-		echo
-	done
+	predictions "" "$S"
 	echo "The other arms at S (SLO-qualified %, mean [95% interval]; not published):"
 	echo
 	echo "| arm | chatdoc, no caching | chatdoc, caching | mixed, no caching | mixed, caching |"
@@ -327,7 +384,23 @@ HEAD
 			}' lab="$label" "$all"
 	done <<< "$FIGS"
 	echo
-	echo "Generated by \`campaigns/reproduce.sh\` (the fit took $(grep -c . "$steps") evaluations of seeds $SEEDS)."
+	echo "## The same test with engine speed as the free parameter"
+	echo
+	echo "A load scale is one way to stand for unknown hardware; slower engines are"
+	echo "another. Here every engine's timing profile (prefill T(n) and decode I(ctx)"
+	echo "in fleet/eval8.yaml) is multiplied by K, each trace runs at its own rate, and"
+	echo "the KV transfer latency, caches, SLOs and drain limit are unchanged. K is"
+	echo "fitted on the same figure by the same bisection (bracket 1-2, stopped under"
+	echo "0.0025 wide):"
+	echo
+	echo "| step | K | adaptive, chatdoc, no caching: mean qualified % |"
+	echo "|---|---:|---:|"
+	cat "$ksteps"
+	echo
+	echo "**Fitted K = $K** (engines $(awk -v k="$K" 'BEGIN { printf "%.0f", (k - 1) * 100 }')% slower than eval8). Predicted against published there:"
+	echo
+	predictions speed- 1
+	echo "Generated by \`campaigns/reproduce.sh\` (the fits took $(grep -c . "$steps") and $(grep -c . "$ksteps") evaluations of seeds $SEEDS)."
 	cat campaigns/reproduction-notes.md
 } > "$OUT/reproduction.md.tmp"
 mv "$OUT/reproduction.md.tmp" "$OUT/reproduction.md"
