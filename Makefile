@@ -8,7 +8,7 @@ DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:
 PKGS      := ./...
 
 
-.PHONY: all build install deps demo demo-live test vet fmtcheck lint bench bench-router fuzz clean campaign soak
+.PHONY: all build install deps demo demo-live test vet fmtcheck lint bench bench-router fuzz clean campaign reproduce soak
 
 all: build
 
@@ -28,6 +28,13 @@ campaign: build
 	cp out/seed-eval/evaluation.md docs/evaluation.md
 	mkdir -p docs/img/eval
 	cp out/seed-eval/seed-chatdoc/cache-on/seed-1/plots/prefill_share.png docs/img/eval/chatdoc-cache-on-prefill-share.png
+
+## reproduce: fit one load scale to one published figure (adaptive, chatdoc,
+## no prefix caching) and predict the other published figures with it
+## (issue 10, deliverable 9), regenerating docs/reproduction.md.
+reproduce: build
+	campaigns/reproduce.sh out/reproduce
+	cp out/reproduce/reproduction.md docs/reproduction.md
 
 ## demo: the reference demo sweep (9 arms x 8 rates on 8 instances) and its table.
 demo: build
