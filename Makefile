@@ -33,6 +33,7 @@ campaign: build
 ## no prefix caching) and predict the other published figures with it
 ## (issue 10, deliverable 9), regenerating docs/reproduction.md.
 reproduce: build
+	command -v jq >/dev/null || (apt-get update && apt-get install -y jq)
 	campaigns/reproduce.sh out/reproduce
 	cp out/reproduce/reproduction.md docs/reproduction.md
 
