@@ -192,28 +192,24 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 		}
 		return v.PrefillCost(i, r)
 	}
-	// The least cost: a node's least pair prices its cheapest leaf exactly
-	// (the cost is monotone in the pair), so a left-to-right walk into
-	// nodes strictly cheaper than the best so far ends at the lowest index
-	// among the cheapest.
-	best = event.NoInstance
-	var bestCost Cost
-	var least func(k int)
-	least = func(k int) {
-		if tr.a[k] == math.Inf(1) {
-			return
+	// The least cost: the root's least pair prices the cheapest leaf
+	// exactly (the cost is monotone in the pair), and a subtree holds a
+	// leaf of that cost exactly when its own least pair prices to it (its
+	// least pair is then that leaf's, or one at least as cheap). One
+	// descent, into the left child whenever it holds one, ends at the
+	// lowest index among the cheapest: O(log instances), as the scan's
+	// first-in-index-order tie rule wants.
+	target := Cost{tr.a[1], second(tr.b[1])}
+	holds := func(k int) bool { return tr.a[k] == target[0] && second(tr.b[k]) == target[1] }
+	k := 1
+	for k < tr.size {
+		k *= 2
+		if !holds(k) {
+			k++
 		}
-		if best != event.NoInstance && !(Cost{tr.a[k], second(tr.b[k])}).Less(bestCost) {
-			return
-		}
-		if k >= tr.size {
-			best, bestCost = event.Instance(k-tr.size), cost(event.Instance(k-tr.size))
-			return
-		}
-		least(2 * k)
-		least(2*k + 1)
 	}
-	least(1)
+	best = event.Instance(k - tr.size)
+	bestCost := cost(best)
 	if bestCost[1] <= thresh {
 		return best, best, true // the cheapest meets the SLO
 	}
