@@ -44,6 +44,25 @@ type arrivalSample struct {
 	input   int
 }
 
+// arrivalTotals are running totals of arrivals: how many, and the exact
+// sums of their prefill times and squared prefill times.
+type arrivalTotals struct {
+	n                  int
+	prefill, prefillSq exact
+}
+
+func (a arrivalSample) totals() arrivalTotals {
+	return arrivalTotals{n: 1, prefill: exactOf(a.prefill), prefillSq: exactOf(a.prefill * a.prefill)}
+}
+
+func (a arrivalTotals) plus(b arrivalTotals) arrivalTotals {
+	return arrivalTotals{a.n + b.n, a.prefill.plus(b.prefill), a.prefillSq.plus(b.prefillSq)}
+}
+
+func (a arrivalTotals) minus(b arrivalTotals) arrivalTotals {
+	return arrivalTotals{a.n - b.n, a.prefill.minus(b.prefill), a.prefillSq.minus(b.prefillSq)}
+}
+
 // finishSample is one ended request's decode footprint and outcome.
 type finishSample struct {
 	output int
@@ -54,13 +73,42 @@ type finishSample struct {
 	tpotOK     bool
 }
 
+// finishTotals are running totals of endings: how many, twice their token
+// steps (an integer: tokenSteps is a whole number of half tokens), and how
+// many met each SLO.
+type finishTotals struct {
+	n, ttftOK, tpotOK int
+	steps2            int64
+}
+
+func (f finishSample) totals() finishTotals {
+	t := finishTotals{n: 1, steps2: int64(2 * f.tokenSteps)}
+	if f.ttftOK {
+		t.ttftOK = 1
+	}
+	if f.tpotOK {
+		t.tpotOK = 1
+	}
+	return t
+}
+
+func (a finishTotals) plus(b finishTotals) finishTotals {
+	return finishTotals{a.n + b.n, a.ttftOK + b.ttftOK, a.tpotOK + b.tpotOK, a.steps2 + b.steps2}
+}
+
+func (a finishTotals) minus(b finishTotals) finishTotals {
+	return finishTotals{a.n - b.n, a.ttftOK - b.ttftOK, a.tpotOK - b.tpotOK, a.steps2 - b.steps2}
+}
+
 // Demand estimates offered work from a window of arrivals and endings.
 // Both drivers feed it the same facts, so it is the same in simulation
 // and live.
 type Demand struct {
-	Span     event.Time
-	arrivals window[arrivalSample]
-	finishes window[finishSample]
+	Span event.Time
+	// The windows keep running totals, so a reading costs a binary search
+	// per span, not a pass over the window.
+	arrivals summedWindow[arrivalSample, arrivalTotals]
+	finishes summedWindow[finishSample, finishTotals]
 	// meanT caches the fleet-mean T(n) by prompt length (fleetPrefill).
 	meanT map[int]float64
 	same  int8 // 0 unknown, 1 every instance has one profile, 2 not
@@ -156,35 +204,22 @@ func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
 		span = 1
 	}
 	e := DemandEstimate{Span: span}
-	d.arrivals.each(func(t event.Time, a arrivalSample) {
-		if t < since {
-			return
-		}
-		e.Arrivals++
-		e.PrefillLoad += a.prefill
-		e.MeanPrefill2 += a.prefill * a.prefill
-		e.prefillVar += a.prefill * a.prefill
-	})
+	// Exact sums over the span, each rounded once.
+	a := d.arrivals.since(since)
+	e.Arrivals = a.n
+	e.PrefillLoad = a.prefill.float()
+	e.MeanPrefill2 = a.prefillSq.float()
+	e.prefillVar = e.MeanPrefill2
 	if e.Arrivals > 0 {
 		e.MeanPrefill = e.PrefillLoad / float64(e.Arrivals)
 		e.MeanPrefill2 /= float64(e.Arrivals)
 	}
 	e.PrefillLoad /= span
 	e.Rate = float64(e.Arrivals) / span
-	var ttft, tpot int
-	d.finishes.each(func(t event.Time, f finishSample) {
-		if t < since {
-			return
-		}
-		e.Finishes++
-		e.DecodeSteps += f.tokenSteps
-		if f.ttftOK {
-			ttft++
-		}
-		if f.tpotOK {
-			tpot++
-		}
-	})
+	f := d.finishes.since(since)
+	e.Finishes = f.n
+	ttft, tpot := f.ttftOK, f.tpotOK
+	e.DecodeSteps = float64(f.steps2) / 2
 	e.DecodeSteps /= span
 	// A compound-Poisson sum's variance is the sum of squared marks; as a
 	// rate over span its standard error is sqrt(Σx²)/span.

@@ -135,8 +135,10 @@ func (tr *roleTree) fix(k int) bool {
 	return true
 }
 
-// touch re-indexes instance i after its role or counters changed.
+// touch re-counts instance i in the fleet's totals and re-indexes it after
+// its role or counters changed.
 func (v *View) touch(i event.Instance) {
+	v.fleet.count(v.inst, i)
 	if v.idx == nil {
 		return
 	}

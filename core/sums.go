@@ -1,0 +1,216 @@
+package core
+
+import (
+	"math"
+	"math/bits"
+	"sort"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Running sums that do not drift (issue 12): the demand estimator's window
+// totals and the fleet's resident totals are kept as running sums, updated
+// as samples come and go, instead of being re-added on every reading. A
+// float64 running sum would depend on the order of additions and
+// subtractions and drift; these are exact, so a total is the exact sum of
+// its samples, rounded once when read, whatever the history.
+
+// exactFrac is the fixed point of exact: one unit is 2^-exactFrac.
+const exactFrac = 100
+
+// exactMax bounds the magnitude of one sample (2^90): beyond it a sample
+// is clamped.
+const exactMax = 1 << 90
+
+// exact is a 192-bit two's-complement fixed-point number, counting units
+// of 2^-100: every float64 from 2^-47 to 2^90 in magnitude is held exactly
+// (smaller ones are truncated toward zero below 2^-100), and sums of up to
+// 2^100 such samples neither round nor overflow.
+type exact [3]uint64
+
+// exactOf converts x exactly (see exact); NaN converts to 0 and
+// magnitudes above exactMax, infinities included, to ±exactMax.
+func exactOf(x float64) exact {
+	if x == 0 || x != x {
+		return exact{}
+	}
+	neg := x < 0
+	ax := math.Min(math.Abs(x), exactMax)
+	frac, e := math.Frexp(ax)         // ax = frac·2^e, frac in [0.5, 1)
+	m := uint64(math.Ldexp(frac, 53)) // ax = m·2^(e-53), exactly
+	sh := e - 53 + exactFrac          // the value is m·2^sh units
+	if sh < 0 {
+		if sh <= -64 {
+			return exact{}
+		}
+		m, sh = m>>uint(-sh), 0
+	}
+	var r exact
+	w, b := sh/64, uint(sh%64)
+	r[w] = m << b
+	if b > 0 && w+1 < len(r) {
+		r[w+1] = m >> (64 - b)
+	}
+	if neg {
+		r = exact{}.minus(r)
+	}
+	return r
+}
+
+func (a exact) plus(b exact) exact {
+	var r exact
+	var c uint64
+	r[0], c = bits.Add64(a[0], b[0], 0)
+	r[1], c = bits.Add64(a[1], b[1], c)
+	r[2], _ = bits.Add64(a[2], b[2], c)
+	return r
+}
+
+func (a exact) minus(b exact) exact {
+	var r exact
+	var c uint64
+	r[0], c = bits.Sub64(a[0], b[0], 0)
+	r[1], c = bits.Sub64(a[1], b[1], c)
+	r[2], _ = bits.Sub64(a[2], b[2], c)
+	return r
+}
+
+// float is a rounded to the nearest float64 (ties to even).
+func (a exact) float() float64 {
+	neg := a[2]>>63 != 0
+	if neg {
+		a = exact{}.minus(a)
+	}
+	n := 0 // bit length
+	for w := len(a) - 1; w >= 0; w-- {
+		if a[w] != 0 {
+			n = 64*w + bits.Len64(a[w])
+			break
+		}
+	}
+	var f float64
+	switch {
+	case n == 0:
+		return 0
+	case n <= 64:
+		f = math.Ldexp(float64(a[0]), -exactFrac)
+	default:
+		// The top 64 bits, with every bit below them folded into the
+		// lowest (a sticky bit 11 places under float64's last, so the
+		// conversion rounds as the whole number would).
+		s := n - 64
+		w, b := s/64, uint(s%64)
+		top := a[w] >> b
+		if b > 0 && w+1 < len(a) {
+			top |= a[w+1] << (64 - b)
+		}
+		sticky := a[w]&(1<<b-1) != 0
+		for i := 0; i < w; i++ {
+			sticky = sticky || a[i] != 0
+		}
+		if sticky {
+			top |= 1
+		}
+		f = math.Ldexp(float64(top), s-exactFrac)
+	}
+	if neg {
+		return -f
+	}
+	return f
+}
+
+// totals is what a summedWindow keeps running sums of.
+type totals[S any] interface {
+	plus(S) S
+	minus(S) S
+}
+
+// summedWindow is a window whose samples also keep running totals: the
+// totals of the samples since any instant cost a binary search instead of
+// a pass over the window.
+type summedWindow[T interface{ totals() S }, S totals[S]] struct {
+	window[T]
+	// cum[i] is the totals of every sample added before the one at i;
+	// tot those of every sample added.
+	cum []S
+	tot S
+}
+
+func (w *summedWindow[T, S]) add(t event.Time, v T) {
+	w.window.add(t, v)
+	w.cum = append(w.cum, w.tot)
+	w.tot = w.tot.plus(v.totals())
+}
+
+// prune drops samples older than since, as window.prune does, keeping cum
+// beside them.
+func (w *summedWindow[T, S]) prune(since event.Time) {
+	w.window.prune(since)
+	if drop := len(w.cum) - len(w.at); drop > 0 { // compacted
+		n := copy(w.cum, w.cum[drop:])
+		w.cum = w.cum[:n]
+	}
+}
+
+// since returns the totals of the samples at or after t.
+func (w *summedWindow[T, S]) since(t event.Time) S {
+	live := w.at[w.head:]
+	i := w.head + sort.Search(len(live), func(k int) bool { return live[k] >= t })
+	if i == len(w.at) {
+		var zero S
+		return zero
+	}
+	return w.tot.minus(w.cum[i])
+}
+
+// fleetTotals are the fleet's resident totals, kept by View.touch as
+// instances change, so that reading them costs O(1), not a pass over the
+// fleet.
+type fleetTotals struct {
+	work     exact // Σ PrefillWork
+	resident int64 // Σ DecodeTokens
+	holders  int   // instances with DecodeTokens > 0
+	// of is each instance's part as last counted.
+	of []instPart
+	// Mean decode slope and intercept over the fleet's profiles (which
+	// never change after New), summed in index order once.
+	slope, icpt float64
+	meansOK     bool
+}
+
+type instPart struct {
+	work     exact
+	resident int64
+}
+
+// count re-counts instance i's part of the totals.
+func (f *fleetTotals) count(inst []Instance, i event.Instance) {
+	if f.of == nil {
+		f.of = make([]instPart, len(inst))
+	}
+	in, old := &inst[i], &f.of[i]
+	w := exactOf(in.PrefillWork)
+	f.work = f.work.minus(old.work).plus(w)
+	f.resident += in.DecodeTokens - old.resident
+	if old.resident > 0 {
+		f.holders--
+	}
+	if in.DecodeTokens > 0 {
+		f.holders++
+	}
+	old.work, old.resident = w, in.DecodeTokens
+}
+
+// means returns the fleet's mean decode slope and intercept.
+func (f *fleetTotals) means(inst []Instance) (slope, icpt float64) {
+	if !f.meansOK {
+		for i := range inst {
+			f.slope += inst[i].Profile.Slope
+			f.icpt += inst[i].Profile.Intercept
+		}
+		f.slope /= float64(len(inst))
+		f.icpt /= float64(len(inst))
+		f.meansOK = true
+	}
+	return f.slope, f.icpt
+}
