@@ -109,8 +109,10 @@ type Demand struct {
 	// per span, not a pass over the window.
 	arrivals summedWindow[arrivalSample, arrivalTotals]
 	finishes summedWindow[finishSample, finishTotals]
-	// meanT caches the fleet-mean T(n) by prompt length (fleetPrefill).
-	meanT map[int]float64
+	// meanT caches the fleet-mean T(n) by prompt length (fleetPrefill),
+	// -1 where not known yet (T(n) is never negative); lengths from
+	// meanTCap up are not cached.
+	meanT []float64
 	same  int8 // 0 unknown, 1 every instance has one profile, 2 not
 }
 
@@ -118,14 +120,16 @@ func (d *Demand) arrived(c *View, r Request) {
 	d.arrivals.add(c.now, arrivalSample{prefill: d.fleetPrefill(c, r.InputTokens), input: r.InputTokens})
 }
 
+// meanTCap bounds the prompt lengths fleetPrefill caches (a slice indexed
+// by length: 1M lengths, 8 MiB at most).
+const meanTCap = 1 << 20
+
 // fleetPrefill is the fleet-mean T(n). Profiles never change after New,
 // so on a large fleet it is computed once per prompt length and kept (the
 // same sum in the same order: the same bits); a small fleet sums directly.
 func (d *Demand) fleetPrefill(c *View, n int) float64 {
-	if len(c.inst) >= 16 {
-		if t, ok := d.meanT[n]; ok {
-			return t
-		}
+	if len(c.inst) >= 16 && n >= 0 && n < len(d.meanT) && d.meanT[n] >= 0 {
+		return d.meanT[n]
 	}
 	var t float64
 	if d.same == 0 {
@@ -148,9 +152,9 @@ func (d *Demand) fleetPrefill(c *View, n int) float64 {
 		}
 	}
 	t /= float64(len(c.inst))
-	if len(c.inst) >= 16 {
-		if d.meanT == nil || len(d.meanT) >= 1<<16 {
-			d.meanT = make(map[int]float64)
+	if len(c.inst) >= 16 && n >= 0 && n < meanTCap {
+		for len(d.meanT) <= n {
+			d.meanT = append(d.meanT, -1)
 		}
 		d.meanT[n] = t
 	}
