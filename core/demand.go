@@ -141,11 +141,9 @@ func (d *Demand) fleetPrefill(c *View, n int) float64 {
 		}
 	}
 	if d.same == 1 {
-		// One profile: the same additions of the same T(n).
-		x := c.inst[0].Profile.Prefill(n)
-		for range c.inst {
-			t += x
-		}
+		// One profile: the same additions of the same T(n), in
+		// O(log instances) (repeatAdd: the loop's bits).
+		t = repeatAdd(c.inst[0].Profile.Prefill(n), len(c.inst))
 	} else {
 		for i := range c.inst {
 			t += c.inst[i].Profile.Prefill(n)

@@ -214,3 +214,46 @@ func (f *fleetTotals) means(inst []Instance) (slope, icpt float64) {
 	}
 	return f.slope, f.icpt
 }
+
+// repeatAdd returns x+x+...+x, n terms added left to right in float64,
+// with the same bits as that loop, in O(log n) steps: while the running
+// sum stays in one binade its grid is fixed, and adding x adds the same
+// multiple of the grid every time (once a tie's rounding has settled the
+// last bit's parity, after at most one step), so the loop can jump ahead
+// by whole multiples of that increment.
+func repeatAdd(x float64, n int) float64 {
+	switch {
+	case n <= 0:
+		return 0
+	case math.IsInf(x, 0) || x != x:
+		return x
+	case x < 0: // rounding to nearest is symmetric
+		return -repeatAdd(-x, n)
+	}
+	s := 0.0
+	prevInc, prevE := math.NaN(), 0 // the last step's increment and start binade
+	for k := 0; k < n; {
+		_, e := math.Frexp(s)
+		next := s + x
+		inc := next - s // exact: both on next's grid
+		s, k = next, k+1
+		if _, e2 := math.Frexp(s); inc != prevInc || e != prevE || e2 != e || s == 0 {
+			prevInc, prevE = inc, e
+			continue
+		}
+		// Two steps in a row in this binade added the same increment: so
+		// does every step until the sum nears the binade's top, where the
+		// grid doubles; jump to two steps short of it.
+		room := (math.Ldexp(1, e) - s) / inc
+		j := min(int(room)-2, n-k)
+		if inc == 0 {
+			j = n - k
+		}
+		if j > 0 {
+			s += float64(j) * inc // exact: a grid point of the binade
+			k += j
+		}
+		prevInc = math.NaN()
+	}
+	return s
+}

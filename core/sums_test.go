@@ -74,3 +74,23 @@ func TestSummedWindowSince(t *testing.T) {
 		}
 	}
 }
+
+// repeatAdd has the bits of the plain left-to-right loop.
+func TestRepeatAddMatchesLoop(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	xs := []float64{0, 1, 0.1, 1.0 / 3, 2.5e-7, 0.069, 0.96, 1e300}
+	for i := 0; i < 60; i++ {
+		xs = append(xs, math.Ldexp(rng.Float64(), rng.IntN(40)-30), -rng.Float64())
+	}
+	for _, x := range xs {
+		s := 0.0
+		for n := 0; n <= 70000; n++ {
+			if n <= 3000 || n%4099 == 0 {
+				if got := repeatAdd(x, n); got != s && !(math.IsInf(got, 0) && math.IsInf(s, 0)) {
+					t.Fatalf("repeatAdd(%v, %d) = %v, want %v", x, n, got, s)
+				}
+			}
+			s += x
+		}
+	}
+}
