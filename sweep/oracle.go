@@ -95,15 +95,19 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 		sched = append(sched, best)
 		prev = best
 	}
-	whole := func(sc []int) (int, error) {
-		rows, err := replay(sc, len(reqs))
-		if err != nil {
-			return 0, err
+	// whole replays the whole workload under sc; past bar (>= 0) it stops
+	// once sc cannot qualify more than bar requests, and returns bar: it
+	// is only compared with bar, which only grows.
+	var q qualifier
+	whole := func(sc []int, bar int) (int, error) {
+		steps := make([]core.ScheduleStep, len(sc))
+		for k, p := range sc {
+			steps[k] = core.ScheduleStep{At: bounds[k], Prefill: p}
 		}
-		return score.Summarize(rows, slo).Qualified, nil
+		return q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs, slo, nil, bar)
 	}
 	// 2. Never below the best constant split.
-	bestOK, err := whole(sched)
+	bestOK, err := whole(sched, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +116,7 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 		for k := range c {
 			c[k] = p
 		}
-		ok, err := whole(c)
+		ok, err := whole(c, bestOK)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +133,7 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 					continue
 				}
 				sched[k] = p
-				ok, err := whole(sched)
+				ok, err := whole(sched, bestOK)
 				if err != nil {
 					return nil, err
 				}
