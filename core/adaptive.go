@@ -138,6 +138,7 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	// Fleet totals, kept by the core as instances change (O(1) here): the
 	// mean decode profile, resident prefill work (an exact sum, rounded
 	// once), resident decode context and the instances holding any.
+	c.fleet.sync(c.inst)
 	slope, icpt := c.fleet.means(c.inst)
 	backlog := c.fleet.work.float()
 	resident, holders := c.fleet.resident, c.fleet.holders

@@ -136,10 +136,10 @@ func (tr *roleTree) fix(k int) bool {
 	return true
 }
 
-// touch re-counts instance i in the fleet's totals and re-indexes it after
+// touch marks instance i changed for the fleet's totals and re-indexes it after
 // its role or counters changed.
 func (v *View) touch(i event.Instance) {
-	v.fleet.count(v.inst, i)
+	v.fleet.mark(len(v.inst), i)
 	if v.idx == nil {
 		return
 	}

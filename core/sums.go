@@ -163,15 +163,18 @@ func (w *summedWindow[T, S]) since(t event.Time) S {
 	return w.tot.minus(w.cum[i])
 }
 
-// fleetTotals are the fleet's resident totals, kept by View.touch as
-// instances change, so that reading them costs O(1), not a pass over the
-// fleet.
+// fleetTotals are the fleet's resident totals, kept for ScoreSplit so
+// that reading them costs O(instances changed since the last reading), not
+// a pass over the fleet: View.touch marks an instance changed (O(1), all a
+// placement pays), and a reading re-counts the marked ones.
 type fleetTotals struct {
 	work     exact // Σ PrefillWork
 	resident int64 // Σ DecodeTokens
 	holders  int   // instances with DecodeTokens > 0
-	// of is each instance's part as last counted.
-	of []instPart
+	// of is each instance's part as last counted; dirty lists the
+	// instances changed since, marked in of.
+	of    []instPart
+	dirty []int32
 	// Mean decode slope and intercept over the fleet's profiles (which
 	// never change after New), summed in index order once.
 	slope, icpt float64
@@ -181,24 +184,36 @@ type fleetTotals struct {
 type instPart struct {
 	work     exact
 	resident int64
+	dirty    bool
 }
 
-// count re-counts instance i's part of the totals.
-func (f *fleetTotals) count(inst []Instance, i event.Instance) {
+// mark notes that instance i's counters changed.
+func (f *fleetTotals) mark(n int, i event.Instance) {
 	if f.of == nil {
-		f.of = make([]instPart, len(inst))
+		f.of = make([]instPart, n)
 	}
-	in, old := &inst[i], &f.of[i]
-	w := exactOf(in.PrefillWork)
-	f.work = f.work.minus(old.work).plus(w)
-	f.resident += in.DecodeTokens - old.resident
-	if old.resident > 0 {
-		f.holders--
+	if p := &f.of[i]; !p.dirty {
+		p.dirty = true
+		f.dirty = append(f.dirty, int32(i))
 	}
-	if in.DecodeTokens > 0 {
-		f.holders++
+}
+
+// sync re-counts the instances changed since the last sync.
+func (f *fleetTotals) sync(inst []Instance) {
+	for _, i := range f.dirty {
+		in, old := &inst[i], &f.of[i]
+		w := exactOf(in.PrefillWork)
+		f.work = f.work.minus(old.work).plus(w)
+		f.resident += in.DecodeTokens - old.resident
+		if old.resident > 0 {
+			f.holders--
+		}
+		if in.DecodeTokens > 0 {
+			f.holders++
+		}
+		*old = instPart{work: w, resident: in.DecodeTokens}
 	}
-	old.work, old.resident = w, in.DecodeTokens
+	f.dirty = f.dirty[:0]
 }
 
 // means returns the fleet's mean decode slope and intercept.
