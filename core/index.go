@@ -97,8 +97,9 @@ func (v *View) buildIndex() {
 	}
 }
 
-// leaf writes instance i's leaves (without fixing the nodes above).
-func (v *View) leaf(i int) {
+// leaf writes instance i's leaves (without fixing the nodes above) and
+// reports, per tree, whether its leaf changed.
+func (v *View) leaf(i int) (changed [2]bool) {
 	in := &v.inst[i]
 	for t := range v.idx.trees {
 		tr := &v.idx.trees[t]
@@ -117,8 +118,11 @@ func (v *View) leaf(i int) {
 		} else if was && !is {
 			tr.members--
 		}
-		tr.node[k] = treeNode{a, b, b}
+		nd := treeNode{a, b, b}
+		changed[t] = nd != tr.node[k]
+		tr.node[k] = nd
 	}
+	return changed
 }
 
 // fix recomputes node k from its children; it reports whether it changed.
@@ -143,8 +147,11 @@ func (v *View) touch(i event.Instance) {
 	if v.idx == nil {
 		return
 	}
-	v.leaf(int(i))
+	changed := v.leaf(int(i))
 	for t := range v.idx.trees {
+		if !changed[t] {
+			continue // nothing above it can change
+		}
 		tr := &v.idx.trees[t]
 		for k := (tr.size + int(i)) / 2; k >= 1 && tr.fix(k); k /= 2 {
 		}
