@@ -3,6 +3,7 @@ package sweep
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -125,21 +126,21 @@ func (q *qualifier) Record(r *event.Record) {
 }
 
 // run replays reqs under ctrl and returns the requests that qualified;
-// with bar >= 0 it stops as soon as at most bar can, and returns bar.
-func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request, slo event.SLO, log *moveLog, bar int) (v int, err error) {
+// with bar >= 0 it stops as soon as at most bar can, and returns bar with
+// stopped set.
+func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request, slo event.SLO, log *moveLog, bar int) (v int, stopped bool, err error) {
 	q.fold.Reset()
 	q.slo, q.log, q.failed, q.stopAt = slo, log, 0, len(reqs)+1
 	if bar >= 0 {
 		if bar >= len(reqs) {
-			return bar, nil // nothing can qualify more
+			return bar, true, nil // nothing can qualify more
 		}
 		q.stopAt = len(reqs) - bar
 	}
 	s, err := sim.New(cfg, ctrl, reqs, q)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	stopped := false
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -152,27 +153,57 @@ func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request
 		_, err = s.Run()
 	}()
 	if stopped {
-		return bar, nil
+		return bar, true, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if err := q.fold.Err(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	// Every row has ended (Err): those that qualified are the rest.
-	return q.fold.Len() - q.failed, nil
+	return q.fold.Len() - q.failed, false, nil
+}
+
+// wholeReplays remembers the exact qualified counts of schedules replayed
+// over a rate's whole workload. The per-phase oracle and the bound's
+// search share one per rate: both replay constant splits, and the bound
+// starts from the per-phase oracle's schedule.
+type wholeReplays map[string]int
+
+// stepsKey names a schedule exactly.
+func stepsKey(steps []core.ScheduleStep) string {
+	b := make([]byte, 0, 16*len(steps))
+	for _, st := range steps {
+		b = strconv.AppendInt(b, int64(st.At), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(st.Prefill), 10)
+		b = append(b, ',')
+	}
+	return string(b)
+}
+
+// replay returns the requests qualified under the schedule steps, at most
+// bar when it cannot beat bar (>= 0), from memo when it was replayed
+// whole before.
+func (q *qualifier) replay(cfg sim.Config, reqs []sim.Request, slo event.SLO, steps []core.ScheduleStep, memo wholeReplays, bar int) (int, error) {
+	key := stepsKey(steps)
+	if v, ok := memo[key]; ok {
+		return v, nil
+	}
+	v, stopped, err := q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs, slo, nil, bar)
+	if err == nil && !stopped && memo != nil {
+		memo[key] = v
+	}
+	return v, err
 }
 
 // bound searches the oracle's plan at one rate.
-func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string) (*boundPlan, error) {
+func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, memo wholeReplays) (*boundPlan, error) {
 	n := len(cfg.Profiles)
 	starts := windowStarts(bounds, BoundWindow(bounds[len(bounds)-1]))
 	plan := &boundPlan{starts: starts, ok: -1}
 	var q qualifier
-	run := func(ctrl core.Controller, log *moveLog, bar int) (int, error) {
-		return q.run(cfg, ctrl, reqs, slo, log, bar)
-	}
 	seen := map[string]int{}
 	eval := func(sc []int) (int, error) {
 		key := fmt.Sprint(sc)
@@ -183,7 +214,7 @@ func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SL
 		// A schedule matters only if it beats the best so far: its replay
 		// stops once it cannot, and v is then an upper bound (at most
 		// plan.ok, which only grows), which decides try the same way.
-		v, err := run(&core.Scheduled{Arm: "oracle", Steps: scheduleOf(starts, sc)}, nil, plan.ok)
+		v, err := q.replay(cfg, reqs, slo, scheduleOf(starts, sc), memo, plan.ok)
 		seen[key] = v
 		return v, err
 	}
@@ -225,7 +256,7 @@ func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SL
 			return nil, err
 		}
 		log := &moveLog{}
-		v, err := run(ctrl, log, -1) // played whole: its splits are a warm start
+		v, _, err := q.run(cfg, ctrl, reqs, slo, log, -1) // played whole: its splits are a warm start
 		if err != nil {
 			return nil, fmt.Errorf("rival %s: %w", arm, err)
 		}

@@ -37,15 +37,19 @@ func (m *moveLog) Record(r *event.Record) {
 // Moves happen exactly at phase starts and cost nothing. It bounds what one
 // split per phase can do (as well as this search finds); it is the yardstick
 // of the controllers' regret.
-func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO) ([]score.PhaseTarget, error) {
+func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, memo wholeReplays) ([]score.PhaseTarget, error) {
 	n := len(cfg.Profiles)
 	phases := len(bounds) - 1
 	var fold event.Fold
-	replay := func(sched []int, upto int) ([]event.Row, error) {
+	stepsOf := func(sched []int) []core.ScheduleStep {
 		steps := make([]core.ScheduleStep, len(sched))
 		for k, p := range sched {
 			steps[k] = core.ScheduleStep{At: bounds[k], Prefill: p}
 		}
+		return steps
+	}
+	replay := func(sched []int, upto int) ([]event.Row, error) {
+		steps := stepsOf(sched)
 		fold.Reset()
 		s, err := sim.New(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:upto], &fold)
 		if err != nil {
@@ -85,6 +89,9 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 					return nil, err
 				}
 				ok := score.Summarize(rows, slo).Qualified
+				if ends[k] == len(reqs) && memo != nil { // a whole replay
+					memo[stepsKey(stepsOf(append(sched, p)))] = ok
+				}
 				ratio := meanWorstRatio(rows[lo:ends[k]], slo)
 				dist := abs(p - prev)
 				if ok > bestOK || (ok == bestOK && (ratio < bestRatio || (ratio == bestRatio && dist < bestDist))) {
@@ -100,11 +107,7 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 	// is only compared with bar, which only grows.
 	var q qualifier
 	whole := func(sc []int, bar int) (int, error) {
-		steps := make([]core.ScheduleStep, len(sc))
-		for k, p := range sc {
-			steps[k] = core.ScheduleStep{At: bounds[k], Prefill: p}
-		}
-		return q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs, slo, nil, bar)
+		return q.replay(cfg, reqs, slo, stepsOf(sc), memo, bar)
 	}
 	// 2. Never below the best constant split.
 	bestOK, err := whole(sched, -1)
