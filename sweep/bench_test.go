@@ -20,17 +20,7 @@ func BenchmarkDemoSweep(b *testing.B) {
 	tr, fl := load(b, "demo")
 	arms := append(core.StaticArms(8), "aggregated", "adaptive")
 	cfg := Config{Trace: tr, Fleet: fl, Arms: arms, Rates: []float64{0.6, 1.0, 1.6, 2.4, 3.2, 4.4, 5.4, 6.4}, Seed: tr.Seed}
-	var reqs int
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		res, err := Execute(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		reqs += res.Requests
-	}
-	b.ReportMetric(float64(reqs)/b.Elapsed().Seconds(), "requests/s")
-	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/sweep")
+	runReport(b, cfg, "s/sweep")
 }
 
 // BenchmarkBuiltinScale runs the adaptive arm once on each built-in
@@ -54,7 +44,7 @@ func BenchmarkBuiltinScale(b *testing.B) {
 				b.Fatal(err)
 			}
 			cfg := Config{Trace: tr, Fleet: fl, Arms: []string{"adaptive"}, Rates: []float64{c.scale * tr.MeanRate()}, Seed: tr.Seed, Workers: 1}
-			runReport(b, cfg)
+			runReport(b, cfg, "s/run")
 		})
 	}
 }
@@ -88,12 +78,12 @@ func BenchmarkOracle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	runReport(b, Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Seed: tr.Seed, Workers: 1})
+	runReport(b, Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Seed: tr.Seed, Workers: 1}, "s/run")
 }
 
-// runReport runs cfg b.N times and reports seconds per run and simulated
-// requests per second (the oracle's replays not counted).
-func runReport(b *testing.B, cfg Config) {
+// runReport runs cfg b.N times and reports seconds per run (as unit) and
+// simulated requests per second (the oracle's replays not counted).
+func runReport(b *testing.B, cfg Config, unit string) {
 	b.Helper()
 	var reqs int
 	b.ResetTimer()
@@ -104,6 +94,6 @@ func runReport(b *testing.B, cfg Config) {
 		}
 		reqs += res.Requests
 	}
-	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/run")
 	b.ReportMetric(float64(reqs)/b.Elapsed().Seconds(), "requests/s")
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), unit)
 }
