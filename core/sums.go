@@ -163,6 +163,54 @@ func (w *summedWindow[T, S]) since(t event.Time) S {
 	return w.tot.minus(w.cum[i])
 }
 
+// The demand windows' totals (demand.go).
+
+// arrivalTotals are running totals of arrivals: how many, and the exact
+// sums of their prefill times and squared prefill times.
+type arrivalTotals struct {
+	n                  int
+	prefill, prefillSq exact
+}
+
+func (a arrivalSample) totals() arrivalTotals {
+	return arrivalTotals{n: 1, prefill: exactOf(a.prefill), prefillSq: exactOf(a.prefill * a.prefill)}
+}
+
+func (a arrivalTotals) plus(b arrivalTotals) arrivalTotals {
+	return arrivalTotals{a.n + b.n, a.prefill.plus(b.prefill), a.prefillSq.plus(b.prefillSq)}
+}
+
+func (a arrivalTotals) minus(b arrivalTotals) arrivalTotals {
+	return arrivalTotals{a.n - b.n, a.prefill.minus(b.prefill), a.prefillSq.minus(b.prefillSq)}
+}
+
+// finishTotals are running totals of endings: how many, twice their token
+// steps (an integer: tokenSteps is a whole number of half tokens), and how
+// many met each SLO.
+type finishTotals struct {
+	n, ttftOK, tpotOK int
+	steps2            int64
+}
+
+func (f finishSample) totals() finishTotals {
+	t := finishTotals{n: 1, steps2: int64(2 * f.tokenSteps)}
+	if f.ttftOK {
+		t.ttftOK = 1
+	}
+	if f.tpotOK {
+		t.tpotOK = 1
+	}
+	return t
+}
+
+func (a finishTotals) plus(b finishTotals) finishTotals {
+	return finishTotals{a.n + b.n, a.ttftOK + b.ttftOK, a.tpotOK + b.tpotOK, a.steps2 + b.steps2}
+}
+
+func (a finishTotals) minus(b finishTotals) finishTotals {
+	return finishTotals{a.n - b.n, a.ttftOK - b.ttftOK, a.tpotOK - b.tpotOK, a.steps2 - b.steps2}
+}
+
 // fleetTotals are the fleet's resident totals, kept for ScoreSplit so
 // that reading them costs O(instances changed since the last reading), not
 // a pass over the fleet: View.touch marks an instance changed (O(1), all a
