@@ -70,7 +70,10 @@ fmtcheck:
 lint: fmtcheck vet
 
 ## bench: hot-path benchmarks (simulator, trace generation, journal appends
-## and export, report); the 1M-request ones take a minute.
+## and export, report) and the production-scale ones (adaptive on 8 to
+## 4,096 instances, the day-long trace on eval8, steady on fleet512 and
+## fleet1024, the oracle's search; NWB_ORACLE_REQUESTS=1000000 for the
+## issue-12 oracle figure); the 1M-request ones take a minute.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./sim/ ./traces/ ./sweep/
 	$(GO) test -run '^$$' -bench Append -benchtime 2000000x ./journal/

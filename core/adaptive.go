@@ -135,21 +135,13 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	if p < 1 || d < 1 {
 		return s
 	}
-	var slope, icpt, backlog float64
-	var resident int64
-	holders := 0
-	for i := range c.inst {
-		in := &c.inst[i]
-		slope += in.Profile.Slope
-		icpt += in.Profile.Intercept
-		backlog += in.PrefillWork
-		resident += in.DecodeTokens
-		if in.DecodeTokens > 0 {
-			holders++
-		}
-	}
-	slope /= float64(n)
-	icpt /= float64(n)
+	// Fleet totals, kept by the core as instances change (O(1) here): the
+	// mean decode profile, resident prefill work (an exact sum, rounded
+	// once), resident decode context and the instances holding any.
+	c.fleet.sync(c.inst)
+	slope, icpt := c.fleet.means(c.inst)
+	backlog := c.fleet.work.float()
+	resident, holders := c.fleet.resident, c.fleet.holders
 	// Decode work is what recently finished requests needed, or what the
 	// context resident now implies, whichever is larger: by Little's law
 	// resident context = work × interval, and the interval at the current

@@ -88,7 +88,7 @@ func feed(d *Demand, at []float64, prefill []float64) {
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return at[idx[a]] < at[idx[b]] })
 	for _, i := range idx {
-		d.arrivals.add(event.Seconds(at[i]), arrivalSample{prefill: prefill[i]})
+		d.addArrival(event.Seconds(at[i]), prefill[i], 0)
 	}
 }
 

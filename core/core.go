@@ -244,6 +244,8 @@ type View struct {
 	affNext  int
 	// opening is true while Controller.Init runs: SetRole is allowed.
 	opening bool
+	// fleet holds the fleet's resident totals (sums.go), kept by touch.
+	fleet fleetTotals
 }
 
 // Core is the scheduling state machine a driver owns. Feed it facts

@@ -42,6 +42,7 @@ func (w *window[T]) each(f func(t event.Time, v T)) {
 type arrivalSample struct {
 	prefill float64 // fleet-mean T(input), s
 	input   int
+	gap2    float64 // squared gap since the previous arrival, s² (0 for the first)
 }
 
 // finishSample is one ended request's decode footprint and outcome.
@@ -58,26 +59,47 @@ type finishSample struct {
 // Both drivers feed it the same facts, so it is the same in simulation
 // and live.
 type Demand struct {
-	Span     event.Time
-	arrivals window[arrivalSample]
-	finishes window[finishSample]
-	// meanT caches the fleet-mean T(n) by prompt length (fleetPrefill).
-	meanT map[int]float64
+	Span event.Time
+	// The windows keep running totals, so a reading costs a binary search
+	// per span, not a pass over the window.
+	arrivals summedWindow[arrivalSample, arrivalTotals]
+	finishes summedWindow[finishSample, finishTotals]
+	// meanT caches the fleet-mean T(n) by prompt length (fleetPrefill),
+	// -1 where not known yet (T(n) is never negative); lengths from
+	// meanTCap up are not cached.
+	meanT []float64
 	same  int8 // 0 unknown, 1 every instance has one profile, 2 not
+	// lastArrival is the latest arrival's time, once seen.
+	lastArrival event.Time
+	seen        bool
 }
 
 func (d *Demand) arrived(c *View, r Request) {
-	d.arrivals.add(c.now, arrivalSample{prefill: d.fleetPrefill(c, r.InputTokens), input: r.InputTokens})
+	d.addArrival(c.now, d.fleetPrefill(c, r.InputTokens), r.InputTokens)
 }
+
+// addArrival adds one arrival at t, with its squared gap since the one
+// before (the arrivals' dispersion, GapSCV).
+func (d *Demand) addArrival(t event.Time, prefill float64, input int) {
+	a := arrivalSample{prefill: prefill, input: input}
+	if d.seen {
+		g := (t - d.lastArrival).Seconds()
+		a.gap2 = g * g
+	}
+	d.seen, d.lastArrival = true, t
+	d.arrivals.add(t, a)
+}
+
+// meanTCap bounds the prompt lengths fleetPrefill caches (a slice indexed
+// by length: 1M lengths, 8 MiB at most).
+const meanTCap = 1 << 20
 
 // fleetPrefill is the fleet-mean T(n). Profiles never change after New,
 // so on a large fleet it is computed once per prompt length and kept (the
 // same sum in the same order: the same bits); a small fleet sums directly.
 func (d *Demand) fleetPrefill(c *View, n int) float64 {
-	if len(c.inst) >= 16 {
-		if t, ok := d.meanT[n]; ok {
-			return t
-		}
+	if len(c.inst) >= 16 && n >= 0 && n < len(d.meanT) && d.meanT[n] >= 0 {
+		return d.meanT[n]
 	}
 	var t float64
 	if d.same == 0 {
@@ -89,20 +111,18 @@ func (d *Demand) fleetPrefill(c *View, n int) float64 {
 		}
 	}
 	if d.same == 1 {
-		// One profile: the same additions of the same T(n).
-		x := c.inst[0].Profile.Prefill(n)
-		for range c.inst {
-			t += x
-		}
+		// One profile: the same additions of the same T(n), in
+		// O(log instances) (repeatAdd: the loop's bits).
+		t = repeatAdd(c.inst[0].Profile.Prefill(n), len(c.inst))
 	} else {
 		for i := range c.inst {
 			t += c.inst[i].Profile.Prefill(n)
 		}
 	}
 	t /= float64(len(c.inst))
-	if len(c.inst) >= 16 {
-		if d.meanT == nil || len(d.meanT) >= 1<<16 {
-			d.meanT = make(map[int]float64)
+	if len(c.inst) >= 16 && n >= 0 && n < meanTCap {
+		for len(d.meanT) <= n {
+			d.meanT = append(d.meanT, -1)
 		}
 		d.meanT[n] = t
 	}
@@ -165,48 +185,34 @@ func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
 		span = 1
 	}
 	e := DemandEstimate{Span: span}
-	var gap, gap2 float64
-	last := event.Never
-	d.arrivals.each(func(t event.Time, a arrivalSample) {
-		if t < since {
-			return
+	// Exact sums over the span, each rounded once.
+	a, first := d.arrivals.sinceIndex(since)
+	e.Arrivals = a.n
+	if k := float64(a.n - 1); k >= 2 {
+		// The gaps between the span's arrivals: their sum telescopes to
+		// last - first; their squares are the totals less the first
+		// arrival's own gap (to one before the span).
+		last := d.arrivals.at[len(d.arrivals.at)-1]
+		if gap := (last - d.arrivals.at[first]).Seconds(); gap > 0 {
+			m := gap / k
+			gap2 := a.gapSq.minus(exactOf(d.arrivals.val[first].gap2)).float()
+			e.GapSCV = (gap2/k - m*m) / (m * m)
 		}
-		if last != event.Never {
-			g := (t - last).Seconds()
-			gap += g
-			gap2 += g * g
-		}
-		last = t
-		e.Arrivals++
-		e.PrefillLoad += a.prefill
-		e.MeanPrefill2 += a.prefill * a.prefill
-		e.prefillVar += a.prefill * a.prefill
-	})
-	if k := float64(e.Arrivals - 1); k >= 2 && gap > 0 {
-		m := gap / k
-		e.GapSCV = (gap2/k - m*m) / (m * m)
 	}
 	e.LongArrivals = e.Arrivals
+	e.PrefillLoad = a.prefill.float()
+	e.MeanPrefill2 = a.prefillSq.float()
+	e.prefillVar = e.MeanPrefill2
 	if e.Arrivals > 0 {
 		e.MeanPrefill = e.PrefillLoad / float64(e.Arrivals)
 		e.MeanPrefill2 /= float64(e.Arrivals)
 	}
 	e.PrefillLoad /= span
 	e.Rate = float64(e.Arrivals) / span
-	var ttft, tpot int
-	d.finishes.each(func(t event.Time, f finishSample) {
-		if t < since {
-			return
-		}
-		e.Finishes++
-		e.DecodeSteps += f.tokenSteps
-		if f.ttftOK {
-			ttft++
-		}
-		if f.tpotOK {
-			tpot++
-		}
-	})
+	f := d.finishes.since(since)
+	e.Finishes = f.n
+	ttft, tpot := f.ttftOK, f.tpotOK
+	e.DecodeSteps = float64(f.steps2) / 2
 	e.DecodeSteps /= span
 	// A compound-Poisson sum's variance is the sum of squared marks; as a
 	// rate over span its standard error is sqrt(Σx²)/span.

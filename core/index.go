@@ -32,12 +32,15 @@ const indexMin = 24
 
 // roleTree is a min segment tree over instance indices for one role.
 type roleTree struct {
-	size int // leaves, a power of two
-	// Per node: a, b is the lexicographically least (primary, secondary)
-	// pair of the leaves below, mb the least secondary counter.
-	a, b, mb []float64
-	members  int // instances holding the role
+	size    int        // leaves, a power of two
+	node    []treeNode // the root at 1, node k's children at 2k and 2k+1
+	members int        // instances holding the role
 }
+
+// treeNode summarises the leaves below it: a, b is their lexicographically
+// least (primary, secondary) pair, mb their least secondary counter (one
+// struct, so a node is one memory access).
+type treeNode struct{ a, b, mb float64 }
 
 type placeIndex struct {
 	trees [2]roleTree // 0: prefill, 1: decode
@@ -77,11 +80,9 @@ func (v *View) buildIndex() {
 	for t := range x.trees {
 		tr := &x.trees[t]
 		tr.size = size
-		tr.a = make([]float64, 2*size)
-		tr.b = make([]float64, 2*size)
-		tr.mb = make([]float64, 2*size)
-		for k := range tr.a {
-			tr.a[k], tr.b[k], tr.mb[k] = math.Inf(1), math.Inf(1), math.Inf(1)
+		tr.node = make([]treeNode, 2*size)
+		for k := range tr.node {
+			tr.node[k] = treeNode{math.Inf(1), math.Inf(1), math.Inf(1)}
 		}
 	}
 	v.idx = x
@@ -96,13 +97,14 @@ func (v *View) buildIndex() {
 	}
 }
 
-// leaf writes instance i's leaves (without fixing the nodes above).
-func (v *View) leaf(i int) {
+// leaf writes instance i's leaves (without fixing the nodes above) and
+// reports, per tree, whether its leaf changed.
+func (v *View) leaf(i int) (changed [2]bool) {
 	in := &v.inst[i]
 	for t := range v.idx.trees {
 		tr := &v.idx.trees[t]
 		k := tr.size + i
-		was := tr.a[k] != math.Inf(1)
+		was := tr.node[k].a != math.Inf(1)
 		a, b := math.Inf(1), math.Inf(1)
 		switch {
 		case t == 0 && in.Role == event.RolePrefill:
@@ -116,32 +118,40 @@ func (v *View) leaf(i int) {
 		} else if was && !is {
 			tr.members--
 		}
-		tr.a[k], tr.b[k], tr.mb[k] = a, b, b
+		nd := treeNode{a, b, b}
+		changed[t] = nd != tr.node[k]
+		tr.node[k] = nd
 	}
+	return changed
 }
 
 // fix recomputes node k from its children; it reports whether it changed.
 func (tr *roleTree) fix(k int) bool {
-	l, r := 2*k, 2*k+1
-	a, b := tr.a[l], tr.b[l]
-	if tr.a[r] < a || (tr.a[r] == a && tr.b[r] < b) {
-		a, b = tr.a[r], tr.b[r]
+	l, r := &tr.node[2*k], &tr.node[2*k+1]
+	a, b := l.a, l.b
+	if r.a < a || (r.a == a && r.b < b) {
+		a, b = r.a, r.b
 	}
-	mb := min(tr.mb[l], tr.mb[r])
-	if a == tr.a[k] && b == tr.b[k] && mb == tr.mb[k] {
+	nd := treeNode{a, b, min(l.mb, r.mb)}
+	if nd == tr.node[k] {
 		return false
 	}
-	tr.a[k], tr.b[k], tr.mb[k] = a, b, mb
+	tr.node[k] = nd
 	return true
 }
 
-// touch re-indexes instance i after its role or counters changed.
+// touch marks instance i changed for the fleet's totals and re-indexes it after
+// its role or counters changed.
 func (v *View) touch(i event.Instance) {
+	v.fleet.mark(len(v.inst), i)
 	if v.idx == nil {
 		return
 	}
-	v.leaf(int(i))
+	changed := v.leaf(int(i))
 	for t := range v.idx.trees {
+		if !changed[t] {
+			continue // nothing above it can change
+		}
 		tr := &v.idx.trees[t]
 		for k := (tr.size + int(i)) / 2; k >= 1 && tr.fix(k); k /= 2 {
 		}
@@ -192,28 +202,24 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 		}
 		return v.PrefillCost(i, r)
 	}
-	// The least cost: a node's least pair prices its cheapest leaf exactly
-	// (the cost is monotone in the pair), so a left-to-right walk into
-	// nodes strictly cheaper than the best so far ends at the lowest index
-	// among the cheapest.
-	best = event.NoInstance
-	var bestCost Cost
-	var least func(k int)
-	least = func(k int) {
-		if tr.a[k] == math.Inf(1) {
-			return
+	// The least cost: the root's least pair prices the cheapest leaf
+	// exactly (the cost is monotone in the pair), and a subtree holds a
+	// leaf of that cost exactly when its own least pair prices to it (its
+	// least pair is then that leaf's, or one at least as cheap). One
+	// descent, into the left child whenever it holds one, ends at the
+	// lowest index among the cheapest: O(log instances), as the scan's
+	// first-in-index-order tie rule wants.
+	target := Cost{tr.node[1].a, second(tr.node[1].b)}
+	holds := func(k int) bool { return tr.node[k].a == target[0] && second(tr.node[k].b) == target[1] }
+	k := 1
+	for k < tr.size {
+		k *= 2
+		if !holds(k) {
+			k++
 		}
-		if best != event.NoInstance && !(Cost{tr.a[k], second(tr.b[k])}).Less(bestCost) {
-			return
-		}
-		if k >= tr.size {
-			best, bestCost = event.Instance(k-tr.size), cost(event.Instance(k-tr.size))
-			return
-		}
-		least(2 * k)
-		least(2*k + 1)
 	}
-	least(1)
+	best = event.Instance(k - tr.size)
+	bestCost := cost(best)
 	if bestCost[1] <= thresh {
 		return best, best, true // the cheapest meets the SLO
 	}
@@ -223,10 +229,11 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 	var bestOKCost Cost
 	var meeting func(k int)
 	meeting = func(k int) {
-		if tr.a[k] == math.Inf(1) || second(tr.mb[k]) > thresh {
+		nd := &tr.node[k]
+		if nd.a == math.Inf(1) || second(nd.mb) > thresh {
 			return
 		}
-		if bestOK != event.NoInstance && !(Cost{tr.a[k], second(tr.b[k])}).Less(bestOKCost) {
+		if bestOK != event.NoInstance && !(Cost{nd.a, second(nd.b)}).Less(bestOKCost) {
 			return
 		}
 		if k >= tr.size {

@@ -8,6 +8,14 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/timing"
 )
 
+// The fleet's running totals (ScoreSplit's) stay equal to the totals
+// counted afresh through random facts (driveRandom checks them each step).
+func TestFleetTotalsFollowFacts(t *testing.T) {
+	for _, arm := range []string{"adaptive", "arrow", "dynamo"} {
+		driveRandom(t, arm, 12, 4, 3000)
+	}
+}
+
 // The placement index chooses exactly what Algorithm 1's scan chooses:
 // random facts (arrivals, prefills done, endings, cancellations, engines
 // down and up, re-placements, observations, ticks) drive 40-instance
@@ -134,5 +142,29 @@ func driveRandom(t *testing.T, arm string, n int, seed uint64, steps int) {
 			must(c.Tick(now))
 		}
 		apply()
+		if s%7 == 0 { // changes pile up between readings
+			checkFleetTotals(t, &c.v)
+		}
+	}
+}
+
+// checkFleetTotals fails unless the core's running fleet totals are the
+// totals counted afresh.
+func checkFleetTotals(t *testing.T, v *View) {
+	t.Helper()
+	var work exact
+	var resident int64
+	holders := 0
+	for i := range v.inst {
+		work = work.plus(exactOf(v.inst[i].PrefillWork))
+		resident += v.inst[i].DecodeTokens
+		if v.inst[i].DecodeTokens > 0 {
+			holders++
+		}
+	}
+	v.fleet.sync(v.inst)
+	if f := &v.fleet; f.work != work || f.resident != resident || f.holders != holders {
+		t.Fatalf("fleet totals: work %v, resident %d, holders %d; counted %v, %d, %d",
+			f.work.float(), f.resident, f.holders, work.float(), resident, holders)
 	}
 }

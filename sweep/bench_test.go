@@ -1,9 +1,16 @@
 package sweep
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/traces"
 )
 
 // BenchmarkDemoSweep runs the whole demo sweep (every static split,
@@ -13,6 +20,71 @@ func BenchmarkDemoSweep(b *testing.B) {
 	tr, fl := load(b, "demo")
 	arms := append(core.StaticArms(8), "aggregated", "adaptive")
 	cfg := Config{Trace: tr, Fleet: fl, Arms: arms, Rates: []float64{0.6, 1.0, 1.6, 2.4, 3.2, 4.4, 5.4, 6.4}, Seed: tr.Seed}
+	runReport(b, cfg, "s/sweep")
+}
+
+// BenchmarkBuiltinScale runs the adaptive arm once on each built-in
+// production-size case (issue 12): the day-long trace on eval8, and
+// steady's chat traffic scaled to fleet512 (64x, 384 req/s) and fleet1024
+// (128x, 768 req/s) for its 10 minutes; it reports wall seconds per run
+// and simulated requests per wall-second.
+func BenchmarkBuiltinScale(b *testing.B) {
+	for _, c := range []struct {
+		name, trace, fleet string
+		scale              float64
+	}{
+		{"day/eval8", "day", "eval8", 1},
+		{"steady/fleet512", "steady", "fleet512", 64},
+		{"steady/fleet1024", "steady", "fleet1024", 128},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			tr, _ := load(b, c.trace)
+			fl, err := fleet.Load(c.fleet)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := Config{Trace: tr, Fleet: fl, Arms: []string{"adaptive"}, Rates: []float64{c.scale * tr.MeanRate()}, Seed: tr.Seed, Workers: 1}
+			runReport(b, cfg, "s/run")
+		})
+	}
+}
+
+// BenchmarkOracle runs the oracle arm (the hindsight bound's search, its
+// rivals and the per-phase oracle it starts from) on steady's chat
+// traffic on eval8 at 6 req/s, NWB_ORACLE_REQUESTS requests long
+// (default 20,000; the issue 12 figure is 1,000,000).
+func BenchmarkOracle(b *testing.B) {
+	n := 20000
+	if v := os.Getenv("NWB_ORACLE_REQUESTS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 100 {
+			b.Fatalf("NWB_ORACLE_REQUESTS=%q: expected a count of at least 100", v)
+		}
+	}
+	spec, err := os.ReadFile(filepath.Join("..", "traces", "steady.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := strings.Replace(string(spec), "duration: 600s", fmt.Sprintf("duration: %ds", n/6), 1)
+	path := filepath.Join(b.TempDir(), "steady-long.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	tr, err := traces.Open(path, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fl, err := fleet.Load("eval8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	runReport(b, Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Seed: tr.Seed, Workers: 1}, "s/run")
+}
+
+// runReport runs cfg b.N times and reports seconds per run (as unit) and
+// simulated requests per second (the oracle's replays not counted).
+func runReport(b *testing.B, cfg Config, unit string) {
+	b.Helper()
 	var reqs int
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -23,5 +95,5 @@ func BenchmarkDemoSweep(b *testing.B) {
 		reqs += res.Requests
 	}
 	b.ReportMetric(float64(reqs)/b.Elapsed().Seconds(), "requests/s")
-	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/sweep")
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), unit)
 }

@@ -3,6 +3,7 @@ package sweep
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -89,30 +90,120 @@ func windowStarts(bounds []event.Time, w event.Time) []event.Time {
 	return slices.Compact(out)
 }
 
+// qualifier replays a workload and counts the requests that qualify as
+// they end, so that a replay that can no longer qualify more than a bar
+// stops there (the search's pruning: exact, since it only skips replays
+// whose result could not change a decision).
+type qualifier struct {
+	fold   event.Fold
+	slo    event.SLO
+	row    event.Row
+	log    *moveLog
+	failed int // ended without qualifying
+	stopAt int // stop when failed reaches it (no stop: above any count)
+}
+
+// stopReplay is the panic that ends a replay early; run recovers it.
+type stopReplay struct{}
+
+func (q *qualifier) Record(r *event.Record) {
+	q.fold.Record(r)
+	if q.log != nil {
+		q.log.Record(r)
+	}
+	switch r.Kind {
+	case event.KindFinish, event.KindExpire, event.KindFail, event.KindRefuse:
+	default:
+		return
+	}
+	q.fold.RowAt(int(r.Req-1), &q.row)
+	if event.Qualify(&q.row, q.slo) != event.CheckOK {
+		q.failed++
+		if q.failed >= q.stopAt {
+			panic(stopReplay{})
+		}
+	}
+}
+
+// run replays reqs under ctrl and returns the requests that qualified;
+// with bar >= 0 it stops as soon as at most bar can, and returns bar with
+// stopped set.
+func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request, slo event.SLO, log *moveLog, bar int) (v int, stopped bool, err error) {
+	q.fold.Reset()
+	q.slo, q.log, q.failed, q.stopAt = slo, log, 0, len(reqs)+1
+	if bar >= 0 {
+		if bar >= len(reqs) {
+			return bar, true, nil // nothing can qualify more
+		}
+		q.stopAt = len(reqs) - bar
+	}
+	s, err := sim.New(cfg, ctrl, reqs, q)
+	if err != nil {
+		return 0, false, err
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(stopReplay); !ok {
+					panic(r)
+				}
+				stopped = true
+			}
+		}()
+		_, err = s.Run()
+	}()
+	if stopped {
+		return bar, true, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if err := q.fold.Err(); err != nil {
+		return 0, false, err
+	}
+	// Every row has ended (Err): those that qualified are the rest.
+	return q.fold.Len() - q.failed, false, nil
+}
+
+// wholeReplays remembers the exact qualified counts of schedules replayed
+// over a rate's whole workload. The per-phase oracle and the bound's
+// search share one per rate: both replay constant splits, and the bound
+// starts from the per-phase oracle's schedule.
+type wholeReplays map[string]int
+
+// stepsKey names a schedule exactly.
+func stepsKey(steps []core.ScheduleStep) string {
+	b := make([]byte, 0, 16*len(steps))
+	for _, st := range steps {
+		b = strconv.AppendInt(b, int64(st.At), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(st.Prefill), 10)
+		b = append(b, ',')
+	}
+	return string(b)
+}
+
+// replay returns the requests qualified under the schedule steps, at most
+// bar when it cannot beat bar (>= 0), from memo when it was replayed
+// whole before.
+func (q *qualifier) replay(cfg sim.Config, reqs []sim.Request, slo event.SLO, steps []core.ScheduleStep, memo wholeReplays, bar int) (int, error) {
+	key := stepsKey(steps)
+	if v, ok := memo[key]; ok {
+		return v, nil
+	}
+	v, stopped, err := q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs, slo, nil, bar)
+	if err == nil && !stopped && memo != nil {
+		memo[key] = v
+	}
+	return v, err
+}
+
 // bound searches the oracle's plan at one rate.
-func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string) (*boundPlan, error) {
+func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, memo wholeReplays) (*boundPlan, error) {
 	n := len(cfg.Profiles)
 	starts := windowStarts(bounds, BoundWindow(bounds[len(bounds)-1]))
-	var fold event.Fold
 	plan := &boundPlan{starts: starts, ok: -1}
-	run := func(ctrl core.Controller, log *moveLog) (int, error) {
-		fold.Reset()
-		var rec event.Recorder = &fold
-		if log != nil {
-			rec = event.Tee{&fold, log}
-		}
-		s, err := sim.New(cfg, ctrl, reqs, rec)
-		if err != nil {
-			return 0, err
-		}
-		if _, err := s.Run(); err != nil {
-			return 0, err
-		}
-		if err := fold.Err(); err != nil {
-			return 0, err
-		}
-		return score.Summarize(fold.Rows(), slo).Qualified, nil
-	}
+	var q qualifier
 	seen := map[string]int{}
 	eval := func(sc []int) (int, error) {
 		key := fmt.Sprint(sc)
@@ -120,7 +211,10 @@ func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SL
 			return v, nil
 		}
 		plan.evals++
-		v, err := run(&core.Scheduled{Arm: "oracle", Steps: scheduleOf(starts, sc)}, nil)
+		// A schedule matters only if it beats the best so far: its replay
+		// stops once it cannot, and v is then an upper bound (at most
+		// plan.ok, which only grows), which decides try the same way.
+		v, err := q.replay(cfg, reqs, slo, scheduleOf(starts, sc), memo, plan.ok)
 		seen[key] = v
 		return v, err
 	}
@@ -162,7 +256,7 @@ func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SL
 			return nil, err
 		}
 		log := &moveLog{}
-		v, err := run(ctrl, log)
+		v, _, err := q.run(cfg, ctrl, reqs, slo, log, -1) // played whole: its splits are a warm start
 		if err != nil {
 			return nil, fmt.Errorf("rival %s: %w", arm, err)
 		}

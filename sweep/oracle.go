@@ -37,15 +37,19 @@ func (m *moveLog) Record(r *event.Record) {
 // Moves happen exactly at phase starts and cost nothing. It bounds what one
 // split per phase can do (as well as this search finds); it is the yardstick
 // of the controllers' regret.
-func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO) ([]score.PhaseTarget, error) {
+func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, memo wholeReplays) ([]score.PhaseTarget, error) {
 	n := len(cfg.Profiles)
 	phases := len(bounds) - 1
 	var fold event.Fold
-	replay := func(sched []int, upto int) ([]event.Row, error) {
+	stepsOf := func(sched []int) []core.ScheduleStep {
 		steps := make([]core.ScheduleStep, len(sched))
 		for k, p := range sched {
 			steps[k] = core.ScheduleStep{At: bounds[k], Prefill: p}
 		}
+		return steps
+	}
+	replay := func(sched []int, upto int) ([]event.Row, error) {
+		steps := stepsOf(sched)
 		fold.Reset()
 		s, err := sim.New(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:upto], &fold)
 		if err != nil {
@@ -85,6 +89,9 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 					return nil, err
 				}
 				ok := score.Summarize(rows, slo).Qualified
+				if ends[k] == len(reqs) && memo != nil { // a whole replay
+					memo[stepsKey(stepsOf(append(sched, p)))] = ok
+				}
 				ratio := meanWorstRatio(rows[lo:ends[k]], slo)
 				dist := abs(p - prev)
 				if ok > bestOK || (ok == bestOK && (ratio < bestRatio || (ratio == bestRatio && dist < bestDist))) {
@@ -95,15 +102,15 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 		sched = append(sched, best)
 		prev = best
 	}
-	whole := func(sc []int) (int, error) {
-		rows, err := replay(sc, len(reqs))
-		if err != nil {
-			return 0, err
-		}
-		return score.Summarize(rows, slo).Qualified, nil
+	// whole replays the whole workload under sc; past bar (>= 0) it stops
+	// once sc cannot qualify more than bar requests, and returns bar: it
+	// is only compared with bar, which only grows.
+	var q qualifier
+	whole := func(sc []int, bar int) (int, error) {
+		return q.replay(cfg, reqs, slo, stepsOf(sc), memo, bar)
 	}
 	// 2. Never below the best constant split.
-	bestOK, err := whole(sched)
+	bestOK, err := whole(sched, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +119,7 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 		for k := range c {
 			c[k] = p
 		}
-		ok, err := whole(c)
+		ok, err := whole(c, bestOK)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +136,7 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 					continue
 				}
 				sched[k] = p
-				ok, err := whole(sched)
+				ok, err := whole(sched, bestOK)
 				if err != nil {
 					return nil, err
 				}

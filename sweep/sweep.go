@@ -348,9 +348,14 @@ func Execute(cfg Config) (*Result, error) {
 		}
 		return nil
 	}
+	// Whole replays the per-phase oracle made, reused by the bound's search.
+	memos := make([]wholeReplays, len(rates))
+	for i := range memos {
+		memos[i] = wholeReplays{}
+	}
 	if needOracle {
 		if err := perRate(func(i int) (err error) {
-			targets[i], err = oracle(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO)
+			targets[i], err = oracle(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO, memos[i])
 			return err
 		}); err != nil {
 			return nil, err
@@ -372,7 +377,7 @@ func Execute(cfg Config) (*Result, error) {
 			}
 		}
 		if err := perRate(func(i int) (err error) {
-			plans[i], err = bound(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals)
+			plans[i], err = bound(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals, memos[i])
 			return err
 		}); err != nil {
 			return nil, err

@@ -111,7 +111,7 @@ phases:
 
 func TestBuiltins(t *testing.T) {
 	names := Builtin()
-	if want := []string{"chatdoc", "demo", "mixed", "steady"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"chatdoc", "day", "demo", "mixed", "steady"}; !reflect.DeepEqual(names, want) {
 		t.Fatalf("Builtin() = %v, want %v", names, want)
 	}
 	for _, name := range names {
@@ -221,7 +221,7 @@ func TestChatdocAndMixedSpecs(t *testing.T) {
 }
 
 func TestLoadErrors(t *testing.T) {
-	if _, err := Load("nope"); err == nil || !strings.Contains(err.Error(), "chatdoc, demo, mixed") {
+	if _, err := Load("nope"); err == nil || !strings.Contains(err.Error(), "chatdoc, day, demo, mixed") {
 		t.Errorf("Load(nope) = %v", err)
 	}
 	if _, err := Load("testdata/does-not-exist.yaml"); err == nil {
