@@ -258,6 +258,15 @@ func (a *Adaptive) pass(c *View) {
 		decide("stay", fmt.Sprintf("warm-up: %d arrivals in the window, need %d", e.Arrivals, a.Cfg.MinArrivals))
 		return
 	}
+	if ca2 := arrivalSCV(e); ca2 > 1 && float64(e.LongArrivals)/ca2 < float64(a.Cfg.MinArrivals) {
+		// Bursty arrivals carry less evidence per arrival: n arrivals
+		// with index of dispersion c_a² weigh about n/c_a² independent
+		// ones (batches of 8: a batch is one draw of the rate).
+		a.proposal, a.confirms = 0, 0
+		decide("stay", fmt.Sprintf("warm-up: %d bursty arrivals (c_a² %.1f) weigh %.1f, need %d",
+			e.LongArrivals, ca2, float64(e.LongArrivals)/ca2, a.Cfg.MinArrivals))
+		return
+	}
 	cur := ScoreSplit(c, e, p)
 	best := cur
 	for _, q := range candidateSplits(p, n) {
