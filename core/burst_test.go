@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -204,5 +205,50 @@ func TestRobustMove(t *testing.T) {
 	e.PrefillSE = 3.3
 	if robust(c.View(), e, 4, 5) {
 		t.Fatal("a move that loses at the load's lower bound judged robust")
+	}
+}
+
+// Bursty arrivals weigh less as evidence: the same 2 req/s offered in
+// batches of 16 every 8 s keeps the adaptive controller in warm-up (its
+// decisions say so) well after evenly spaced arrivals have ended it.
+func TestBurstyWarmUp(t *testing.T) {
+	warmUntil := func(batch int) event.Time {
+		ctrl, err := NewController("adaptive", 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := New(Config{Profiles: fixtureProfiles(4), SLO: event.SLO{TTFT: event.Second, TPOT: 50 * event.Millisecond}}, ctrl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := event.RequestID(0)
+		last := event.Time(0)
+		gap := event.Second / 2 * event.Time(batch)
+		for now := event.Time(0); now <= 120*event.Second; now += gap {
+			for k := 0; k < batch; k++ {
+				id++
+				if err := c.Arrive(now, Request{ID: id, InputTokens: 300}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for tick := now; tick < now+gap; tick += event.Second {
+				if err := c.Tick(tick); err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range c.Ready().Records {
+					if r.Kind == event.KindDecision && strings.Contains(r.Text, "warm-up") {
+						last = tick
+					}
+				}
+			}
+		}
+		return last
+	}
+	even, bursty := warmUntil(1), warmUntil(16)
+	if even > 10*event.Second {
+		t.Fatalf("evenly spaced arrivals: warm-up until %v", even)
+	}
+	if bursty < 4*even || bursty < 30*event.Second {
+		t.Fatalf("batches of 16: warm-up ended at %v, evenly spaced at %v", bursty, even)
 	}
 }
