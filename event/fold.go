@@ -53,14 +53,19 @@ func (r *Row) TPOT() Time {
 // aside), so a run of millions of requests grows and scans cheaply; Rows
 // builds the []Row once.
 type Fold struct {
-	rows      []foldRow
+	rows  []foldRow
+	ct    classTable
+	texts map[int]texts // reference and response texts by row, when any
+	out   []Row         // the rows last built by Rows
+	built bool          // out matches rows
+	err   error
+}
+
+// classTable numbers class names, so folded rows hold no strings.
+type classTable struct {
 	classes   []string          // class names by index; 0 is ""
 	classIdx  map[string]uint32 // class name -> index
 	lastClass uint32            // index of the class last looked up
-	texts     map[int]texts     // reference and response texts by row, when any
-	out       []Row             // the rows last built by Rows
-	built     bool              // out matches rows
-	err       error
 }
 
 // foldRow is a Row being folded: the same fields, its class as an index.
@@ -98,24 +103,39 @@ func (f *Fold) Record(rec *Record) {
 	for len(f.rows) <= i {
 		f.rows = append(f.rows, newFoldRow())
 	}
-	r := &f.rows[i]
+	applied, err := f.rows[i].apply(rec, &f.ct)
+	if err != nil {
+		f.fail(err)
+	}
+	if applied && rec.Text != "" {
+		switch rec.Kind {
+		case KindArrival:
+			f.setText(i, func(t *texts) { t.reference = rec.Text })
+		case KindFinish:
+			f.setText(i, func(t *texts) { t.response = rec.Text })
+		}
+	}
+}
+
+// apply folds rec into r: whether it was applied (not after the request
+// ended), and the first life-cycle violation it shows.
+func (r *foldRow) apply(rec *Record, ct *classTable) (applied bool, err error) {
 	if rec.Kind != KindArrival && r.arrival == Never {
-		f.fail(fmt.Errorf("request %d: %s at %v before its arrival", rec.Req, rec.Kind, rec.At))
+		err = fmt.Errorf("request %d: %s at %v before its arrival", rec.Req, rec.Kind, rec.At)
 	}
 	if r.terminal != KindNone {
-		f.fail(fmt.Errorf("request %d: %s at %v after it ended with %s", rec.Req, rec.Kind, rec.At, r.terminal))
-		return
+		if err == nil {
+			err = fmt.Errorf("request %d: %s at %v after it ended with %s", rec.Req, rec.Kind, rec.At, r.terminal)
+		}
+		return false, err
 	}
 	switch rec.Kind {
 	case KindArrival:
-		if r.arrival != Never {
-			f.fail(fmt.Errorf("request %d arrived twice", rec.Req))
+		if r.arrival != Never && err == nil {
+			err = fmt.Errorf("request %d arrived twice", rec.Req)
 		}
 		r.arrival, r.scheduled = rec.At, rec.Ref
-		r.input, r.want, r.class = rec.Tokens, rec.Want, f.classOf(rec.Class)
-		if rec.Text != "" {
-			f.setText(i, func(t *texts) { t.reference = rec.Text })
-		}
+		r.input, r.want, r.class = rec.Tokens, rec.Want, ct.classOf(rec.Class)
 	case KindAdmit:
 		r.admit, r.prefill = rec.At, rec.Inst
 	case KindPrefillStart:
@@ -131,31 +151,40 @@ func (f *Fold) Record(rec *Record) {
 		if rec.Kind != KindRefuse {
 			r.output = rec.Tokens
 		}
-		if rec.Kind == KindFinish && rec.Text != "" {
-			f.setText(i, func(t *texts) { t.response = rec.Text })
-		}
+	}
+	return true, err
+}
+
+// build writes the row of request id into o (its texts left empty).
+func (r *foldRow) build(id RequestID, ct *classTable, o *Row) {
+	*o = Row{Req: id, Scheduled: r.scheduled, Arrival: r.arrival, Admit: r.admit,
+		FirstToken: r.first, End: r.end, PrefillInst: r.prefill, DecodeInst: r.decode, Crossed: r.crossed,
+		InputTokens: r.input, WantOutput: r.want, OutputTokens: r.output, CachedTokens: r.cached,
+		Terminal: r.terminal, Cause: r.cause}
+	if r.class != 0 {
+		o.Class = ct.classes[r.class]
 	}
 }
 
-func (f *Fold) classOf(name string) uint32 {
+func (ct *classTable) classOf(name string) uint32 {
 	if name == "" {
 		return 0
 	}
-	if f.lastClass != 0 && name == f.classes[f.lastClass] {
-		return f.lastClass // runs of one class are common
+	if ct.lastClass != 0 && name == ct.classes[ct.lastClass] {
+		return ct.lastClass // runs of one class are common
 	}
-	if k, ok := f.classIdx[name]; ok {
-		f.lastClass = k
+	if k, ok := ct.classIdx[name]; ok {
+		ct.lastClass = k
 		return k
 	}
-	if f.classIdx == nil {
-		f.classIdx = map[string]uint32{}
-		f.classes = append(f.classes[:0], "")
+	if ct.classIdx == nil {
+		ct.classIdx = map[string]uint32{}
+		ct.classes = append(ct.classes[:0], "")
 	}
-	k := uint32(len(f.classes))
-	f.classes = append(f.classes, name)
-	f.classIdx[name] = k
-	f.lastClass = k
+	k := uint32(len(ct.classes))
+	ct.classes = append(ct.classes, name)
+	ct.classIdx[name] = k
+	ct.lastClass = k
 	return k
 }
 
@@ -214,14 +243,7 @@ func (f *Fold) Len() int { return len(f.rows) }
 
 // RowAt builds row i (RequestID i+1) into o.
 func (f *Fold) RowAt(i int, o *Row) {
-	r := &f.rows[i]
-	*o = Row{Req: RequestID(i + 1), Scheduled: r.scheduled, Arrival: r.arrival, Admit: r.admit,
-		FirstToken: r.first, End: r.end, PrefillInst: r.prefill, DecodeInst: r.decode, Crossed: r.crossed,
-		InputTokens: r.input, WantOutput: r.want, OutputTokens: r.output, CachedTokens: r.cached,
-		Terminal: r.terminal, Cause: r.cause}
-	if r.class != 0 {
-		o.Class = f.classes[r.class]
-	}
+	f.rows[i].build(RequestID(i+1), &f.ct, o)
 	if t, ok := f.texts[i]; ok {
 		o.Reference, o.Response = t.reference, t.response
 	}

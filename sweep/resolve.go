@@ -170,8 +170,12 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 		}
 		seenRate[cfg.Rates[i]] = true
 	}
+	limit := traces.MaxStreamRequests // runs stream their requests
+	if seen["oracle"] || seen["phase-oracle"] {
+		limit = traces.MaxRequests // the oracle's searches hold the trace
+	}
 	for _, r := range cfg.Rates {
-		if err := checkScale(tr, r, base); err != nil {
+		if err := checkScale(tr, r, base, limit); err != nil {
 			name := "rates"
 			if o.Rates == "" {
 				name = "speedup"
@@ -184,12 +188,13 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 
 // checkScale refuses a rate the trace cannot be generated at, in the
 // user's terms (the rate, the trace's mean rate), before any run starts.
-func checkScale(tr *traces.Trace, rate, base float64) error {
+// limit is the most requests the sweep may generate at one rate.
+func checkScale(tr *traces.Trace, rate, base float64, limit int) error {
 	scale := rate / base
 	if tr.Spec != nil {
-		if n := tr.Spec.ExpectedRequests(scale); !(n <= traces.MaxRequests) {
+		if n := tr.Spec.ExpectedRequests(scale); !(n <= float64(limit)) {
 			return fmt.Errorf("%.4g req/s (%.4gx the trace's mean rate of %.4g req/s) would generate about %.4g requests: expected at most %d (a lower rate)",
-				rate, scale, base, n, traces.MaxRequests)
+				rate, scale, base, n, limit)
 		}
 		return nil
 	}
