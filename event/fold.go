@@ -50,10 +50,13 @@ func (r *Row) TPOT() Time {
 // are expected to be dense (1..N), as both drivers assign them.
 //
 // While folding it keeps rows without pointers (classes by index, texts
-// aside), so a run of millions of requests grows and scans cheaply; Rows
-// builds the []Row once.
+// aside), in chunks of a fixed size, so a run of millions of requests
+// grows without copying and scans cheaply; Rows builds the []Row once
+// (Each streams them instead). A run's driver that needs only outcomes
+// folds with StreamFold, which keeps the requests in flight alone.
 type Fold struct {
-	rows  []foldRow
+	rows  [][]foldRow // chunks of foldChunk rows; request i is rows[i/foldChunk][i%foldChunk]
+	n     int         // rows folded
 	ct    classTable
 	texts map[int]texts // reference and response texts by row, when any
 	out   []Row         // the rows last built by Rows
@@ -95,15 +98,10 @@ func (f *Fold) Record(rec *Record) {
 	}
 	f.built = false
 	i := int(rec.Req - 1)
-	if i >= cap(f.rows) {
-		grown := make([]foldRow, len(f.rows), max(2*cap(f.rows), i+1, 1024))
-		copy(grown, f.rows)
-		f.rows = grown
+	if i >= f.n {
+		f.extend(i + 1)
 	}
-	for len(f.rows) <= i {
-		f.rows = append(f.rows, newFoldRow())
-	}
-	applied, err := f.rows[i].apply(rec, &f.ct)
+	applied, err := f.row(i).apply(rec, &f.ct)
 	if err != nil {
 		f.fail(err)
 	}
@@ -115,6 +113,24 @@ func (f *Fold) Record(rec *Record) {
 			f.setText(i, func(t *texts) { t.response = rec.Text })
 		}
 	}
+}
+
+// foldChunk is how many rows a chunk of a Fold holds (about 1.5 MB).
+const foldChunk = 1 << 14
+
+// row is request i's row; i < f.n.
+func (f *Fold) row(i int) *foldRow { return &f.rows[i/foldChunk][i%foldChunk] }
+
+// extend starts the rows below n, adding chunks as needed (a chunk kept
+// by Reset is reused).
+func (f *Fold) extend(n int) {
+	for len(f.rows)*foldChunk < n {
+		f.rows = append(f.rows, make([]foldRow, foldChunk))
+	}
+	for j := f.n; j < n; j++ {
+		*f.row(j) = newFoldRow()
+	}
+	f.n = n
 }
 
 // apply folds rec into r: whether it was applied (not after the request
@@ -209,11 +225,11 @@ func (f *Fold) Rows() []Row {
 	if f.built {
 		return f.out
 	}
-	if cap(f.out) < len(f.rows) {
-		f.out = make([]Row, len(f.rows))
+	if cap(f.out) < f.n {
+		f.out = make([]Row, f.n)
 	}
-	f.out = f.out[:len(f.rows)]
-	for i := range f.rows {
+	f.out = f.out[:f.n]
+	for i := range f.n {
 		f.RowAt(i, &f.out[i])
 	}
 	f.built = true
@@ -222,14 +238,14 @@ func (f *Fold) Rows() []Row {
 
 // Ended reports whether row i (RequestID i+1) has ended: it is final, and
 // a streaming consumer may take it with RowAt.
-func (f *Fold) Ended(i int) bool { return i < len(f.rows) && f.rows[i].terminal != KindNone }
+func (f *Fold) Ended(i int) bool { return i >= 0 && i < f.n && f.row(i).terminal != KindNone }
 
 // Each calls fn with each folded row in RequestID order, without building
 // the whole slice (for streaming a large run out); it stops at fn's first
 // error. The row is reused between calls.
 func (f *Fold) Each(fn func(*Row) error) error {
 	var o Row
-	for i := range f.rows {
+	for i := range f.n {
 		f.RowAt(i, &o)
 		if err := fn(&o); err != nil {
 			return err
@@ -239,11 +255,11 @@ func (f *Fold) Each(fn func(*Row) error) error {
 }
 
 // Len is the number of requests folded so far.
-func (f *Fold) Len() int { return len(f.rows) }
+func (f *Fold) Len() int { return f.n }
 
 // RowAt builds row i (RequestID i+1) into o.
 func (f *Fold) RowAt(i int, o *Row) {
-	f.rows[i].build(RequestID(i+1), &f.ct, o)
+	f.row(i).build(RequestID(i+1), &f.ct, o)
 	if t, ok := f.texts[i]; ok {
 		o.Reference, o.Response = t.reference, t.response
 	}
@@ -255,11 +271,12 @@ func (f *Fold) Err() error {
 	if f.err != nil {
 		return f.err
 	}
-	for i := range f.rows {
-		if f.rows[i].arrival == Never {
+	for i := range f.n {
+		r := f.row(i)
+		if r.arrival == Never {
 			return fmt.Errorf("request %d: records but no arrival", i+1)
 		}
-		if f.rows[i].terminal == KindNone {
+		if r.terminal == KindNone {
 			return fmt.Errorf("request %d: never ended", i+1)
 		}
 	}
@@ -274,8 +291,8 @@ func (f *Fold) Violation() error {
 	if f.err != nil {
 		return f.err
 	}
-	for i := range f.rows {
-		if f.rows[i].arrival == Never {
+	for i := range f.n {
+		if f.row(i).arrival == Never {
 			return fmt.Errorf("request %d: records but no arrival", i+1)
 		}
 	}
@@ -284,7 +301,7 @@ func (f *Fold) Violation() error {
 
 // Reset empties the fold for reuse, keeping its memory.
 func (f *Fold) Reset() {
-	f.rows = f.rows[:0]
+	f.n = 0
 	f.out = f.out[:0]
 	f.built = false
 	f.texts = nil
