@@ -288,13 +288,15 @@ func Execute(cfg Config) (*Result, error) {
 	simCfg.DrainLimit = cfg.Fleet.Drain()
 	simCfg.Admission = cfg.Admission
 	// One workload per rate: each run streams its requests from the trace
-	// as the simulated clock reaches them; only the oracle's searches,
-	// which replay a rate's trace many times, materialise it, shared
-	// read-only by every arm.
+	// as the simulated clock reaches them. A rate's trace is generated
+	// whole once, shared read-only by every arm, only when the oracle's
+	// searches replay it, or when it is small (at most ShareRequests) and
+	// several arms would otherwise each generate it again.
 	workloads := make([]workload, len(rates))
 	for i, r := range rates {
 		w := workload{trace: cfg.Trace, seed: cfg.Seed, scale: r / base}
-		if needOracle {
+		small := cfg.Trace.Spec != nil && len(cfg.Arms) > 1 && cfg.Trace.Spec.ExpectedRequests(r/base) <= ShareRequests
+		if needOracle || small {
 			reqs, err := cfg.Trace.Generate(cfg.Seed, r/base)
 			if err != nil {
 				return nil, fmt.Errorf("sweep: trace %s at %v req/s: %w", cfg.Trace.Name, r, err)
@@ -439,8 +441,14 @@ dispatch:
 	return res, nil
 }
 
+// ShareRequests is the most requests a rate's synthetic trace may expect
+// for a sweep of several arms to generate it once and share it (64 bytes
+// a request) rather than stream it in every run: a small trace costs
+// more to generate again than to keep.
+const ShareRequests = 1 << 16
+
 // workload is one rate's trace: streamed by each run, or materialised
-// (reqs) when the oracle's searches replay it.
+// (reqs) and shared by every arm.
 type workload struct {
 	trace *traces.Trace
 	seed  uint64
