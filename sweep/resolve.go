@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
@@ -170,9 +171,15 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 		}
 		seenRate[cfg.Rates[i]] = true
 	}
-	limit := traces.MaxStreamRequests // runs stream their requests
-	if seen["oracle"] || seen["phase-oracle"] {
-		limit = traces.MaxRequests // the oracle's searches hold the trace
+	// A rate may generate at most traces.MaxRequests or, when the trace
+	// itself expects more at its own rate, that many (give or take the
+	// rounding of rates; runs stream their requests, so only time bounds
+	// them): a mistyped rate is refused before it starts a run that never
+	// ends. The oracle's searches hold the whole trace, so with them
+	// MaxRequests binds.
+	limit := traces.MaxRequests
+	if tr.Spec != nil && !seen["oracle"] && !seen["phase-oracle"] {
+		limit = int(min(max(float64(limit), math.Ceil(tr.Spec.ExpectedRequests(1)*(1+1e-5))), traces.MaxStreamRequests))
 	}
 	for _, r := range cfg.Rates {
 		if err := checkScale(tr, r, base, limit); err != nil {
