@@ -8,7 +8,7 @@ DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:
 PKGS      := ./...
 
 
-.PHONY: all build install deps demo demo-live test vet fmtcheck lint bench bench-router fuzz clean campaign reproduce soak
+.PHONY: all build install deps demo demo-live test vet fmtcheck lint bench bench-scale bench-router fuzz clean campaign reproduce soak
 
 all: build
 
@@ -69,16 +69,28 @@ fmtcheck:
 ## lint: vet plus formatting (the same checks make test starts with).
 lint: fmtcheck vet
 
-## bench: hot-path benchmarks (simulator, trace generation, journal appends
-## and export, report) and the production-scale ones (adaptive on 8 to
-## 4,096 instances, the day-long trace on eval8, steady on fleet512 and
-## fleet1024, the oracle's search; NWB_ORACLE_REQUESTS=1000000 for the
-## issue-12 oracle figure); the 1M-request ones take a minute.
+## bench: hot-path benchmarks (simulator, trace generation, a streamed
+## 1M-request adaptive run on eval8, journal appends and export, report)
+## and the production-scale ones (adaptive on 8 to 4,096 instances, the
+## day-long trace on eval8, steady on fleet512 and fleet1024, the oracle's
+## search; NWB_ORACLE_REQUESTS=1000000 for the issue-12 oracle figure); the
+## 1M-request ones take a minute.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./sim/ ./traces/ ./sweep/
 	$(GO) test -run '^$$' -bench Append -benchtime 2000000x ./journal/
 	$(GO) test -run '^$$' -bench Export1M -benchtime 1x ./journal/
 	$(GO) test -run '^$$' -bench Report1M -benchtime 2x ./report/
+
+## bench-scale: the scale figure of issue 12, whole process: 10,000,000
+## requests through eval8's adaptive arm (bench/steady-10m.yaml), wall time
+## and peak RSS from /usr/bin/time -v (about 30 s). The 100M-request run
+## (bench/steady-100m.yaml on bench/eval64.yaml, several minutes) is
+## `make bench-scale SCALE=100m`.
+SCALE ?= 10m
+bench-scale: build
+	@if [ "$(SCALE)" = 100m ]; then fl="--fleet bench/eval64.yaml"; fi; \
+	/usr/bin/time -v ./$(BIN) sim --trace bench/steady-$(SCALE).yaml $$fl --arms adaptive --workers 1 \
+		2>&1 | grep -E 'adaptive|Elapsed|Maximum resident|User time|System time'
 
 ## bench-router: the live router's overhead (added TTFT via the router over
 ## direct requests to a zero-cost stub, at 1, 64 and 1,000 streams; router CPU

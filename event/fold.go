@@ -51,17 +51,25 @@ func (r *Row) TPOT() Time {
 // are expected to be dense (1..N), as both drivers assign them.
 //
 // While folding it keeps rows without pointers (classes by index, texts
-// aside), so a run of millions of requests grows and scans cheaply; Rows
-// builds the []Row once.
+// aside), in chunks of a fixed size, so a run of millions of requests
+// grows without copying and scans cheaply; Rows builds the []Row once
+// (Each streams them instead). A run's driver that needs only outcomes
+// folds with StreamFold, which keeps the requests in flight alone.
 type Fold struct {
-	rows      []foldRow
+	rows  [][]foldRow // chunks of foldChunk rows; request i is rows[i/foldChunk][i%foldChunk]
+	n     int         // rows folded
+	ct    classTable
+	texts map[int]texts // reference and response texts by row, when any
+	out   []Row         // the rows last built by Rows
+	built bool          // out matches rows
+	err   error
+}
+
+// classTable numbers class names, so folded rows hold no strings.
+type classTable struct {
 	classes   []string          // class names by index; 0 is ""
 	classIdx  map[string]uint32 // class name -> index
 	lastClass uint32            // index of the class last looked up
-	texts     map[int]texts     // reference and response texts by row, when any
-	out       []Row             // the rows last built by Rows
-	built     bool              // out matches rows
-	err       error
 }
 
 // foldRow is a Row being folded: the same fields, its class as an index.
@@ -92,32 +100,60 @@ func (f *Fold) Record(rec *Record) {
 	}
 	f.built = false
 	i := int(rec.Req - 1)
-	if i >= cap(f.rows) {
-		grown := make([]foldRow, len(f.rows), max(2*cap(f.rows), i+1, 1024))
-		copy(grown, f.rows)
-		f.rows = grown
+	if i >= f.n {
+		f.extend(i + 1)
 	}
-	for len(f.rows) <= i {
-		f.rows = append(f.rows, newFoldRow())
+	applied, err := f.row(i).apply(rec, &f.ct)
+	if err != nil {
+		f.fail(err)
 	}
-	r := &f.rows[i]
+	if applied && rec.Text != "" {
+		switch rec.Kind {
+		case KindArrival:
+			f.setText(i, func(t *texts) { t.reference = rec.Text })
+		case KindFinish:
+			f.setText(i, func(t *texts) { t.response = rec.Text })
+		}
+	}
+}
+
+// foldChunk is how many rows a chunk of a Fold holds (about 1.5 MB).
+const foldChunk = 1 << 14
+
+// row is request i's row; i < f.n.
+func (f *Fold) row(i int) *foldRow { return &f.rows[i/foldChunk][i%foldChunk] }
+
+// extend starts the rows below n, adding chunks as needed (a chunk kept
+// by Reset is reused).
+func (f *Fold) extend(n int) {
+	for len(f.rows)*foldChunk < n {
+		f.rows = append(f.rows, make([]foldRow, foldChunk))
+	}
+	for j := f.n; j < n; j++ {
+		*f.row(j) = newFoldRow()
+	}
+	f.n = n
+}
+
+// apply folds rec into r: whether it was applied (not after the request
+// ended), and the first life-cycle violation it shows.
+func (r *foldRow) apply(rec *Record, ct *classTable) (applied bool, err error) {
 	if rec.Kind != KindArrival && r.arrival == Never {
-		f.fail(fmt.Errorf("request %d: %s at %v before its arrival", rec.Req, rec.Kind, rec.At))
+		err = fmt.Errorf("request %d: %s at %v before its arrival", rec.Req, rec.Kind, rec.At)
 	}
 	if r.terminal != KindNone {
-		f.fail(fmt.Errorf("request %d: %s at %v after it ended with %s", rec.Req, rec.Kind, rec.At, r.terminal))
-		return
+		if err == nil {
+			err = fmt.Errorf("request %d: %s at %v after it ended with %s", rec.Req, rec.Kind, rec.At, r.terminal)
+		}
+		return false, err
 	}
 	switch rec.Kind {
 	case KindArrival:
-		if r.arrival != Never {
-			f.fail(fmt.Errorf("request %d arrived twice", rec.Req))
+		if r.arrival != Never && err == nil {
+			err = fmt.Errorf("request %d arrived twice", rec.Req)
 		}
 		r.arrival, r.scheduled = rec.At, rec.Ref
-		r.input, r.want, r.class = rec.Tokens, rec.Want, f.classOf(rec.Class)
-		if rec.Text != "" {
-			f.setText(i, func(t *texts) { t.reference = rec.Text })
-		}
+		r.input, r.want, r.class = rec.Tokens, rec.Want, ct.classOf(rec.Class)
 	case KindAdmit:
 		r.admit, r.prefill = rec.At, rec.Inst
 	case KindPrefillStart:
@@ -135,31 +171,40 @@ func (f *Fold) Record(rec *Record) {
 		if rec.Kind != KindRefuse {
 			r.output = rec.Tokens
 		}
-		if rec.Kind == KindFinish && rec.Text != "" {
-			f.setText(i, func(t *texts) { t.response = rec.Text })
-		}
+	}
+	return true, err
+}
+
+// build writes the row of request id into o (its texts left empty).
+func (r *foldRow) build(id RequestID, ct *classTable, o *Row) {
+	*o = Row{Req: id, Scheduled: r.scheduled, Arrival: r.arrival, Admit: r.admit,
+		FirstToken: r.first, End: r.end, PrefillInst: r.prefill, DecodeInst: r.decode, Crossed: r.crossed,
+		InputTokens: r.input, WantOutput: r.want, OutputTokens: r.output, CachedTokens: r.cached,
+		Preemptions: int64(r.preempt), Terminal: r.terminal, Cause: r.cause}
+	if r.class != 0 {
+		o.Class = ct.classes[r.class]
 	}
 }
 
-func (f *Fold) classOf(name string) uint32 {
+func (ct *classTable) classOf(name string) uint32 {
 	if name == "" {
 		return 0
 	}
-	if f.lastClass != 0 && name == f.classes[f.lastClass] {
-		return f.lastClass // runs of one class are common
+	if ct.lastClass != 0 && name == ct.classes[ct.lastClass] {
+		return ct.lastClass // runs of one class are common
 	}
-	if k, ok := f.classIdx[name]; ok {
-		f.lastClass = k
+	if k, ok := ct.classIdx[name]; ok {
+		ct.lastClass = k
 		return k
 	}
-	if f.classIdx == nil {
-		f.classIdx = map[string]uint32{}
-		f.classes = append(f.classes[:0], "")
+	if ct.classIdx == nil {
+		ct.classIdx = map[string]uint32{}
+		ct.classes = append(ct.classes[:0], "")
 	}
-	k := uint32(len(f.classes))
-	f.classes = append(f.classes, name)
-	f.classIdx[name] = k
-	f.lastClass = k
+	k := uint32(len(ct.classes))
+	ct.classes = append(ct.classes, name)
+	ct.classIdx[name] = k
+	ct.lastClass = k
 	return k
 }
 
@@ -184,11 +229,11 @@ func (f *Fold) Rows() []Row {
 	if f.built {
 		return f.out
 	}
-	if cap(f.out) < len(f.rows) {
-		f.out = make([]Row, len(f.rows))
+	if cap(f.out) < f.n {
+		f.out = make([]Row, f.n)
 	}
-	f.out = f.out[:len(f.rows)]
-	for i := range f.rows {
+	f.out = f.out[:f.n]
+	for i := range f.n {
 		f.RowAt(i, &f.out[i])
 	}
 	f.built = true
@@ -197,14 +242,14 @@ func (f *Fold) Rows() []Row {
 
 // Ended reports whether row i (RequestID i+1) has ended: it is final, and
 // a streaming consumer may take it with RowAt.
-func (f *Fold) Ended(i int) bool { return i < len(f.rows) && f.rows[i].terminal != KindNone }
+func (f *Fold) Ended(i int) bool { return i >= 0 && i < f.n && f.row(i).terminal != KindNone }
 
 // Each calls fn with each folded row in RequestID order, without building
 // the whole slice (for streaming a large run out); it stops at fn's first
 // error. The row is reused between calls.
 func (f *Fold) Each(fn func(*Row) error) error {
 	var o Row
-	for i := range f.rows {
+	for i := range f.n {
 		f.RowAt(i, &o)
 		if err := fn(&o); err != nil {
 			return err
@@ -214,18 +259,11 @@ func (f *Fold) Each(fn func(*Row) error) error {
 }
 
 // Len is the number of requests folded so far.
-func (f *Fold) Len() int { return len(f.rows) }
+func (f *Fold) Len() int { return f.n }
 
 // RowAt builds row i (RequestID i+1) into o.
 func (f *Fold) RowAt(i int, o *Row) {
-	r := &f.rows[i]
-	*o = Row{Req: RequestID(i + 1), Scheduled: r.scheduled, Arrival: r.arrival, Admit: r.admit,
-		FirstToken: r.first, End: r.end, PrefillInst: r.prefill, DecodeInst: r.decode, Crossed: r.crossed,
-		InputTokens: r.input, WantOutput: r.want, OutputTokens: r.output, CachedTokens: r.cached,
-		Preemptions: int64(r.preempt), Terminal: r.terminal, Cause: r.cause}
-	if r.class != 0 {
-		o.Class = f.classes[r.class]
-	}
+	f.row(i).build(RequestID(i+1), &f.ct, o)
 	if t, ok := f.texts[i]; ok {
 		o.Reference, o.Response = t.reference, t.response
 	}
@@ -237,11 +275,12 @@ func (f *Fold) Err() error {
 	if f.err != nil {
 		return f.err
 	}
-	for i := range f.rows {
-		if f.rows[i].arrival == Never {
+	for i := range f.n {
+		r := f.row(i)
+		if r.arrival == Never {
 			return fmt.Errorf("request %d: records but no arrival", i+1)
 		}
-		if f.rows[i].terminal == KindNone {
+		if r.terminal == KindNone {
 			return fmt.Errorf("request %d: never ended", i+1)
 		}
 	}
@@ -256,8 +295,8 @@ func (f *Fold) Violation() error {
 	if f.err != nil {
 		return f.err
 	}
-	for i := range f.rows {
-		if f.rows[i].arrival == Never {
+	for i := range f.n {
+		if f.row(i).arrival == Never {
 			return fmt.Errorf("request %d: records but no arrival", i+1)
 		}
 	}
@@ -266,7 +305,7 @@ func (f *Fold) Violation() error {
 
 // Reset empties the fold for reuse, keeping its memory.
 func (f *Fold) Reset() {
-	f.rows = f.rows[:0]
+	f.n = 0
 	f.out = f.out[:0]
 	f.built = false
 	f.texts = nil

@@ -119,3 +119,28 @@ func TestNames(t *testing.T) {
 		t.Error("time conversion")
 	}
 }
+
+// A fold over several chunks keeps every row, and Reset reuses them.
+func TestFoldChunks(t *testing.T) {
+	var f Fold
+	for round := 0; round < 2; round++ {
+		n := 2*foldChunk + 7 - round*foldChunk
+		for i := 1; i <= n; i++ {
+			f.Record(&Record{At: Time(i), Kind: KindArrival, Req: RequestID(i), Tokens: int64(i)})
+			f.Record(&Record{At: Time(i + 1), Kind: KindFinish, Req: RequestID(i), Tokens: 2})
+		}
+		if err := f.Err(); err != nil || f.Len() != n {
+			t.Fatalf("round %d: %d rows, %v", round, f.Len(), err)
+		}
+		rows := f.Rows()
+		for i := range rows {
+			if rows[i].InputTokens != int64(i+1) || rows[i].End != Time(i+2) || !f.Ended(i) {
+				t.Fatalf("round %d: row %d: %+v", round, i, rows[i])
+			}
+		}
+		if f.Ended(n) || f.Ended(-1) {
+			t.Fatal("Ended beyond the rows")
+		}
+		f.Reset()
+	}
+}

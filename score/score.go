@@ -32,27 +32,33 @@ func (s Summary) Attainment() float64 {
 
 // Summarize scores rows, one per offered request.
 func Summarize(rows []event.Row, slo event.SLO) Summary {
-	s := Summary{Offered: len(rows)}
+	var s Summary
 	for i := range rows {
-		r := &rows[i]
-		switch r.Terminal {
-		case event.KindFinish:
-			s.Completed++
-		case event.KindRefuse:
-			s.Refused++
-		case event.KindExpire:
-			s.Expired++
-		case event.KindFail:
-			s.Failed++
-		}
-		s.Preemptions += int(r.Preemptions)
-		c := event.Qualify(r, slo)
-		s.Misses[c]++
-		if c == event.CheckOK {
-			s.Qualified++
-		}
+		s.Add(&rows[i], slo)
 	}
 	return s
+}
+
+// Add scores one more offered request's row, as Summarize does: a run's
+// rows may be added as its requests end (event.StreamFold), in any order.
+func (s *Summary) Add(r *event.Row, slo event.SLO) {
+	s.Offered++
+	switch r.Terminal {
+	case event.KindFinish:
+		s.Completed++
+	case event.KindRefuse:
+		s.Refused++
+	case event.KindExpire:
+		s.Expired++
+	case event.KindFail:
+		s.Failed++
+	}
+	s.Preemptions += int(r.Preemptions)
+	c := event.Qualify(r, slo)
+	s.Misses[c]++
+	if c == event.CheckOK {
+		s.Qualified++
+	}
 }
 
 // AttainmentTarget is the share of offered requests that must qualify for a

@@ -145,22 +145,45 @@ func runChecker(t testing.TB, cfg Config, arm string, reqs []Request) (*checker,
 
 // randomTrace draws n requests with mixed prompt and answer lengths.
 func randomTrace(seed uint64, n int, rate float64) []Request {
-	rng := rand.New(rand.NewPCG(seed, 1))
+	src := newRandomSource(seed, n, rate)
 	reqs := make([]Request, n)
-	t := 0.0
 	for i := range reqs {
-		t += rng.ExpFloat64() / rate
-		in := 100 + rng.IntN(9000)
-		if rng.IntN(2) == 0 {
-			in = 50 + rng.IntN(500)
-		}
-		reqs[i] = Request{At: event.Seconds(t), InputTokens: in, OutputTokens: 1 + rng.IntN(400)}
-		if rng.IntN(5) == 0 {
-			reqs[i].OutputCap = 1 + rng.IntN(300)
-		}
+		src.Next(&reqs[i])
 	}
 	return reqs
 }
+
+// randomSource draws randomTrace's requests one at a time, holding none.
+type randomSource struct {
+	rng  *rand.Rand
+	n    int
+	rate float64
+	t    float64
+}
+
+func newRandomSource(seed uint64, n int, rate float64) *randomSource {
+	return &randomSource{rng: rand.New(rand.NewPCG(seed, 1)), n: n, rate: rate}
+}
+
+func (s *randomSource) Next(r *Request) bool {
+	if s.n == 0 {
+		return false
+	}
+	s.n--
+	rng := s.rng
+	s.t += rng.ExpFloat64() / s.rate
+	in := 100 + rng.IntN(9000)
+	if rng.IntN(2) == 0 {
+		in = 50 + rng.IntN(500)
+	}
+	*r = Request{At: event.Seconds(s.t), InputTokens: in, OutputTokens: 1 + rng.IntN(400)}
+	if rng.IntN(5) == 0 {
+		r.OutputCap = 1 + rng.IntN(300)
+	}
+	return true
+}
+
+func (s *randomSource) Err() error { return nil }
 
 // Every arm, the role-moving ones included, on random traces at light and
 // overloaded rates, with small and large batch budgets: the invariants

@@ -43,21 +43,30 @@ type ev struct {
 	gen  uint32
 }
 
-// reqState is the simulator's truth about one request.
+// reqState is the simulator's truth about one request in flight: 64
+// bytes without pointers, so the collector never scans the states, however
+// many requests are open. What the request's trace entry says beyond
+// these (its class) is journaled at its arrival and not kept.
 type reqState struct {
-	input    int
-	want     int // tokens it will produce: min(output, cap)
-	capped   bool
-	done     int // prompt tokens computed
-	produced int // output tokens produced
+	at       event.Time // scheduled send time
+	firstAt  event.Time // first token
+	joinIter int64      // decode engine's iteration count when it joined the batch
+	group    int64      // shared-prefix group (0 = none)
+	prefix   int32      // shared-prefix tokens
+	input    int32
+	want     int32 // tokens it will produce: min(output, cap)
+	done     int32 // prompt tokens computed
+	produced int32 // output tokens produced
 	prefill  int32
 	decode   int32
-	joinIter int64 // decode engine's iteration count when it joined the batch
+	capped   bool
 	ended    bool
-	running  bool       // in its decode engine's running batch
-	started  bool       // first prefill chunk ran
-	firstAt  event.Time // first token
+	running  bool // in its decode engine's running batch
+	started  bool // first prefill chunk ran
 }
+
+// ctx is the request's context: prompt plus tokens produced.
+func (st *reqState) ctx() int64 { return int64(st.input) + int64(st.produced) }
 
 // recompJob is a preempted stream admitted again, computing its prompt
 // and its answer so far (total tokens) again.
@@ -71,6 +80,7 @@ type recompJob struct {
 type chunk struct {
 	req    int32
 	tokens int
+	last   bool // the prompt's last chunk: its first token exists when the iteration ends
 }
 
 type engine struct {
@@ -117,14 +127,57 @@ type engine struct {
 	pendingN      int
 }
 
-// Sim is one simulated run. Build it with New and call Run once.
+// Source hands a run its requests one at a time, sorted by At; the
+// simulator takes each when the clock reaches it (traces.Stream is one,
+// adapted by package sweep).
+type Source interface {
+	// Next stores the next request in r and reports true, or reports
+	// false at the end or on an error (Err).
+	Next(r *Request) bool
+	// Err is why Next stopped early, or nil.
+	Err() error
+}
+
+// sliceSource hands out a slice's requests.
+type sliceSource struct {
+	reqs []Request
+	i    int
+}
+
+func (s *sliceSource) Next(r *Request) bool {
+	if s.i >= len(s.reqs) {
+		return false
+	}
+	*r = s.reqs[s.i]
+	s.i++
+	return true
+}
+
+func (s *sliceSource) Err() error { return nil }
+
+// Sim is one simulated run. Build it with New or NewStream and call Run
+// once.
+//
+// Requests are numbered in arrival order (request i is RequestID i+1).
+// The state of request i lives in st[i&mask] from its arrival until it
+// and every request before it have ended: st is a ring over the requests
+// from the oldest still open to the newest arrived, grown by doubling, so
+// a run's memory follows its requests in flight, not the requests it was
+// offered.
 type Sim struct {
 	cfg  Config
 	core *core.Core
 	rec  event.Recorder
-	reqs []Request
-	st   []reqState
+	src  Source
+	st   []reqState // ring of request states, len a power of two
+	mask int32
+	base int32 // requests below base have ended; their states are gone
+	top  int32 // requests arrived
 	eng  []engine
+
+	next    Request // the next arrival, when hasNext
+	hasNext bool
+	lastAt  event.Time // the latest arrival's scheduled time
 
 	heap     evHeap
 	seq      uint64
@@ -142,6 +195,47 @@ type Sim struct {
 // New prepares a run of reqs (sorted by At) on cfg, with ctrl deciding
 // placements and roles. rec receives every record; nil discards them.
 func New(cfg Config, ctrl core.Controller, reqs []Request, rec event.Recorder) (*Sim, error) {
+	for i := range reqs {
+		var prev *Request
+		if i > 0 {
+			prev = &reqs[i-1]
+		}
+		if err := checkRequest(i, &reqs[i], prev); err != nil {
+			return nil, err
+		}
+	}
+	return NewStream(cfg, ctrl, &sliceSource{reqs: reqs}, rec)
+}
+
+// maxTokens bounds a request's token counts (the state keeps them in 32
+// bits).
+const maxTokens = math.MaxInt32
+
+// checkRequest checks request i (0-based) against the one before it.
+func checkRequest(i int, r, prev *Request) error {
+	if r.InputTokens < 1 || r.OutputTokens < 1 || r.OutputCap < 0 {
+		return fmt.Errorf("sim: request %d: input %d, output %d, cap %d: expected input >= 1, output >= 1, cap >= 0",
+			i+1, r.InputTokens, r.OutputTokens, r.OutputCap)
+	}
+	if r.InputTokens > maxTokens || r.OutputTokens > maxTokens || r.OutputCap > maxTokens || r.PrefixTokens > maxTokens || r.PrefixTokens < math.MinInt32 {
+		return fmt.Errorf("sim: request %d: input %d, output %d, cap %d, prefix %d: expected at most %d tokens each",
+			i+1, r.InputTokens, r.OutputTokens, r.OutputCap, r.PrefixTokens, maxTokens)
+	}
+	if prev != nil && r.At < prev.At {
+		return fmt.Errorf("sim: request %d at %v before request %d at %v: expected arrivals sorted by time", i+1, r.At, i, prev.At)
+	}
+	if r.At < 0 {
+		return fmt.Errorf("sim: request %d at %v: expected a time >= 0", i+1, r.At)
+	}
+	return nil
+}
+
+// NewStream prepares a run of the requests src hands out (sorted by At)
+// on cfg, with ctrl deciding placements and roles; it takes each request
+// when the simulated clock reaches it and keeps its state only while it
+// is in flight. A request that is out of order or malformed ends the run
+// with an error there. rec receives every record; nil discards them.
+func NewStream(cfg Config, ctrl core.Controller, src Source, rec event.Recorder) (*Sim, error) {
 	if cfg.Batch == (Batch{}) {
 		cfg.Batch = DefaultBatch
 	}
@@ -151,19 +245,6 @@ func New(cfg Config, ctrl core.Controller, reqs []Request, rec event.Recorder) (
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	for i := range reqs {
-		r := &reqs[i]
-		if r.InputTokens < 1 || r.OutputTokens < 1 || r.OutputCap < 0 {
-			return nil, fmt.Errorf("sim: request %d: input %d, output %d, cap %d: expected input >= 1, output >= 1, cap >= 0",
-				i+1, r.InputTokens, r.OutputTokens, r.OutputCap)
-		}
-		if i > 0 && r.At < reqs[i-1].At {
-			return nil, fmt.Errorf("sim: request %d at %v before request %d at %v: expected arrivals sorted by time", i+1, r.At, i, reqs[i-1].At)
-		}
-		if r.At < 0 {
-			return nil, fmt.Errorf("sim: request %d at %v: expected a time >= 0", i+1, r.At)
-		}
-	}
 	c, err := core.New(core.Config{Profiles: cfg.Profiles, SLO: cfg.SLO, Pinned: cfg.Pinned, PrefixAware: cfg.Cache.Enabled,
 		Admission: cfg.Admission}, ctrl)
 	if err != nil {
@@ -172,7 +253,7 @@ func New(cfg Config, ctrl core.Controller, reqs []Request, rec event.Recorder) (
 	if rec == nil {
 		rec = event.Discard
 	}
-	s := &Sim{cfg: cfg, core: c, rec: rec, reqs: reqs, st: make([]reqState, len(reqs)), tickAt: event.Never}
+	s := &Sim{cfg: cfg, core: c, rec: rec, src: src, st: make([]reqState, minRing), mask: minRing - 1, tickAt: event.Never}
 	s.eng = make([]engine, len(cfg.Profiles))
 	for i, p := range cfg.Profiles {
 		s.eng[i] = engine{id: int32(i), prof: p}
@@ -180,16 +261,72 @@ func New(cfg Config, ctrl core.Controller, reqs []Request, rec event.Recorder) (
 			s.eng[i].cache = newPrefixCache(cfg.Cache)
 		}
 	}
-	for i := range reqs {
-		r := &reqs[i]
-		want := r.OutputTokens
-		st := &s.st[i]
-		if r.OutputCap > 0 && want > r.OutputCap {
-			want, st.capped = r.OutputCap, true
-		}
-		st.input, st.want, st.prefill, st.decode = r.InputTokens, want, -1, -1
-	}
 	return s, nil
+}
+
+// minRing is the smallest ring of request states.
+const minRing = 64
+
+// state is request i's state; i must be in flight (arrived, and it or a
+// request before it still open).
+func (s *Sim) state(i int32) *reqState {
+	if i < s.base || i >= s.top {
+		panic(fmt.Sprintf("sim: request %d: state asked for outside the requests in flight [%d, %d)", i+1, s.base+1, s.top+1))
+	}
+	return &s.st[i&s.mask]
+}
+
+// Slots is how many request states the run holds room for now: a power of
+// two at least the number of requests from the oldest still open to the
+// newest arrived (tests use it to check that memory follows the requests
+// in flight).
+func (s *Sim) Slots() int { return len(s.st) }
+
+// pull takes the next request from the source into s.next, checking it.
+func (s *Sim) pull() {
+	s.hasNext = s.src.Next(&s.next)
+	if !s.hasNext {
+		if err := s.src.Err(); err != nil && s.err == nil {
+			s.err = err
+		}
+		// Every arrival is known: the run drains until the limit.
+		s.drainEnd = s.lastAt + s.cfg.DrainLimit
+		return
+	}
+	var prev *Request
+	if s.top > 0 {
+		prev = &Request{At: s.lastAt}
+	}
+	if err := checkRequest(int(s.top), &s.next, prev); err != nil {
+		s.hasNext = false
+		if s.err == nil {
+			s.err = err
+		}
+		return
+	}
+	if s.top == math.MaxInt32 {
+		s.hasNext = false
+		if s.err == nil {
+			s.err = fmt.Errorf("sim: more than %d requests: expected at most %d", math.MaxInt32, math.MaxInt32)
+		}
+		return
+	}
+	s.lastAt = s.next.At
+}
+
+// admit makes room for the next arrival's state and returns its index.
+func (s *Sim) admit() int32 {
+	if int(s.top-s.base) == len(s.st) {
+		grown := make([]reqState, 2*len(s.st))
+		m := int32(len(grown) - 1)
+		for j := s.base; j < s.top; j++ {
+			grown[j&m] = s.st[j&s.mask]
+		}
+		s.st, s.mask = grown, m
+	}
+	i := s.top
+	s.top++
+	return i
 }
 
 // Core exposes the scheduling core (for inspection in tests).
@@ -197,24 +334,20 @@ func (s *Sim) Core() *core.Core { return s.core }
 
 // Run simulates until every request has ended, or the drain limit passes.
 func (s *Sim) Run() (Stats, error) {
-	s.stats.Offered = len(s.reqs)
-	s.open = len(s.reqs)
 	s.applyCore()
-	last := event.Time(0)
-	if n := len(s.reqs); n > 0 {
-		last = s.reqs[n-1].At
-	}
-	s.drainEnd = last + s.cfg.DrainLimit
-	next := 0
-	for s.open > 0 && s.err == nil {
+	// Until the source is drained the drain limit is unknown, and it
+	// cannot bind: every arrival comes before it.
+	s.drainEnd = event.Never
+	s.pull()
+	for (s.open > 0 || s.hasNext) && s.err == nil {
 		var at event.Time = event.Never
 		if len(s.heap) > 0 {
 			at = s.heap[0].at
 		}
-		if next < len(s.reqs) && s.reqs[next].At <= at {
-			s.setNow(s.reqs[next].At)
-			s.arrive(int32(next))
-			next++
+		if s.hasNext && s.next.At <= at {
+			s.setNow(s.next.At)
+			s.arrive()
+			s.pull()
 			continue
 		}
 		if at == event.Never || at > s.drainEnd {
@@ -246,6 +379,7 @@ func (s *Sim) Run() (Stats, error) {
 			}
 		}
 	}
+	s.stats.Offered = int(s.top)
 	if s.err != nil {
 		return s.stats, fmt.Errorf("sim: at %v: %w", s.now, s.err)
 	}
@@ -348,23 +482,37 @@ func (s *Sim) applyCore() {
 	s.scheduleTick(rd.NextTick)
 }
 
-func (s *Sim) arrive(i int32) {
-	r := &s.reqs[i]
+// arrive takes s.next in as the next request.
+func (s *Sim) arrive() {
+	r := &s.next
+	i := s.admit()
+	st := s.state(i)
+	*st = reqState{at: r.At, group: r.PrefixGroup, prefix: int32(r.PrefixTokens), input: int32(r.InputTokens),
+		want: int32(r.OutputTokens), prefill: -1, decode: -1}
+	if r.OutputCap > 0 && r.OutputTokens > r.OutputCap {
+		st.want, st.capped = int32(r.OutputCap), true
+	}
+	s.open++
 	s.record = event.Record{At: s.now, Kind: event.KindArrival, Req: event.RequestID(i + 1),
 		Inst: event.NoInstance, Peer: event.NoInstance, Tokens: int64(r.InputTokens),
-		Want: int64(s.st[i].want), Ref: r.At, Class: r.Class}
+		Want: int64(st.want), Ref: r.At, Class: r.Class}
 	s.emit(&s.record)
 	s.fact(s.core.Arrive(s.now, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens,
 		PrefixGroup: r.PrefixGroup, PrefixTokens: r.PrefixTokens}))
 }
 
+// end marks request i ended and releases the states of the ended
+// requests at the front of the ring.
 func (s *Sim) end(i int32) {
-	s.st[i].ended = true
+	s.state(i).ended = true
 	s.open--
+	for s.base < s.top && s.st[s.base&s.mask].ended {
+		s.base++
+	}
 }
 
 func (s *Sim) placePrefill(i int32, inst int32) {
-	st := &s.st[i]
+	st := s.state(i)
 	st.prefill = inst
 	s.emitReq(event.KindAdmit, i, inst, -1, 0, event.CauseNone)
 	e := &s.eng[inst]
@@ -373,14 +521,14 @@ func (s *Sim) placePrefill(i int32, inst int32) {
 }
 
 func (s *Sim) placeDecode(i int32, inst int32) {
-	st := &s.st[i]
+	st := s.state(i)
 	st.decode = inst
 	crossed := inst != st.prefill
 	cause := event.CauseNone
 	if crossed {
 		cause = event.CauseCrossed
 	}
-	ctx := int64(st.input + st.produced)
+	ctx := st.ctx()
 	s.emitReq(event.KindDecodeStart, i, inst, st.prefill, ctx, cause)
 	dst := &s.eng[inst]
 	dst.pendingCtx += ctx
@@ -396,8 +544,8 @@ func (s *Sim) placeDecode(i int32, inst int32) {
 }
 
 func (s *Sim) kvReady(e *engine, i int32) {
-	st := &s.st[i]
-	s.emitReq(event.KindKVDone, i, st.prefill, e.id, int64(st.input+st.produced), event.CauseNone)
+	st := s.state(i)
+	s.emitReq(event.KindKVDone, i, st.prefill, e.id, st.ctx(), event.CauseNone)
 	s.join(e, i)
 }
 
@@ -459,8 +607,8 @@ func (s *Sim) startIteration(e *engine) {
 			break
 		}
 		i := (*q)[0]
-		st := &s.st[i]
-		c := int64(st.input + st.produced)
+		st := s.state(i)
+		c := st.ctx()
 		if kv > 0 && e.running.Len()+len(e.recomp) > 0 && e.ctx+e.held+c > kv {
 			break // FCFS: the head waits for room
 		}
@@ -495,23 +643,22 @@ func (s *Sim) startIteration(e *engine) {
 		if budget <= 0 {
 			break
 		}
-		st := &s.st[i]
-		n := min(st.input-st.done, b.ChunkTokens, budget)
+		st := s.state(i)
+		n := min(int(st.input-st.done), b.ChunkTokens, budget)
 		if !st.started {
 			// The first chunk: tokens this engine has cached for the
 			// prompt's prefix group are not computed again (the last
 			// prompt token always is).
 			st.started = true
 			if e.cache != nil {
-				r := &s.reqs[i]
-				st.done = min(e.cache.lookup(r.PrefixGroup, r.PrefixTokens), st.input-1)
+				st.done = int32(min(e.cache.lookup(st.group, int(st.prefix)), int(st.input)-1))
 				e.cache.hits += int64(st.done)
-				n = min(st.input-st.done, b.ChunkTokens, budget)
+				n = min(int(st.input-st.done), b.ChunkTokens, budget)
 			}
 			s.emitReq(event.KindPrefillStart, i, e.id, -1, int64(st.done), event.CauseNone)
 		}
-		secs += e.prof.PrefillSpan(st.done, st.done+n)
-		e.chunks = append(e.chunks, chunk{req: i, tokens: n})
+		secs += e.prof.PrefillSpan(int(st.done), int(st.done)+n)
+		e.chunks = append(e.chunks, chunk{req: i, tokens: n, last: int(st.done)+n >= int(st.input)})
 		budget -= n
 	}
 	e.gen++
@@ -569,14 +716,14 @@ func (s *Sim) preemptNewest(e *engine) {
 		e.recomp = append(e.recomp[:job], e.recomp[job+1:]...)
 	} else {
 		i = e.running.removeAt(at).req
-		st := &s.st[i]
-		st.produced += int(e.iters - st.joinIter)
+		st := s.state(i)
+		st.produced += int32(e.iters - st.joinIter)
 		st.running = false
-		e.ctx -= int64(st.input + st.produced)
+		e.ctx -= st.ctx()
 	}
-	st := &s.st[i]
-	s.emitReq(event.KindPreempt, i, e.id, -1, int64(st.input+st.produced), event.CauseNone)
-	e.pendingCtx += int64(st.input + st.produced)
+	st := s.state(i)
+	s.emitReq(event.KindPreempt, i, e.id, -1, st.ctx(), event.CauseNone)
+	e.pendingCtx += st.ctx()
 	e.pendingN++
 	e.preempted = append(e.preempted, 0)
 	copy(e.preempted[1:], e.preempted)
@@ -642,17 +789,19 @@ func (s *Sim) iterDone(e *engine) {
 	// packed against the untouched tail.
 	k := len(e.chunks)
 	for _, c := range e.chunks {
-		st := &s.st[c.req]
-		st.done += c.tokens
-		if st.done >= st.input {
+		st := s.state(c.req)
+		st.done += int32(c.tokens)
+		if c.last {
 			s.prefillDone(e, c.req)
 		}
 	}
 	w := k
 	for j := k - 1; j >= 0; j-- {
-		if i := e.prefillQ[j]; s.st[i].done < s.st[i].input {
+		// A finished prompt's request may have ended already (a one-token
+		// answer): its chunk, not its state, says it is done.
+		if !e.chunks[j].last {
 			w--
-			e.prefillQ[w] = i
+			e.prefillQ[w] = e.prefillQ[j]
 		}
 	}
 	e.prefillQ = e.prefillQ[w:]
@@ -678,18 +827,18 @@ func (s *Sim) recomputeDone(e *engine) {
 			continue
 		}
 		i := j.req
-		st := &s.st[i]
+		st := s.state(i)
 		e.held -= int64(j.total)
 		st.produced++
 		if s.cfg.TokenHook != nil {
-			s.cfg.TokenHook(event.RequestID(i+1), st.produced, s.now)
+			s.cfg.TokenHook(event.RequestID(i+1), int(st.produced), s.now)
 		}
 		if st.produced >= st.want {
 			s.finish(i, e.id)
 			continue
 		}
 		st.joinIter, st.running = e.iters, true
-		e.ctx += int64(st.input + st.produced)
+		e.ctx += st.ctx()
 		e.running.push(finishEntry{at: e.iters + int64(st.want-st.produced), req: i, admit: j.admit})
 	}
 	e.recomp = e.recomp[:w]
@@ -712,9 +861,9 @@ func (s *Sim) advanceDecode(e *engine, n int64) {
 	e.ctx += n * int64(e.running.Len())
 	for e.running.Len() > 0 && e.running.min().at <= e.iters {
 		f := e.running.pop()
-		st := &s.st[f.req]
+		st := s.state(f.req)
 		st.produced, st.running = st.want, false
-		e.ctx -= int64(st.input + st.want)
+		e.ctx -= int64(st.input) + int64(st.want)
 		s.finish(f.req, e.id)
 	}
 }
@@ -749,29 +898,28 @@ func (s *Sim) reportTokens(e *engine, n int64) {
 			at = e.spanEnd(e.iters - e.spanIters0 + j)
 		}
 		for _, f := range e.running.items {
-			st := &s.st[f.req]
-			k := st.produced + int(e.iters+j-st.joinIter)
+			st := s.state(f.req)
+			k := int(st.produced) + int(e.iters+j-st.joinIter)
 			s.cfg.TokenHook(event.RequestID(f.req+1), k, at)
 		}
 	}
 }
 
 func (s *Sim) prefillDone(e *engine, i int32) {
-	st := &s.st[i]
+	st := s.state(i)
 	st.produced = 1
 	if e.cache != nil {
-		r := &s.reqs[i]
-		e.cache.insert(r.PrefixGroup, min(r.PrefixTokens, st.input))
+		e.cache.insert(st.group, int(min(st.prefix, st.input)))
 	}
 	s.emitReq(event.KindPrefillDone, i, e.id, -1, 0, event.CauseNone)
 	if s.cfg.TokenHook != nil {
 		s.cfg.TokenHook(event.RequestID(i+1), 1, s.now)
 	}
-	req := core.Request{ID: event.RequestID(i + 1), InputTokens: st.input, PrefillInst: event.Instance(e.id)}
+	req := core.Request{ID: event.RequestID(i + 1), InputTokens: int(st.input), PrefillInst: event.Instance(e.id)}
 	if st.want <= 1 {
 		// The answer is complete with its first token: no decode leg.
 		req.NoDecode, req.OutputTokens = true, 1
-		req.TTFT, req.TPOT = s.now-s.reqs[i].At, event.Never
+		req.TTFT, req.TPOT = s.now-st.at, event.Never
 		if err := s.core.PrefillDone(s.now, req); err != nil && s.err == nil {
 			s.err = err
 		}
@@ -783,16 +931,16 @@ func (s *Sim) prefillDone(e *engine, i int32) {
 }
 
 func (s *Sim) finish(i int32, inst int32) {
-	st := &s.st[i]
+	st := s.state(i)
 	cause := event.CauseStop
 	if st.capped {
 		cause = event.CauseLength
 	}
 	s.emitReq(event.KindFinish, i, inst, -1, int64(st.produced), cause)
 	if st.decode >= 0 {
-		s.fact(s.core.Finished(s.now, event.Instance(inst), core.Request{ID: event.RequestID(i + 1), InputTokens: st.input,
-			PrefillInst: event.Instance(st.prefill), DecodeInst: event.Instance(inst), ContextTokens: int64(st.input + st.produced),
-			OutputTokens: st.produced, TTFT: st.firstAt - s.reqs[i].At,
+		s.fact(s.core.Finished(s.now, event.Instance(inst), core.Request{ID: event.RequestID(i + 1), InputTokens: int(st.input),
+			PrefillInst: event.Instance(st.prefill), DecodeInst: event.Instance(inst), ContextTokens: st.ctx(),
+			OutputTokens: int(st.produced), TTFT: st.firstAt - st.at,
 			TPOT: (s.now - st.firstAt) / event.Time(st.produced-1)}))
 	}
 	s.end(i)
@@ -804,20 +952,20 @@ func (s *Sim) expireAll() {
 	if s.drainEnd > s.now {
 		s.setNow(s.drainEnd)
 	}
-	for i := range s.st {
-		st := &s.st[i]
+	for i := s.base; i < s.top; i++ {
+		st := s.state(i)
 		if st.ended {
 			continue
 		}
-		produced := st.produced
+		produced := int64(st.produced)
 		if st.running {
-			produced += int(s.eng[st.decode].itersNow(s.now) - st.joinIter)
+			produced += s.eng[st.decode].itersNow(s.now) - st.joinIter
 		}
-		s.emitReq(event.KindExpire, int32(i), -1, -1, int64(produced), event.CauseDrainLimit)
+		s.emitReq(event.KindExpire, i, -1, -1, produced, event.CauseDrainLimit)
 		st.ended = true
 		s.stats.Expired++
 	}
-	s.open = 0
+	s.open, s.base = 0, s.top
 }
 
 // itersNow is how many decode iterations the engine has completed by now,

@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
@@ -170,8 +171,18 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 		}
 		seenRate[cfg.Rates[i]] = true
 	}
+	// A rate may generate at most traces.MaxRequests or, when the trace
+	// itself expects more at its own rate, that many (give or take the
+	// rounding of rates; runs stream their requests, so only time bounds
+	// them): a mistyped rate is refused before it starts a run that never
+	// ends. The oracle's searches hold the whole trace, so with them
+	// MaxRequests binds.
+	limit := traces.MaxRequests
+	if tr.Spec != nil && !seen["oracle"] && !seen["phase-oracle"] {
+		limit = int(min(max(float64(limit), math.Ceil(tr.Spec.ExpectedRequests(1)*(1+1e-5))), traces.MaxStreamRequests))
+	}
 	for _, r := range cfg.Rates {
-		if err := checkScale(tr, r, base); err != nil {
+		if err := checkScale(tr, r, base, limit); err != nil {
 			name := "rates"
 			if o.Rates == "" {
 				name = "speedup"
@@ -184,12 +195,13 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 
 // checkScale refuses a rate the trace cannot be generated at, in the
 // user's terms (the rate, the trace's mean rate), before any run starts.
-func checkScale(tr *traces.Trace, rate, base float64) error {
+// limit is the most requests the sweep may generate at one rate.
+func checkScale(tr *traces.Trace, rate, base float64, limit int) error {
 	scale := rate / base
 	if tr.Spec != nil {
-		if n := tr.Spec.ExpectedRequests(scale); !(n <= traces.MaxRequests) {
+		if n := tr.Spec.ExpectedRequests(scale); !(n <= float64(limit)) {
 			return fmt.Errorf("%.4g req/s (%.4gx the trace's mean rate of %.4g req/s) would generate about %.4g requests: expected at most %d (a lower rate)",
-				rate, scale, base, n, traces.MaxRequests)
+				rate, scale, base, n, limit)
 		}
 		return nil
 	}

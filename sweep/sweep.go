@@ -291,17 +291,27 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	simCfg.DrainLimit = cfg.Fleet.Drain()
 	simCfg.Admission = cfg.Admission
-	// One trace per rate, shared read-only by every arm.
-	workloads := make([][]sim.Request, len(rates))
+	// One workload per rate: each run streams its requests from the trace
+	// as the simulated clock reaches them. A rate's trace is generated
+	// whole once, shared read-only by every arm, only when the oracle's
+	// searches replay it, or when it is small (at most ShareRequests) and
+	// several arms would otherwise each generate it again.
+	workloads := make([]workload, len(rates))
 	for i, r := range rates {
-		reqs, err := cfg.Trace.Generate(cfg.Seed, r/base)
-		if err != nil {
+		w := workload{trace: cfg.Trace, seed: cfg.Seed, scale: r / base}
+		small := cfg.Trace.Spec != nil && len(cfg.Arms) > 1 && cfg.Trace.Spec.ExpectedRequests(r/base) <= ShareRequests
+		if needOracle || small {
+			reqs, err := cfg.Trace.Generate(cfg.Seed, r/base)
+			if err != nil {
+				return nil, fmt.Errorf("sweep: trace %s at %v req/s: %w", cfg.Trace.Name, r, err)
+			}
+			w.reqs = make([]sim.Request, len(reqs))
+			for j := range reqs {
+				w.reqs[j] = simRequest(&reqs[j])
+			}
+		} else if _, err := cfg.Trace.Stream(cfg.Seed, r/base); err != nil {
+			// The trace is checked at every rate before any run starts.
 			return nil, fmt.Errorf("sweep: trace %s at %v req/s: %w", cfg.Trace.Name, r, err)
-		}
-		w := make([]sim.Request, len(reqs))
-		for j, q := range reqs {
-			w[j] = sim.Request{At: q.At, Class: q.Class, InputTokens: q.InputTokens, OutputTokens: q.OutputTokens,
-				OutputCap: q.OutputCap, PrefixGroup: q.PrefixGroup, PrefixTokens: q.PrefixTokens}
 		}
 		workloads[i] = w
 	}
@@ -355,7 +365,7 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	if needOracle {
 		if err := perRate(func(i int) (err error) {
-			targets[i], err = oracle(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO, memos[i])
+			targets[i], err = oracle(simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, memos[i])
 			return err
 		}); err != nil {
 			return nil, err
@@ -377,7 +387,7 @@ func Execute(cfg Config) (*Result, error) {
 			}
 		}
 		if err := perRate(func(i int) (err error) {
-			plans[i], err = bound(simCfg, workloads[i], cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals, memos[i])
+			plans[i], err = bound(simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals, memos[i])
 			return err
 		}); err != nil {
 			return nil, err
@@ -400,7 +410,7 @@ func Execute(cfg Config) (*Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var fold event.Fold
+			var fold event.StreamFold
 			for k := range jobs {
 				arm, ri := cfg.Arms[k/len(rates)], k%len(rates)
 				meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: arm,
@@ -408,7 +418,7 @@ func Execute(cfg Config) (*Result, error) {
 					Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
 				meta.ConfigHash = configHash(simCfg, meta)
 				errs[k] = guard(func() (err error) {
-					res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], workloads[ri], scoreSLO, targets[ri], plans[ri], &fold, cfg.Journal, meta)
+					res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], &workloads[ri], scoreSLO, targets[ri], plans[ri], &fold, cfg.Journal, meta)
 					return err
 				})
 				tick()
@@ -440,8 +450,59 @@ dispatch:
 	return res, nil
 }
 
-func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64, reqs []sim.Request, slo event.SLO,
-	targets []score.PhaseTarget, plan *boundPlan, fold *event.Fold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
+// ShareRequests is the most requests a rate's synthetic trace may expect
+// for a sweep of several arms to generate it once and share it (64 bytes
+// a request) rather than stream it in every run: a small trace costs
+// more to generate again than to keep.
+const ShareRequests = 1 << 16
+
+// workload is one rate's trace: streamed by each run, or materialised
+// (reqs) and shared by every arm.
+type workload struct {
+	trace *traces.Trace
+	seed  uint64
+	scale float64
+	reqs  []sim.Request // nil: stream
+}
+
+// newSim prepares a run of the workload.
+func (w *workload) newSim(cfg sim.Config, ctrl core.Controller, rec event.Recorder) (*sim.Sim, error) {
+	if w.reqs != nil {
+		return sim.New(cfg, ctrl, w.reqs, rec)
+	}
+	st, err := w.trace.Stream(w.seed, w.scale)
+	if err != nil {
+		return nil, err
+	}
+	return sim.NewStream(cfg, ctrl, &traceSource{st: st}, rec)
+}
+
+// traceSource hands a trace's stream to the simulator.
+type traceSource struct {
+	st *traces.Stream
+	r  traces.Request
+}
+
+func (s *traceSource) Next(r *sim.Request) bool {
+	if !s.st.Next(&s.r) {
+		return false
+	}
+	*r = simRequest(&s.r)
+	return true
+}
+
+func (s *traceSource) Err() error { return s.st.Err() }
+
+// simRequest is a trace's request as the simulator takes it.
+func simRequest(q *traces.Request) sim.Request {
+	return sim.Request{At: q.At, Class: q.Class, InputTokens: q.InputTokens, OutputTokens: q.OutputTokens,
+		OutputCap: q.OutputCap, PrefixGroup: q.PrefixGroup, PrefixTokens: q.PrefixTokens}
+}
+
+// runOne runs one cell. Its outcomes are scored as its requests end
+// (event.StreamFold), so it holds no row per offered request.
+func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64, wl *workload, slo event.SLO,
+	targets []score.PhaseTarget, plan *boundPlan, fold *event.StreamFold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
 	var ctrl core.Controller
 	switch {
 	case arm == "phase-oracle":
@@ -464,6 +525,8 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 		}
 	}
 	fold.Reset()
+	var sum score.Summary
+	fold.End = func(r *event.Row) { sum.Add(r, slo) }
 	moves := &moveLog{}
 	tee := event.Tee{fold, moves, &stopper{ctx: ctx}}
 	interrupted := false
@@ -490,7 +553,7 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 			}()
 		}
 	}
-	s, err := sim.New(cfg, ctrl, reqs, rec)
+	s, err := wl.newSim(cfg, ctrl, rec)
 	if err != nil {
 		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %w", arm, rate, err)
 	}
@@ -516,11 +579,9 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 	if err := fold.Err(); err != nil {
 		return Run{}, fmt.Errorf("sweep: %s at %v req/s: journal inconsistent: %w", arm, rate, err)
 	}
-	rows := fold.Rows()
-	if len(rows) != len(reqs) {
-		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %d requests folded, %d offered", arm, rate, len(rows), len(reqs))
+	if fold.Len() != st.Offered || sum.Offered != st.Offered {
+		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %d requests folded, %d ended, %d offered", arm, rate, fold.Len(), sum.Offered, st.Offered)
 	}
-	sum := score.Summarize(rows, slo)
 	splits := score.Splits(moves.moves)
 	var lagMean *float64
 	var missed int

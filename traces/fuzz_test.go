@@ -81,7 +81,8 @@ func FuzzParse(f *testing.F) {
 }
 
 // FuzzGenerate builds specs from fuzzed parameters and checks that every
-// valid one generates a well-formed trace at any scale.
+// valid one generates a well-formed trace at any scale, and streams the
+// same requests.
 func FuzzGenerate(f *testing.F) {
 	f.Add(uint64(1), 1.0, 5.0, int64(10_000), uint8(0), 1.0, 1, 100, 50.0, 10.0, uint8(0), 3)
 	f.Add(uint64(7), 2.5, 0.5, int64(60_000), uint8(2), 0.05, 10, 10, 1.0, 3.0, uint8(3), 1)
@@ -133,5 +134,19 @@ func FuzzGenerate(f *testing.F) {
 			t.Fatalf("Generate: %v", err)
 		}
 		checkInvariants(t, s, reqs)
+		// The stream hands out the same requests, one at a time.
+		st, err := s.Stream(seed, scale)
+		if err != nil {
+			t.Fatalf("Stream: %v", err)
+		}
+		var r Request
+		for i := range reqs {
+			if !st.Next(&r) || r != reqs[i] {
+				t.Fatalf("Stream: request %d is %+v, Generate's %+v (err %v)", i, r, reqs[i], st.Err())
+			}
+		}
+		if st.Next(&r) {
+			t.Fatalf("Stream: more than Generate's %d requests", len(reqs))
+		}
 	})
 }

@@ -26,18 +26,43 @@ const (
 // instant (the first request's time): batch sizes are geometric with mean
 // m >= 1, drawn from the seed's batch stream. Counts and order are kept.
 func batchArrivals(reqs []Request, seed uint64, m float64) {
+	b := newBatcher(seed, m)
+	for i := range reqs {
+		b.apply(&reqs[i])
+	}
+}
+
+// batcher groups a stream of requests into batches as batchArrivals does,
+// one request at a time.
+type batcher struct {
+	r        *rand.Rand // nil: no batching
+	q        float64    // 1 - 1/mean
+	i        int        // index of the next request
+	next     int        // index of the next batch's first request
+	end      int        // requests before end belong to the current batch
+	leaderAt event.Time // when the current batch is sent
+}
+
+func newBatcher(seed uint64, m float64) batcher {
 	if !(m > 1) {
+		return batcher{}
+	}
+	return batcher{r: rand.New(newStream(seed, streamBatch, 0)), q: 1 - 1/m}
+}
+
+// apply gives the next request its batch's time.
+func (b *batcher) apply(req *Request) {
+	if b.r == nil {
 		return
 	}
-	r := rand.New(newStream(seed, streamBatch, 0))
-	q := 1 - 1/m
-	for i := 0; i < len(reqs); {
-		k := 1 + int(math.Floor(math.Log(1-r.Float64())/math.Log(q)))
-		for j := i + 1; j < i+k && j < len(reqs); j++ {
-			reqs[j].At = reqs[i].At
-		}
-		i += max(k, 1)
+	switch i := b.i; {
+	case i == b.next:
+		k := 1 + int(math.Floor(math.Log(1-b.r.Float64())/math.Log(b.q)))
+		b.leaderAt, b.end, b.next = req.At, i+k, i+max(k, 1)
+	case i < b.end:
+		req.At = b.leaderAt
 	}
+	b.i++
 }
 
 // mix64 is the SplitMix64 finaliser; it spreads nearby inputs apart.
@@ -61,8 +86,40 @@ func newStream(seed, stream, index uint64) *rand.PCG {
 // scale multiplies the rate of every phase (a requests phase gets
 // round(N*scale) arrivals, a counts phase round(N*scale) per class); phase
 // durations never change. The same spec, seed and scale always give the
-// same slice.
+// same slice: the requests Stream hands out one at a time.
 func (s *Spec) Generate(seed uint64, scale float64) ([]Request, error) {
+	g, err := s.newGenerator(seed, scale, MaxRequests)
+	if err != nil {
+		return nil, err
+	}
+	expected := s.ExpectedRequests(scale)
+	out := make([]Request, 0, int(expected+4*math.Sqrt(expected)+16))
+	var r Request
+	for g.next(&r) {
+		out = append(out, r)
+	}
+	if g.err != nil {
+		return nil, g.err
+	}
+	return out, nil
+}
+
+// Stream returns the trace's requests for the given seed and scale one at
+// a time, in the order Generate returns them and equal to them, holding
+// only the generator's state (one phase's class order for a counts
+// phase), never the trace. A stream may hold up to MaxStreamRequests
+// requests.
+func (s *Spec) Stream(seed uint64, scale float64) (*Stream, error) {
+	g, err := s.newGenerator(seed, scale, MaxStreamRequests)
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{gen: g}, nil
+}
+
+// newGenerator checks the spec and scale and prepares a generator that
+// fails once it has produced more than limit requests.
+func (s *Spec) newGenerator(seed uint64, scale float64, limit int) (*generator, error) {
 	if !(scale > 0) || math.IsInf(scale, 0) {
 		return nil, fmt.Errorf("trace %s: scale %s: expected a finite number > 0", s.Name, formatFloat(scale))
 	}
@@ -70,104 +127,185 @@ func (s *Spec) Generate(seed uint64, scale float64) ([]Request, error) {
 		return nil, err
 	}
 	expected := s.ExpectedRequests(scale)
-	if !(expected <= MaxRequests) {
+	if !(expected <= float64(limit)) {
 		return nil, fmt.Errorf("trace %s: about %.4g requests expected at scale %s: expected at most %d",
-			s.Name, expected, formatFloat(scale), MaxRequests)
+			s.Name, expected, formatFloat(scale), limit)
 	}
 	g := &generator{
 		spec:    s,
 		seed:    seed,
 		scale:   scale,
+		limit:   limit,
 		names:   s.classNames(),
-		out:     make([]Request, 0, int(expected+4*math.Sqrt(expected)+16)),
 		prefixN: make(map[int64]int),
+		phaseI:  -1,
+		batch:   newBatcher(seed, s.Arrival.BatchMean),
 	}
 	g.classes = make([]classSampler, len(g.names))
 	for i, name := range g.names {
 		g.classes[i] = newClassSampler(s.Classes[name])
 	}
-	var start event.Time
-	for i := range s.Phases {
-		if err := g.phase(i, start); err != nil {
-			return nil, err
-		}
-		start += event.Time(s.Phases[i].Duration)
-	}
-	batchArrivals(g.out, seed, s.Arrival.BatchMean)
-	return g.out, nil
+	return g, nil
 }
 
+// Phase kinds of the generator.
+const (
+	phaseIdle  = iota // no arrivals (and before the first phase)
+	phaseRate         // a rate or rate_multiplier phase: arrivals until the phase ends
+	phaseFixed        // a requests or counts phase: exactly left more arrivals
+)
+
+// generator produces a spec's requests lazily, phase by phase; next hands
+// out one request at a time. Each phase draws from its own streams, so
+// the requests are the same however they are consumed.
 type generator struct {
 	spec    *Spec
 	seed    uint64
 	scale   float64
+	limit   int      // more requests than this is an error
 	names   []string // sorted class names; a class's index is its position
 	classes []classSampler
-	out     []Request
 	prefixN map[int64]int // prefix length of each group seen so far
-	phaseI  int           // index of the phase being generated
+	batch   batcher
+	n       int   // requests produced
+	err     error // why next stopped early
+
+	// the phase being generated
+	phaseI    int // its index; -1 before the first
+	start     event.Time
+	kind      int
+	arr       *arrivals
+	classRNG  *rand.Rand
+	lengthRNG *rand.Rand
+	durNs     float64
+	pick      classPicker
+	seq       []int32 // counts phase: the shuffled class of each arrival
+	k         int     // arrivals of the phase so far
+	left      int     // fixed phase: arrivals still to come
+	total     float64 // fixed phase: the sum of its n+1 unit gaps
+	sum       float64 // unit-rate time so far
+	nsPerUnit float64 // rate phase: ns per unit of the unit-rate process
 }
 
-// phase appends the arrivals of phase i, which starts at start.
-func (g *generator) phase(i int, start event.Time) error {
-	p := &g.spec.Phases[i]
-	g.phaseI = i
-	idx := uint64(i)
-	arr := newArrivals(g.spec.arrivalOf(i), newStream(g.seed, streamArrival, idx))
-	classRNG := rand.New(newStream(g.seed, streamClass, idx))
-	lengthRNG := rand.New(newStream(g.seed, streamLength, idx))
-	durNs := float64(time.Duration(p.Duration).Nanoseconds())
-	first := len(g.out)
+// next stores the next request in r, or reports false at the end of the
+// trace or on an error (g.err).
+func (g *generator) next(r *Request) bool {
+	if g.err != nil {
+		return false
+	}
+	for {
+		switch g.kind {
+		case phaseFixed:
+			if g.left > 0 {
+				g.left--
+				g.sum += g.arr.gap()
+				off := 0.0
+				if g.total > 0 {
+					off = g.durNs * (g.sum / g.total)
+				}
+				ci := 0
+				if g.seq != nil {
+					ci = int(g.seq[g.k])
+				} else {
+					ci = g.pick.pick(g.classRNG)
+				}
+				g.emit(r, min(off, g.durNs-1), ci)
+				return true
+			}
+		case phaseRate:
+			g.sum += g.arr.gap()
+			off := math.Round(g.sum * g.nsPerUnit)
+			if off < g.durNs {
+				g.emit(r, off, g.pick.pick(g.classRNG))
+				if g.n > g.limit {
+					g.err = fmt.Errorf("trace %s: phases[%d] produced more than %d requests", g.spec.Name, g.phaseI, g.limit)
+					return false
+				}
+				return true
+			}
+			// This draw crosses the phase end: discard it.
+		}
+		if !g.nextPhase() {
+			return false
+		}
+	}
+}
 
+// nextPhase prepares the phase after the current one, or reports false
+// when there is none.
+func (g *generator) nextPhase() bool {
+	if g.phaseI >= len(g.spec.Phases) {
+		return false
+	}
+	if g.phaseI >= 0 {
+		g.start += event.Time(g.spec.Phases[g.phaseI].Duration)
+	}
+	g.phaseI++
+	if g.phaseI >= len(g.spec.Phases) {
+		g.kind, g.seq = phaseIdle, nil
+		return false
+	}
+	i := g.phaseI
+	p := &g.spec.Phases[i]
+	idx := uint64(i)
+	g.arr = newArrivals(g.spec.arrivalOf(i), newStream(g.seed, streamArrival, idx))
+	g.classRNG = rand.New(newStream(g.seed, streamClass, idx))
+	g.lengthRNG = rand.New(newStream(g.seed, streamLength, idx))
+	g.durNs = float64(time.Duration(p.Duration).Nanoseconds())
+	g.k, g.sum, g.seq = 0, 0, nil
 	switch {
 	case p.Counts != nil:
 		// Exactly round(N*scale) requests of each class, in an order
 		// shuffled by the class stream, at the times of a requests phase.
-		var seq []int
+		var seq []int32
 		for ci, name := range g.names {
 			n := int(math.Round(float64(p.Counts[name]) * g.scale))
 			for range n {
-				seq = append(seq, ci)
+				seq = append(seq, int32(ci))
 			}
 		}
-		classRNG.Shuffle(len(seq), func(a, b int) { seq[a], seq[b] = seq[b], seq[a] })
-		arr.fixedCount(len(seq), durNs, func(off float64) {
-			g.emit(start, off, seq[len(g.out)-first], lengthRNG)
-		})
+		g.classRNG.Shuffle(len(seq), func(a, b int) { seq[a], seq[b] = seq[b], seq[a] })
+		g.seq = seq
+		g.fixed(len(seq))
 	case p.Requests != nil:
-		n := int(math.Round(float64(*p.Requests) * g.scale))
-		pick := newClassPicker(g.names, p.Mix)
-		arr.fixedCount(n, durNs, func(off float64) {
-			g.emit(start, off, pick.pick(classRNG), lengthRNG)
-		})
+		g.pick = newClassPicker(g.names, p.Mix)
+		g.fixed(int(math.Round(float64(*p.Requests) * g.scale)))
 	default:
 		rate := g.spec.phaseRate(i) * g.scale
-		if rate <= 0 {
-			return nil
-		}
-		pick := newClassPicker(g.names, p.Mix)
-		nsPerUnit := 1e9 / rate
-		sum := 0.0
-		for {
-			sum += arr.gap()
-			off := math.Round(sum * nsPerUnit)
-			if !(off < durNs) {
-				break // this draw crosses the phase end: discard it
-			}
-			g.emit(start, off, pick.pick(classRNG), lengthRNG)
-			if len(g.out) > MaxRequests {
-				return fmt.Errorf("trace %s: phases[%d] produced more than %d requests", g.spec.Name, i, MaxRequests)
-			}
+		g.kind = phaseIdle
+		if rate > 0 {
+			g.kind = phaseRate
+			g.pick = newClassPicker(g.names, p.Mix)
+			g.nsPerUnit = 1e9 / rate
 		}
 	}
-	return nil
+	return true
 }
 
-// emit appends one request of class ci at offset off (ns) after start.
-func (g *generator) emit(start event.Time, off float64, ci int, r *rand.Rand) {
+// fixed prepares exactly n arrivals within the phase: n+1 unit gaps are
+// drawn and scaled to sum to the phase's duration, and the first n
+// partial sums are the arrival offsets (the same gaps are drawn again as
+// the arrivals are handed out). For the uniform process this spaces
+// arrivals evenly at duration*k/(n+1).
+func (g *generator) fixed(n int) {
+	g.kind, g.left, g.total = phaseFixed, max(n, 0), 0
+	if n <= 0 {
+		return
+	}
+	saved := *g.arr.pcg
+	for range n + 1 {
+		g.total += g.arr.gap()
+	}
+	*g.arr.pcg = saved // replay the same gaps
+}
+
+// emit stores request k of the phase, of class ci at offset off (ns) after
+// the phase's start, in req.
+func (g *generator) emit(req *Request, off float64, ci int) {
 	c := &g.classes[ci]
-	req := Request{
-		At:           start + event.Time(math.Round(off)),
+	r := g.lengthRNG
+	*req = Request{
+		At:           g.start + event.Time(math.Round(off)),
 		Class:        g.names[ci],
 		InputTokens:  c.input.sample(r),
 		OutputTokens: c.output.sample(r),
@@ -187,7 +325,9 @@ func (g *generator) emit(start event.Time, off float64, ci int, r *rand.Rand) {
 		req.PrefixGroup = id
 		req.PrefixTokens = min(n, req.InputTokens)
 	}
-	g.out = append(g.out, req)
+	g.k++
+	g.n++
+	g.batch.apply(req)
 }
 
 // classPicker draws a class index with the weights of a phase mix.
@@ -383,30 +523,4 @@ func (a *arrivals) gamma() float64 {
 		x *= math.Pow(1-a.r.Float64(), 1/a.k)
 	}
 	return x
-}
-
-// fixedCount calls emit with the offsets (ns from the phase start) of
-// exactly n arrivals within durNs: n+1 unit gaps are drawn and scaled to sum
-// to durNs, and the first n partial sums are the arrival offsets. For the
-// uniform process this spaces arrivals evenly at durNs*k/(n+1).
-func (a *arrivals) fixedCount(n int, durNs float64, emit func(off float64)) {
-	if n <= 0 {
-		return
-	}
-	saved := *a.pcg
-	total := 0.0
-	for range n + 1 {
-		total += a.gap()
-	}
-	*a.pcg = saved // replay the same gaps
-	last := durNs - 1
-	sum := 0.0
-	for range n {
-		sum += a.gap()
-		off := 0.0
-		if total > 0 {
-			off = durNs * (sum / total)
-		}
-		emit(min(off, last))
-	}
 }

@@ -18,8 +18,13 @@ const (
 	// MaxTokens bounds every token length a distribution may produce.
 	MaxTokens = 10_000_000
 	// MaxRequests bounds the expected number of requests of a trace at the
-	// scale it is generated at (a Request is 64 bytes).
+	// scale it is generated at as a whole (Generate; a Request is 64
+	// bytes), and the requests of an imported file.
 	MaxRequests = 20_000_000
+	// MaxStreamRequests bounds the expected number of requests of a
+	// synthetic trace streamed (Stream), which holds no request it has
+	// handed out: the simulator's sweeps stream.
+	MaxStreamRequests = 2_000_000_000
 	// MaxDuration bounds the total duration of a trace.
 	MaxDuration = 1000 * time.Hour
 	// MaxPrefixGroups bounds prefix.groups of a class.

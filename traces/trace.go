@@ -331,29 +331,88 @@ func (t *Trace) MeanRate() float64 {
 // synthetic trace it is Spec.Generate. An imported trace ignores seed (it
 // is data) and scales time: a request imported at At is sent at
 // round(At/scale), so the mean rate becomes scale×MeanRate. Each call
-// returns a new slice.
+// returns a new slice, holding what Stream hands out.
 func (t *Trace) Generate(seed uint64, scale float64) ([]Request, error) {
 	if t.Spec != nil {
 		return t.Spec.Generate(seed, scale)
+	}
+	st, err := t.Stream(seed, scale)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Request, 0, len(t.reqs))
+	var r Request
+	for st.Next(&r) {
+		out = append(out, r)
+	}
+	return out, st.Err()
+}
+
+// Stream returns the requests Generate would, one at a time and in the
+// same order, without building the slice: a synthetic trace is generated
+// as it is read (Spec.Stream); an imported trace, held in memory as read
+// from its files, is scaled (and batched) request by request.
+func (t *Trace) Stream(seed uint64, scale float64) (*Stream, error) {
+	if t.Spec != nil {
+		return t.Spec.Stream(seed, scale)
 	}
 	b, err := t.scaledBounds(scale)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Request, len(t.reqs))
-	p := 0 // phase of the current request
-	for i, r := range t.reqs {
-		for r.At >= t.bounds[p+1] {
-			p++
-		}
-		at := event.Time(math.Round(float64(r.At) / scale))
-		// Rounding cannot move a request out of its phase unless the
-		// phase was widened to 1 ns by scaledBounds; keep it inside.
-		r.At = min(max(at, b[p]), b[p+1]-1)
-		out[i] = r
+	return &Stream{imp: &importStream{t: t, b: b, scale: scale, batch: newBatcher(seed, t.batch)}}, nil
+}
+
+// Stream hands out a trace's requests one at a time, sorted by At (see
+// Trace.Stream and Spec.Stream). It is not safe for concurrent use.
+type Stream struct {
+	gen *generator
+	imp *importStream
+}
+
+// Next stores the next request in r and reports true, or reports false
+// at the end of the trace or on an error (Err).
+func (s *Stream) Next(r *Request) bool {
+	if s.gen != nil {
+		return s.gen.next(r)
 	}
-	batchArrivals(out, seed, t.batch)
-	return out, nil
+	return s.imp.next(r)
+}
+
+// Err is why Next stopped before the end of the trace, or nil.
+func (s *Stream) Err() error {
+	if s.gen != nil {
+		return s.gen.err
+	}
+	return nil
+}
+
+// importStream scales an imported trace's requests one at a time.
+type importStream struct {
+	t     *Trace
+	b     []event.Time // bounds at the scale
+	scale float64
+	batch batcher
+	i     int // next request
+	p     int // phase of the next request
+}
+
+func (s *importStream) next(out *Request) bool {
+	if s.i >= len(s.t.reqs) {
+		return false
+	}
+	r := s.t.reqs[s.i]
+	s.i++
+	for r.At >= s.t.bounds[s.p+1] {
+		s.p++
+	}
+	at := event.Time(math.Round(float64(r.At) / s.scale))
+	// Rounding cannot move a request out of its phase unless the phase
+	// was widened to 1 ns by scaledBounds; keep it inside.
+	r.At = min(max(at, s.b[s.p]), s.b[s.p+1]-1)
+	s.batch.apply(&r)
+	*out = r
+	return true
 }
 
 // Bounds returns the phase boundaries at the given scale: 0, the end of

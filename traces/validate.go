@@ -109,8 +109,8 @@ func (s *Spec) validate() []error {
 		}
 	}
 	if len(v.errs) == 0 && durationsOK {
-		if n := s.ExpectedRequests(1); !(n <= MaxRequests) {
-			v.fail("phases", "about %.4g requests expected at scale 1: expected at most %d", n, MaxRequests)
+		if n := s.ExpectedRequests(1); !(n <= MaxStreamRequests) {
+			v.fail("phases", "about %.4g requests expected at scale 1: expected at most %d", n, MaxStreamRequests)
 		} else if n == 0 {
 			v.fail("phases", "no phase has arrivals (every rate is 0): expected at least one phase with a rate > 0, requests or counts")
 		}
