@@ -116,7 +116,7 @@ def main():
     sep += '---|---|---|'
     print(head)
     print(sep)
-    worst, worst_op = 9.0, 0.0
+    worst = 9.0
     for t in a.traces.split(','):
         for lv in a.levels.split(','):
             if t == 'azure' and lv.startswith('cv') and lv != 'cv1':
@@ -125,8 +125,12 @@ def main():
                 continue
             d = sweep(a.bin, a.out, t, lv, arms)
             r = summarise(d, 'adaptive', 'oracle' if a.bound else None)
-            worst = min(worst, r['ratio'])
-            row = (f"| {t} | {LABEL[lv]} | {r['best'][7:]} {r['best_mean']:.2f} ({r['best_lo']:.2f}-{r['best_hi']:.2f}) "
+            if r['best_mean'] > 0:  # a case no arm sustains at any rate has no ratio
+                worst = min(worst, r['ratio'])
+            label = 'recorded arrivals' if (t, lv) == ('azure', 'cv1') else LABEL[lv]
+            if t == 'azure' and lv.startswith('b'):
+                label = 'recorded, in ' + LABEL[lv]
+            row = (f"| {t} | {label} | {r['best'][7:]} {r['best_mean']:.2f} ({r['best_lo']:.2f}-{r['best_hi']:.2f}) "
                    f"| {r['arm_mean']:.2f} ({r['arm_lo']:.2f}-{r['arm_hi']:.2f}) | {r['ratio']:.2f}; {r['seed_min']:.2f} |")
             if a.bound:
                 row += f" {r['bound_mean']:.2f} | {r['bound_ratio']:.2f} | {', '.join(r['above']) or 'none'} |"
