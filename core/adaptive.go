@@ -121,6 +121,10 @@ func (s SplitScore) Score() float64 { return math.Max(s.TTFT, s.TPOT) }
 // Steady is the split's worst steady-state ratio (demand terms only).
 func (s SplitScore) Steady() float64 { return math.Max(s.TTFTDemand, s.TPOTDemand) }
 
+// ttftQuantile is the share of requests whose TTFT the prefill projection
+// prices: the goodput target (90% of requests within the SLO).
+const ttftQuantile = 0.9
+
 // saturation caps utilisation in the queueing formulas; beyond it a
 // split's ratio grows linearly and steeply, so overloaded splits still
 // compare.
@@ -165,7 +169,14 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	if e.MeanPrefill > 0 {
 		// (c_a² + c_s²)·E[T] = c_a²·E[T] + E[T²]/E[T] - E[T].
 		v := arrivalSCV(e)*e.MeanPrefill + e.MeanPrefill2/e.MeanPrefill - e.MeanPrefill
-		wait = erlangC(p, r*float64(p)) * v / (2 * float64(p) * (1 - r))
+		// The SLO is met request by request, so the projection is a
+		// quantile of the wait, not its mean: an arrival waits with
+		// probability C, and then about exponentially with mean theta,
+		// so the wait's q-quantile is theta·ln(C/(1-q)) when C > 1-q.
+		theta := v / (2 * float64(p) * (1 - r))
+		if cw := erlangC(p, r*float64(p)); cw > 1-ttftQuantile {
+			wait = theta * math.Log(cw/(1-ttftQuantile))
+		}
 	}
 	model := (e.MeanPrefill+wait)/c.ttftS + 100*math.Max(0, rho-saturation)
 	drain := (backlog/float64(p) + e.MeanPrefill) / c.ttftS

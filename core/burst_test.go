@@ -32,28 +32,38 @@ func TestErlangC(t *testing.T) {
 	}
 }
 
-// The prefill projection is one M/G/p queue: with one prefill engine and
-// Poisson arrivals it is exactly Pollaczek-Khinchine's M/G/1 mean wait,
-// and with more engines it is below p independent M/G/1 queues' wait.
+// The prefill projection is one M/G/p queue, priced at the 90th
+// percentile of the wait: with one prefill engine and Poisson arrivals an
+// arrival waits with probability ρ, then exponentially with mean
+// E[T²]/(2·E[T]·(1-ρ)) (its mean wait is Pollaczek-Khinchine's), so the
+// wait's 90th percentile is that mean times ln(ρ/0.1); with more engines
+// it is below p independent M/G/1 queues' at the same utilisation; below
+// a 10% chance of waiting it is the prefill time alone.
 func TestScoreSplitPrefillQueue(t *testing.T) {
 	c := fixtureCore(t, 8)
 	c.v.now = 100 * event.Second
 	e := DemandEstimate{Arrivals: 100, Span: 20, Rate: 5, PrefillLoad: 0.7, MeanPrefill: 0.14, MeanPrefill2: 0.03}
 	s := ScoreSplit(c.View(), e, 1)
-	pk := e.MeanPrefill + 0.7*e.MeanPrefill2/(2*e.MeanPrefill*(1-0.7))
-	if math.Abs(s.TTFTDemand-pk/c.v.ttftS) > 1e-12 {
-		t.Fatalf("p=1: TTFT ratio %v, want Pollaczek-Khinchine's %v", s.TTFTDemand, pk/c.v.ttftS)
+	theta := e.MeanPrefill2 / (2 * e.MeanPrefill * (1 - 0.7))
+	want := (e.MeanPrefill + theta*math.Log(0.7/0.1)) / c.v.ttftS
+	if math.Abs(s.TTFTDemand-want) > 1e-12 {
+		t.Fatalf("p=1: TTFT ratio %v, want %v", s.TTFTDemand, want)
 	}
 	e.PrefillLoad = 2.8 // ρ = 0.7 on four engines
 	s = ScoreSplit(c.View(), e, 4)
-	separate := e.MeanPrefill + 0.7*e.MeanPrefill2/(2*e.MeanPrefill*(1-0.7))
-	if s.TTFTDemand*c.v.ttftS >= separate {
-		t.Fatalf("p=4: pooled TTFT %v s not below four separate queues' %v s", s.TTFTDemand*c.v.ttftS, separate)
+	if s.TTFTDemand*c.v.ttftS >= e.MeanPrefill+theta*math.Log(0.7/0.1) {
+		t.Fatalf("p=4: pooled TTFT %v s not below one engine's at the same utilisation", s.TTFTDemand*c.v.ttftS)
 	}
 	// Bursty arrivals price a longer wait on the same split.
 	e.GapSCV, e.LongArrivals = 15, 400
 	if b := ScoreSplit(c.View(), e, 4); b.TTFTDemand <= s.TTFTDemand {
 		t.Fatalf("c_a² = 15 priced no longer wait: %v vs %v", b.TTFTDemand, s.TTFTDemand)
+	}
+	// A light load (Erlang C under 10%): the prefill time alone.
+	e.GapSCV, e.LongArrivals = 0, 0
+	e.PrefillLoad = 0.4
+	if l := ScoreSplit(c.View(), e, 4); math.Abs(l.TTFTDemand-e.MeanPrefill/c.v.ttftS) > 1e-12 {
+		t.Fatalf("light load: TTFT ratio %v, want the prefill time's %v", l.TTFTDemand, e.MeanPrefill/c.v.ttftS)
 	}
 }
 
