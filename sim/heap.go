@@ -77,7 +77,12 @@ func (h *finishHeap) min() finishEntry { return h.items[0] }
 
 func (h *finishHeap) push(f finishEntry) {
 	h.items = append(h.items, f)
-	i := len(h.items) - 1
+	h.up(len(h.items) - 1)
+}
+
+// up moves item i toward the root while it is less than its parent and
+// returns where it stops.
+func (h *finishHeap) up(i int) int {
 	for i > 0 {
 		p := (i - 1) / 2
 		if !h.less(i, p) {
@@ -86,6 +91,7 @@ func (h *finishHeap) push(f finishEntry) {
 		h.items[i], h.items[p] = h.items[p], h.items[i]
 		i = p
 	}
+	return i
 }
 
 func (h *finishHeap) pop() finishEntry { return h.removeAt(0) }
@@ -100,15 +106,7 @@ func (h *finishHeap) removeAt(k int) finishEntry {
 	if k == n {
 		return top
 	}
-	i := k
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			break
-		}
-		h.items[i], h.items[p] = h.items[p], h.items[i]
-		i = p
-	}
+	i := h.up(k)
 	for {
 		l := 2*i + 1
 		if l >= n {

@@ -84,8 +84,9 @@ func BenchmarkOracle(b *testing.B) {
 }
 
 // runReport runs cfg b.N times and reports seconds per run (as unit) and
-// simulated requests per second (the oracle's replays not counted).
-func runReport(b *testing.B, cfg Config, unit string) {
+// simulated requests per second (the oracle's replays not counted); it
+// returns the requests simulated.
+func runReport(b *testing.B, cfg Config, unit string) int {
 	b.Helper()
 	var reqs int
 	b.ResetTimer()
@@ -98,6 +99,7 @@ func runReport(b *testing.B, cfg Config, unit string) {
 	}
 	b.ReportMetric(float64(reqs)/b.Elapsed().Seconds(), "requests/s")
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), unit)
+	return reqs
 }
 
 // BenchmarkStreamedRun runs the adaptive arm on eval8 over the first
@@ -121,18 +123,9 @@ func BenchmarkStreamedRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := Config{Trace: tr, Fleet: fl, Arms: []string{"adaptive"}, Seed: tr.Seed, Workers: 1}
-	var reqs int
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		res, err := Execute(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		reqs += res.Requests
-	}
+	reqs := runReport(b, cfg, "s/run")
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	b.ReportMetric(float64(reqs)/b.Elapsed().Seconds(), "requests/s")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(reqs), "ns/request")
 	b.ReportMetric(float64(ms.Sys)/(1<<20), "MiB-sys")
 }
