@@ -161,8 +161,9 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	// Prefill: the pool as one M/G/p queue, since placement sends each
 	// prompt to the least-loaded prefill engine rather than splitting the
 	// arrivals blindly (Allen-Cunneen: the M/M/p wait, Erlang C, scaled by
-	// (1 + c_s²)/2; at p = 1 it is Pollaczek-Khinchine's), or the
-	// resident backlog spread over the pool, whichever is worse.
+	// (c_a² + c_s²)/2; its mean at p = 1 and c_a² = 1 is
+	// Pollaczek-Khinchine's), priced at a quantile below; or the resident
+	// backlog spread over the pool, whichever is worse.
 	rho := e.PrefillLoad / float64(p)
 	r := math.Min(rho, saturation)
 	wait := 0.0
@@ -295,7 +296,7 @@ func (a *Adaptive) pass(c *View) {
 		decide("stay", fmt.Sprintf("current split scores best (%.3f)", cur.Score()))
 		return
 	}
-	if best.Prefill != p && e.PrefillSE > 0 && !robust(c, e, p, best.Prefill) {
+	if e.PrefillSE > 0 && !robust(c, e, p, best.Prefill) {
 		a.proposal, a.confirms = 0, 0
 		decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, but not at the offered prefill load ± one standard error (%.3f ± %.3f)",
 			best.Prefill, cur.Score(), best.Score(), e.PrefillLoad, e.PrefillSE))
