@@ -8,7 +8,7 @@ DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:
 PKGS      := ./...
 
 
-.PHONY: all build install deps demo demo-live test vet fmtcheck lint bench bench-scale bench-router fuzz clean campaign reproduce soak
+.PHONY: all build install deps demo demo-live test vet fmtcheck lint bench bench-scale bench-router fuzz clean campaign reproduce burstiness soak
 
 all: build
 
@@ -36,6 +36,15 @@ reproduce: build
 	command -v jq >/dev/null || (apt-get update && apt-get install -y jq)
 	campaigns/reproduce.sh out/reproduce
 	cp out/reproduce/reproduction.md docs/reproduction.md
+
+## burstiness: issue 10's burstiness figures (adaptive against the best static
+## split on every built-in trace and the Azure traces, arrival CV 1-4 and
+## batches, five held-out seeds each); prints the table docs/controllers.md
+## quotes. BOUND=1 adds the hindsight bound on demo (slow).
+burstiness: build
+	command -v python3 >/dev/null || (apt-get update && apt-get install -y python3)
+	campaigns/burstiness.py
+	if [ -n "$(BOUND)" ]; then campaigns/burstiness.py --bound --traces demo; fi
 
 ## demo: the reference demo sweep (9 arms x 8 rates on 8 instances) and its table.
 demo: build
