@@ -340,10 +340,12 @@ func (a *Adaptive) pass(c *View) {
 	// estimate whose noise is largest exactly there, near saturation. A
 	// move the demand does not support answers work resident now (a
 	// burst's backlog): it must persist for TransientConfirmations.
-	if sg := cur.Steady() - best.Steady(); !(sg >= margin && best.Steady() <= cur.Steady()*(1-rel)) && !(sg > 0 && cur.Score() >= 1) {
+	sg := cur.Steady() - best.Steady()
+	demand := sg >= margin && best.Steady() <= cur.Steady()*(1-rel) // the demand supports it by the margins
+	if !demand && !(sg > 0 && cur.Score() >= 1) {
 		need = max(need, a.Cfg.TransientConfirmations)
 	}
-	if reversal && !(cur.Steady() >= 1 && cur.Steady()-best.Steady() >= margin && best.Steady() <= cur.Steady()*(1-rel)) {
+	if reversal && !(demand && cur.Steady() >= 1) {
 		// Undoing the last move within the thrash window: the evidence
 		// must persist as long as a transient's, so a burst that pushed
 		// one way and passed does not pull the engine straight back;
