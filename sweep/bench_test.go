@@ -80,7 +80,7 @@ func BenchmarkOracle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	runReport(b, Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Seed: tr.Seed, Workers: 1}, "s/run")
+	runReport(b, Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Seed: tr.Seed}, "s/run")
 }
 
 // runReport runs cfg b.N times and reports seconds per run (as unit) and

@@ -1,9 +1,11 @@
 package sweep
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -183,49 +185,128 @@ func stepsKey(steps []core.ScheduleStep) string {
 	return string(b)
 }
 
+// searcher replays candidate policies for the hindsight searches of one
+// rate, on up to workers goroutines at once. Its results never depend on
+// workers: a batch of candidates is evaluated against the same bar, and
+// the caller folds the results in the candidates' order, which picks what
+// the one-at-a-time search picks (a candidate that beats every earlier one
+// beats the batch's bar too, so its count is exact; see pick).
+type searcher struct {
+	ctx  context.Context
+	cfg  sim.Config
+	reqs []sim.Request
+	slo  event.SLO
+	mu   sync.Mutex   // guards memo
+	memo wholeReplays // nil: no memo
+	qs   chan *qualifier
+	n    int // workers
+}
+
+func newSearcher(ctx context.Context, cfg sim.Config, reqs []sim.Request, slo event.SLO, memo wholeReplays, workers int) *searcher {
+	workers = max(workers, 1)
+	s := &searcher{ctx: ctx, cfg: cfg, reqs: reqs, slo: slo, memo: memo, qs: make(chan *qualifier, workers), n: workers}
+	for range workers {
+		s.qs <- &qualifier{}
+	}
+	return s
+}
+
+// each runs f(0..n-1) on the searcher's workers, each call with a
+// qualifier of its own.
+func (s *searcher) each(n int, f func(i int, q *qualifier) error) error {
+	return parallel(s.ctx, n, s.n, func(i int) error {
+		q := <-s.qs
+		defer func() { s.qs <- q }()
+		return f(i, q)
+	})
+}
+
 // replay returns the requests qualified under the schedule steps, at most
 // bar when it cannot beat bar (>= 0), from memo when it was replayed
 // whole before.
-func (q *qualifier) replay(cfg sim.Config, reqs []sim.Request, slo event.SLO, steps []core.ScheduleStep, memo wholeReplays, bar int) (int, error) {
+func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int) (int, error) {
 	key := stepsKey(steps)
-	if v, ok := memo[key]; ok {
+	s.mu.Lock()
+	v, ok := s.memo[key]
+	s.mu.Unlock()
+	if ok {
 		return v, nil
 	}
-	v, stopped, err := q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs, slo, nil, bar)
-	if err == nil && !stopped && memo != nil {
-		memo[key] = v
+	v, stopped, err := q.run(s.cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, s.reqs, s.slo, nil, bar)
+	if err == nil && !stopped && s.memo != nil {
+		s.mu.Lock()
+		s.memo[key] = v
+		s.mu.Unlock()
 	}
 	return v, err
 }
 
-// bound searches the oracle's plan at one rate.
-func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, memo wholeReplays) (*boundPlan, error) {
+// replayAll replays each schedule against the same bar, in parallel.
+func (s *searcher) replayAll(scheds [][]core.ScheduleStep, bar int) ([]int, error) {
+	out := make([]int, len(scheds))
+	err := s.each(len(scheds), func(i int, q *qualifier) (err error) {
+		out[i], err = s.replay(q, scheds[i], bar)
+		return err
+	})
+	if err == nil {
+		err = context.Cause(s.ctx)
+	}
+	return out, err
+}
+
+// pick folds a batch's counts, evaluated against the bar best, in order:
+// it returns the index of the first count above every earlier one and
+// best, and that count (-1 and best when none beats best). A count at or
+// under its bar may be an upper bound rather than exact; it never wins.
+func pick(vals []int, best int) (int, int) {
+	at := -1
+	for i, v := range vals {
+		if v > best {
+			at, best = i, v
+		}
+	}
+	return at, best
+}
+
+// bound searches the oracle's plan at one rate, on up to workers
+// goroutines (the plan does not depend on workers).
+func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, memo wholeReplays, workers int) (*boundPlan, error) {
 	n := len(cfg.Profiles)
 	starts := windowStarts(bounds, BoundWindow(bounds[len(bounds)-1]))
 	plan := &boundPlan{starts: starts, ok: -1}
-	var q qualifier
+	s := newSearcher(ctx, cfg, reqs, slo, memo, workers)
 	seen := map[string]int{}
-	eval := func(sc []int) (int, error) {
-		key := fmt.Sprint(sc)
-		if v, ok := seen[key]; ok {
-			return v, nil
+	// try evaluates the schedules not seen before in parallel, each
+	// against the best so far (its replay stops once it cannot beat it,
+	// and its count is then an upper bound, at most plan.ok, which only
+	// grows), and keeps the first that beats every earlier one.
+	try := func(scheds ...[]int) error {
+		var fresh [][]int
+		var steps [][]core.ScheduleStep
+		for _, sc := range scheds {
+			key := fmt.Sprint(sc)
+			if _, ok := seen[key]; ok {
+				continue
+			}
+			seen[key] = -1 // a duplicate in this batch is evaluated once
+			fresh = append(fresh, sc)
+			steps = append(steps, scheduleOf(starts, sc))
 		}
-		plan.evals++
-		// A schedule matters only if it beats the best so far: its replay
-		// stops once it cannot, and v is then an upper bound (at most
-		// plan.ok, which only grows), which decides try the same way.
-		v, err := q.replay(cfg, reqs, slo, scheduleOf(starts, sc), memo, plan.ok)
-		seen[key] = v
-		return v, err
-	}
-	try := func(sc []int) error {
-		v, err := eval(sc)
-		if err == nil && v > plan.ok {
-			plan.ok, plan.splits = v, slices.Clone(sc)
+		plan.evals += len(fresh)
+		vals, err := s.replayAll(steps, plan.ok)
+		if err != nil {
+			return err
 		}
-		return err
+		for i, sc := range fresh {
+			seen[fmt.Sprint(sc)] = vals[i]
+		}
+		if at, ok := pick(vals, plan.ok); at >= 0 {
+			plan.ok, plan.splits = ok, slices.Clone(fresh[at])
+		}
+		return nil
 	}
 	// Warm starts: the per-phase oracle, every constant split.
+	var warm [][]int
 	if len(phase) > 0 {
 		sc := make([]int, len(starts))
 		for k, t := range starts {
@@ -238,43 +319,56 @@ func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SL
 				sc[k] = phase[len(phase)-1].Prefill
 			}
 		}
-		if err := try(sc); err != nil {
-			return nil, err
-		}
+		warm = append(warm, sc)
 	}
 	for p := 1; p < n; p++ {
-		if err := try(slices.Repeat([]int{p}, len(starts))); err != nil {
-			return nil, err
-		}
+		warm = append(warm, slices.Repeat([]int{p}, len(starts)))
 	}
 	// The rivals: each played as it is, and its realised split as a warm
 	// start.
-	bestRival, bestRivalOK := "", -1
-	for _, arm := range rivals {
-		ctrl, err := core.NewController(arm, n)
+	played := make([]int, len(rivals))
+	realised := make([][]int, len(rivals))
+	err := s.each(len(rivals), func(i int, q *qualifier) error {
+		ctrl, err := core.NewController(rivals[i], n)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		log := &moveLog{}
 		v, _, err := q.run(cfg, ctrl, reqs, slo, log, -1) // played whole: its splits are a warm start
 		if err != nil {
-			return nil, fmt.Errorf("rival %s: %w", arm, err)
+			return fmt.Errorf("rival %s: %w", rivals[i], err)
 		}
-		if v > bestRivalOK {
-			bestRival, bestRivalOK = arm, v
-		}
+		played[i] = v
 		splits := score.Splits(log.moves)
 		sc := make([]int, len(starts))
 		for k, t := range starts {
 			sc[k] = min(max(score.SplitAt(splits, t), 1), n-1)
 		}
-		if err := try(sc); err != nil {
-			return nil, err
+		realised[i] = sc
+		return nil
+	})
+	if err == nil {
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := try(warm...); err != nil {
+		return nil, err
+	}
+	if err := try(realised...); err != nil {
+		return nil, err
+	}
+	bestRival, bestRivalOK := "", -1
+	for i, v := range played {
+		if v > bestRivalOK {
+			bestRival, bestRivalOK = rivals[i], v
 		}
 	}
-	// Coordinate descent over windows.
+	// Coordinate descent over windows: each window's candidates (its split
+	// +-1, or a neighbour's) are one batch.
 	for pass := 0; pass < 3 && plan.evals < BoundBudget; pass++ {
-		improved := false
+		before := plan.ok
 		for k := range starts {
 			cur := plan.splits[k]
 			cands := []int{cur - 1, cur + 1}
@@ -284,20 +378,24 @@ func bound(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SL
 			if k+1 < len(starts) {
 				cands = append(cands, plan.splits[k+1])
 			}
+			var batch [][]int
+			fresh := 0 // replays the batch will make, within the budget
 			for _, p := range cands {
-				if p < 1 || p >= n || p == plan.splits[k] || plan.evals >= BoundBudget {
+				if p < 1 || p >= n || p == cur || plan.evals+fresh >= BoundBudget {
 					continue
 				}
-				before := plan.ok
 				sc := slices.Clone(plan.splits)
 				sc[k] = p
-				if err := try(sc); err != nil {
-					return nil, err
+				if _, ok := seen[fmt.Sprint(sc)]; !ok && !slices.ContainsFunc(batch, func(b []int) bool { return slices.Equal(b, sc) }) {
+					fresh++
 				}
-				improved = improved || plan.ok > before
+				batch = append(batch, sc)
+			}
+			if err := try(batch...); err != nil {
+				return nil, err
 			}
 		}
-		if !improved {
+		if plan.ok == before {
 			break
 		}
 	}

@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"reflect"
 	"testing"
 )
 
@@ -32,6 +33,27 @@ func TestOracleBoundsEveryArm(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// The hindsight searches run their candidates in parallel; what they find
+// must not depend on how many workers they have (determinism: the same
+// experiment, trace and seed give the same result).
+func TestOracleSearchIndependentOfWorkers(t *testing.T) {
+	tr, fl := load(t, "demo")
+	var first *Result
+	for _, w := range []int{1, 2, 5} {
+		res, err := Execute(Config{Trace: tr, Fleet: fl, Arms: []string{"phase-oracle", "oracle"}, Rates: []float64{4.4}, Seed: 2, Workers: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = res
+			continue
+		}
+		if !reflect.DeepEqual(res.Oracle, first.Oracle) || !reflect.DeepEqual(res.Runs, first.Runs) {
+			t.Errorf("workers %d: oracle %+v, runs %+v; workers 1: %+v, %+v", w, res.Oracle, res.Runs, first.Oracle, first.Runs)
 		}
 	}
 }

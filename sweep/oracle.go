@@ -1,7 +1,9 @@
 package sweep
 
 import (
+	"context"
 	"math"
+	"slices"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -37,28 +39,16 @@ func (m *moveLog) Record(r *event.Record) {
 // Moves happen exactly at phase starts and cost nothing. It bounds what one
 // split per phase can do (as well as this search finds); it is the yardstick
 // of the controllers' regret.
-func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, memo wholeReplays) ([]score.PhaseTarget, error) {
+func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, memo wholeReplays, workers int) ([]score.PhaseTarget, error) {
 	n := len(cfg.Profiles)
 	phases := len(bounds) - 1
-	var fold event.Fold
+	s := newSearcher(ctx, cfg, reqs, slo, memo, workers)
 	stepsOf := func(sched []int) []core.ScheduleStep {
 		steps := make([]core.ScheduleStep, len(sched))
 		for k, p := range sched {
 			steps[k] = core.ScheduleStep{At: bounds[k], Prefill: p}
 		}
 		return steps
-	}
-	replay := func(sched []int, upto int) ([]event.Row, error) {
-		steps := stepsOf(sched)
-		fold.Reset()
-		s, err := sim.New(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:upto], &fold)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := s.Run(); err != nil {
-			return nil, err
-		}
-		return fold.Rows(), nil
 	}
 	// ends[k] is the index of the first request at or after phase k's end.
 	ends := make([]int, phases)
@@ -72,9 +62,12 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 		}
 		ends[k] = i
 	}
-	// 1. Greedy in phase order.
+	// 1. Greedy in phase order; a phase's candidates are replayed in
+	// parallel.
 	sched := make([]int, 0, phases)
 	prev := n / 2
+	oks := make([]int, n)
+	ratios := make([]float64, n)
 	for k := 0; k < phases; k++ {
 		lo := 0
 		if k > 0 {
@@ -82,18 +75,36 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 		}
 		best := prev
 		if ends[k] > lo {
+			err := s.each(n-1, func(i int, q *qualifier) error {
+				p := i + 1
+				steps := stepsOf(append(slices.Clip(sched), p))
+				q.fold.Reset()
+				sm, err := sim.New(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:ends[k]], &q.fold)
+				if err != nil {
+					return err
+				}
+				if _, err := sm.Run(); err != nil {
+					return err
+				}
+				rows := q.fold.Rows()
+				oks[p] = score.Summarize(rows, slo).Qualified
+				if ends[k] == len(reqs) && memo != nil { // a whole replay
+					s.mu.Lock()
+					memo[stepsKey(steps)] = oks[p]
+					s.mu.Unlock()
+				}
+				ratios[p] = meanWorstRatio(rows[lo:ends[k]], slo)
+				return nil
+			})
+			if err == nil {
+				err = context.Cause(ctx)
+			}
+			if err != nil {
+				return nil, err
+			}
 			bestOK, bestDist, bestRatio := -1, 0, math.Inf(1)
 			for p := 1; p < n; p++ {
-				rows, err := replay(append(sched, p), ends[k])
-				if err != nil {
-					return nil, err
-				}
-				ok := score.Summarize(rows, slo).Qualified
-				if ends[k] == len(reqs) && memo != nil { // a whole replay
-					memo[stepsKey(stepsOf(append(sched, p)))] = ok
-				}
-				ratio := meanWorstRatio(rows[lo:ends[k]], slo)
-				dist := abs(p - prev)
+				ok, ratio, dist := oks[p], ratios[p], abs(p-prev)
 				if ok > bestOK || (ok == bestOK && (ratio < bestRatio || (ratio == bestRatio && dist < bestDist))) {
 					best, bestOK, bestDist, bestRatio = p, ok, dist, ratio
 				}
@@ -102,49 +113,53 @@ func oracle(cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.S
 		sched = append(sched, best)
 		prev = best
 	}
-	// whole replays the whole workload under sc; past bar (>= 0) it stops
-	// once sc cannot qualify more than bar requests, and returns bar: it
-	// is only compared with bar, which only grows.
-	var q qualifier
-	whole := func(sc []int, bar int) (int, error) {
-		return q.replay(cfg, reqs, slo, stepsOf(sc), memo, bar)
+	// whole replays the whole workload under each schedule, in parallel;
+	// past bar (>= 0) a replay stops once its schedule cannot qualify more
+	// than bar requests, and returns bar: it is only compared with bar,
+	// which only grows (pick).
+	whole := func(scheds [][]int, bar int) ([]int, error) {
+		steps := make([][]core.ScheduleStep, len(scheds))
+		for i, sc := range scheds {
+			steps[i] = stepsOf(sc)
+		}
+		return s.replayAll(steps, bar)
 	}
 	// 2. Never below the best constant split.
-	bestOK, err := whole(sched, -1)
+	v, err := whole([][]int{sched}, -1)
 	if err != nil {
 		return nil, err
 	}
+	bestOK := v[0]
+	var consts [][]int
 	for p := 1; p < n; p++ {
-		c := make([]int, phases)
-		for k := range c {
-			c[k] = p
-		}
-		ok, err := whole(c, bestOK)
-		if err != nil {
-			return nil, err
-		}
-		if ok > bestOK {
-			sched, bestOK = c, ok
-		}
+		consts = append(consts, slices.Repeat([]int{p}, phases))
 	}
-	// 3. One pass of coordinate descent on the whole workload.
+	vals, err := whole(consts, bestOK)
+	if err != nil {
+		return nil, err
+	}
+	if at, ok := pick(vals, bestOK); at >= 0 {
+		sched, bestOK = consts[at], ok
+	}
+	// 3. One pass of coordinate descent on the whole workload: a phase's
+	// alternatives are one batch.
 	if phases > 1 {
 		for k := 0; k < phases; k++ {
-			cur := sched[k]
+			var batch [][]int
 			for p := 1; p < n; p++ {
-				if p == cur {
-					continue
-				}
-				sched[k] = p
-				ok, err := whole(sched, bestOK)
-				if err != nil {
-					return nil, err
-				}
-				if ok > bestOK {
-					bestOK, cur = ok, p
+				if p != sched[k] {
+					sc := slices.Clone(sched)
+					sc[k] = p
+					batch = append(batch, sc)
 				}
 			}
-			sched[k] = cur
+			vals, err := whole(batch, bestOK)
+			if err != nil {
+				return nil, err
+			}
+			if at, ok := pick(vals, bestOK); at >= 0 {
+				sched, bestOK = batch[at], ok
+			}
 		}
 	}
 	out := make([]score.PhaseTarget, phases)

@@ -342,6 +342,8 @@ func Execute(cfg Config) (*Result, error) {
 			cfg.Progress(int(done.Add(1)), total)
 		}
 	}
+	// The searches of one rate share the workers the rates leave idle.
+	inner := max(1, workers/len(rates))
 	// perRate runs one hindsight search per rate in parallel, counting
 	// each in the progress.
 	perRate := func(search func(i int) error) error {
@@ -365,7 +367,7 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	if needOracle {
 		if err := perRate(func(i int) (err error) {
-			targets[i], err = oracle(simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, memos[i])
+			targets[i], err = oracle(ctx, simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, memos[i], inner)
 			return err
 		}); err != nil {
 			return nil, err
@@ -387,7 +389,7 @@ func Execute(cfg Config) (*Result, error) {
 			}
 		}
 		if err := perRate(func(i int) (err error) {
-			plans[i], err = bound(simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals, memos[i])
+			plans[i], err = bound(ctx, simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals, memos[i], inner)
 			return err
 		}); err != nil {
 			return nil, err
