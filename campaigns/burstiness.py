@@ -95,6 +95,14 @@ def summarise(d, arm, bound=None):
         out['bound_ratio'] = mean(arm) / mean(bound) if mean(bound) else float('nan')
         out['above'] = sorted(a for a in d['arms'] if a != bound and
                               any(sus(s, a) > sus(s, bound) + 1e-9 for s in d['per_seed']))
+        # The bound's own reversals: how often a schedule chosen in
+        # hindsight turns back within 60 s (a yardstick for the controller's).
+        brevs = sum(r['reversals_60s'] for s in d['per_seed'] for r in s['runs'] if r['arm'] == bound)
+        bchanges = sum(r['split_changes'] for s in d['per_seed'] for r in s['runs'] if r['arm'] == bound)
+        out['bound_revs'] = f'{brevs}/{bchanges} ({100 * brevs / bchanges:.0f}%)' if bchanges else '0/0'
+        out['phase_ratio'] = mean(arm) / mean('phase-oracle') if mean('phase-oracle') else float('nan')
+        out['worst_bound'] = min((sus(s, arm) / sus(s, bound) for s in d['per_seed'] if sus(s, bound) > 0),
+                                 default=float('nan'))
     return out
 
 
@@ -107,18 +115,20 @@ def main():
     ap.add_argument('--bin', default=os.path.join(ROOT, 'bin', 'narwhal-bench'))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    arms = STATIC + ',adaptive' + (',oracle' if a.bound else '')
+    arms = STATIC + ',adaptive' + (',phase-oracle,oracle' if a.bound else '')
     head = ('| trace | arrivals | best static: mean sustained (min-max), req/s | adaptive | '
             'adaptive / best static: of means; worst seed |')
     sep = '|---|---|---|---|---|'
     if a.bound:
-        head += ' bound (oracle) | adaptive / bound | arms above the bound |'
-        sep += '---|---|---|'
+        head += (' bound (oracle) | adaptive / bound: of means; worst seed | arms above the bound | '
+                 'bound reversals within 60 s / changes | adaptive / phase-oracle |')
+        sep += '---|---|---|---|---|'
     head += ' adaptive moves/h | reversals within 60 s / changes: all rates; rates it sustains | grid ends with every arm failing |'
     sep += '---|---|---|'
     print(head)
     print(sep)
-    worst = 9.0
+    worst = worst_bound = 9.0
+    above = []
     for t in a.traces.split(','):
         for lv in a.levels.split(','):
             if t == 'azure' and lv.startswith('cv') and lv != 'cv1':
@@ -129,19 +139,26 @@ def main():
             r = summarise(d, 'adaptive', 'oracle' if a.bound else None)
             if r['best_mean'] > 0:  # a case no arm sustains at any rate has no ratio
                 worst = min(worst, r['ratio'])
+            if a.bound and r['bound_mean'] > 0:
+                worst_bound = min(worst_bound, r['bound_ratio'])
+                above += [f'{t} {lv}: {x}' for x in r['above']]
             label = 'recorded arrivals' if (t, lv) == ('azure', 'cv1') else LABEL[lv]
             if t == 'azure' and lv.startswith('b'):
                 label = 'recorded, in ' + LABEL[lv]
             row = (f"| {t} | {label} | {r['best'][7:]} {r['best_mean']:.2f} ({r['best_lo']:.2f}-{r['best_hi']:.2f}) "
                    f"| {r['arm_mean']:.2f} ({r['arm_lo']:.2f}-{r['arm_hi']:.2f}) | {r['ratio']:.2f}; {r['seed_min']:.2f} |")
             if a.bound:
-                row += f" {r['bound_mean']:.2f} | {r['bound_ratio']:.2f} | {', '.join(r['above']) or 'none'} |"
+                row += (f" {r['bound_mean']:.2f} | {r['bound_ratio']:.2f}; {r['worst_bound']:.2f} | "
+                        f"{', '.join(r['above']) or 'none'} | {r['bound_revs']} | {r['phase_ratio']:.2f} |")
             share = 100 * r['revs'] / r['changes'] if r['changes'] else 0
             op = 100 * r['op_revs'] / r['op_changes'] if r['op_changes'] else 0
             row += (f" {r['moves_h']:.0f} | {r['revs']}/{r['changes']} ({share:.0f}%); "
                     f"{r['op_revs']}/{r['op_changes']} ({op:.0f}%) | {'yes' if r['topfail'] else 'no'} |")
             print(row, flush=True)
     print(f'\nminimum adaptive / best static (of means) over the cases: {worst:.2f}')
+    if a.bound:
+        print(f'minimum adaptive / bound (of means) over the cases: {worst_bound:.2f}')
+        print(f'arms above the bound at a seed: {", ".join(above) or "none"}')
 
 
 if __name__ == '__main__':

@@ -93,16 +93,20 @@ func windowStarts(bounds []event.Time, w event.Time) []event.Time {
 }
 
 // qualifier replays a workload and counts the requests that qualify as
-// they end, so that a replay that can no longer qualify more than a bar
-// stops there (the search's pruning: exact, since it only skips replays
-// whose result could not change a decision).
+// they end (event.StreamFold: it holds the requests in flight only), so
+// that a replay that can no longer qualify more than a bar stops there
+// (the search's pruning: exact, since it only skips replays whose result
+// could not change a decision).
 type qualifier struct {
-	fold   event.Fold
+	fold   event.StreamFold
 	slo    event.SLO
-	row    event.Row
 	log    *moveLog
 	failed int // ended without qualifying
 	stopAt int // stop when failed reaches it (no stop: above any count)
+	// Requests lo <= i < hi (0-based) leave their worst SLO ratio in
+	// ratios[i-lo] (the per-phase oracle's tie-break).
+	lo, hi int
+	ratios []float64
 }
 
 // stopReplay is the panic that ends a replay early; run recovers it.
@@ -113,13 +117,14 @@ func (q *qualifier) Record(r *event.Record) {
 	if q.log != nil {
 		q.log.Record(r)
 	}
-	switch r.Kind {
-	case event.KindFinish, event.KindExpire, event.KindFail, event.KindRefuse:
-	default:
-		return
+}
+
+// end scores one request as it ends.
+func (q *qualifier) end(r *event.Row) {
+	if i := int(r.Req - 1); i >= q.lo && i < q.hi {
+		q.ratios[i-q.lo] = worstRatio(r, q.slo)
 	}
-	q.fold.RowAt(int(r.Req-1), &q.row)
-	if event.Qualify(&q.row, q.slo) != event.CheckOK {
+	if event.Qualify(r, q.slo) != event.CheckOK {
 		q.failed++
 		if q.failed >= q.stopAt {
 			panic(stopReplay{})
@@ -132,6 +137,7 @@ func (q *qualifier) Record(r *event.Record) {
 // stopped set.
 func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request, slo event.SLO, log *moveLog, bar int) (v int, stopped bool, err error) {
 	q.fold.Reset()
+	q.fold.End = q.end
 	q.slo, q.log, q.failed, q.stopAt = slo, log, 0, len(reqs)+1
 	if bar >= 0 {
 		if bar >= len(reqs) {
@@ -164,7 +170,7 @@ func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request
 		return 0, false, err
 	}
 	// Every row has ended (Err): those that qualified are the rest.
-	return q.fold.Len() - q.failed, false, nil
+	return len(reqs) - q.failed, false, nil
 }
 
 // wholeReplays remembers the exact qualified counts of schedules replayed

@@ -77,23 +77,25 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 		if ends[k] > lo {
 			err := s.each(n-1, func(i int, q *qualifier) error {
 				p := i + 1
+				q.lo, q.hi = lo, ends[k]
+				q.ratios = slices.Grow(q.ratios[:0], q.hi-q.lo)[:q.hi-q.lo]
+				defer func() { q.lo, q.hi = 0, 0 }()
 				steps := stepsOf(append(slices.Clip(sched), p))
-				q.fold.Reset()
-				sm, err := sim.New(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:ends[k]], &q.fold)
+				v, _, err := q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:ends[k]], slo, nil, -1)
 				if err != nil {
 					return err
 				}
-				if _, err := sm.Run(); err != nil {
-					return err
-				}
-				rows := q.fold.Rows()
-				oks[p] = score.Summarize(rows, slo).Qualified
+				oks[p] = v
 				if ends[k] == len(reqs) && memo != nil { // a whole replay
 					s.mu.Lock()
-					memo[stepsKey(steps)] = oks[p]
+					memo[stepsKey(steps)] = v
 					s.mu.Unlock()
 				}
-				ratios[p] = meanWorstRatio(rows[lo:ends[k]], slo)
+				sum := 0.0 // in request order, as the tie-break always summed
+				for _, w := range q.ratios {
+					sum += w
+				}
+				ratios[p] = sum / float64(len(q.ratios))
 				return nil
 			})
 			if err == nil {
@@ -176,24 +178,16 @@ func abs(x int) int {
 	return x
 }
 
-// meanWorstRatio is the mean over requests of max(TTFT/SLO, TPOT/SLO),
-// counting a request that never finished as 10.
-func meanWorstRatio(rows []event.Row, slo event.SLO) float64 {
-	if len(rows) == 0 {
-		return 0
+// worstRatio is max(TTFT/SLO, TPOT/SLO) of a request, 10 for one that
+// never finished; the per-phase oracle breaks ties on its mean over a
+// phase's requests.
+func worstRatio(r *event.Row, slo event.SLO) float64 {
+	if r.Terminal != event.KindFinish {
+		return 10
 	}
-	var sum float64
-	for i := range rows {
-		r := &rows[i]
-		if r.Terminal != event.KindFinish {
-			sum += 10
-			continue
-		}
-		w := float64(r.TTFT()) / float64(slo.TTFT)
-		if tp := r.TPOT(); tp != event.Never {
-			w = math.Max(w, float64(tp)/float64(slo.TPOT))
-		}
-		sum += w
+	w := float64(r.TTFT()) / float64(slo.TTFT)
+	if tp := r.TPOT(); tp != event.Never {
+		w = math.Max(w, float64(tp)/float64(slo.TPOT))
 	}
-	return sum / float64(len(rows))
+	return w
 }
