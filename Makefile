@@ -8,7 +8,7 @@ DEMOARMS  := static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:
 PKGS      := ./...
 
 
-.PHONY: all build install deps demo demo-live test vet fmtcheck lint bench bench-scale bench-router fuzz clean campaign reproduce burstiness soak
+.PHONY: all build install deps demo demo-live test vet fmtcheck lint bench bench-scale bench-router bench-vs-python fuzz clean campaign reproduce burstiness soak
 
 all: build
 
@@ -100,6 +100,14 @@ bench-scale: build
 	@if [ "$(SCALE)" = 100m ]; then fl="--fleet bench/eval64.yaml"; fi; \
 	/usr/bin/time -v ./$(BIN) sim --trace bench/steady-$(SCALE).yaml $$fl --arms adaptive --workers 1 \
 		2>&1 | grep -E 'adaptive|Elapsed|Maximum resident|User time|System time'
+
+## bench-vs-python: issue 12's side-by-side figure. Times the Python
+## reference's demo sweep (python3 demo/run_demo.py in NARWHAL_REF, a checkout
+## of athrael-soju/Narwhal) and the same nine-arm, eight-rate sweep here as a
+## whole process (GO_RUNS=20 runs), back to back on this machine, and prints
+## both tables and the wall and CPU ratios (about a minute).
+bench-vs-python: build
+	@NARWHAL_REF="$(NARWHAL_REF)" bench/vs-python.sh
 
 ## bench-router: the live router's overhead (added TTFT via the router over
 ## direct requests to a zero-cost stub, at 1, 64 and 1,000 streams; router CPU
