@@ -41,6 +41,13 @@ func BoundRivals(n int) []string {
 	return append(out, "aggregated", "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray")
 }
 
+// playedRun is a rival's run: the requests it qualified and its role
+// moves.
+type playedRun struct {
+	ok    int
+	moves []event.Record
+}
+
 // BoundWindow is the oracle's window for a trace spanning span: span/30,
 // rounded up to a multiple of 10 s, at least 10 s.
 func BoundWindow(span event.Time) event.Time {
@@ -276,7 +283,7 @@ func pick(vals []int, best int) (int, int) {
 
 // bound searches the oracle's plan at one rate, on up to workers
 // goroutines (the plan does not depend on workers).
-func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, memo wholeReplays, workers int) (*boundPlan, error) {
+func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, known map[string]playedRun, memo wholeReplays, workers int) (*boundPlan, error) {
 	n := len(cfg.Profiles)
 	starts := windowStarts(bounds, BoundWindow(bounds[len(bounds)-1]))
 	plan := &boundPlan{starts: starts, ok: -1}
@@ -335,17 +342,21 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 	played := make([]int, len(rivals))
 	realised := make([][]int, len(rivals))
 	err := s.each(len(rivals), func(i int, q *qualifier) error {
-		ctrl, err := core.NewController(rivals[i], n)
-		if err != nil {
-			return err
+		run, ok := known[rivals[i]]
+		if !ok {
+			ctrl, err := core.NewController(rivals[i], n)
+			if err != nil {
+				return err
+			}
+			log := &moveLog{}
+			v, _, err := q.run(cfg, ctrl, reqs, slo, log, -1) // played whole: its splits are a warm start
+			if err != nil {
+				return fmt.Errorf("rival %s: %w", rivals[i], err)
+			}
+			run = playedRun{ok: v, moves: log.moves}
 		}
-		log := &moveLog{}
-		v, _, err := q.run(cfg, ctrl, reqs, slo, log, -1) // played whole: its splits are a warm start
-		if err != nil {
-			return fmt.Errorf("rival %s: %w", rivals[i], err)
-		}
-		played[i] = v
-		splits := score.Splits(log.moves)
+		played[i] = run.ok
+		splits := score.Splits(run.moves)
 		sc := make([]int, len(starts))
 		for k, t := range starts {
 			sc[k] = min(max(score.SplitAt(splits, t), 1), n-1)

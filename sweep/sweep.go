@@ -380,7 +380,58 @@ func Execute(cfg Config) (*Result, error) {
 			res.Oracle = append(res.Oracle, o)
 		}
 	}
+	// The runs: first every arm but the hindsight ones, then (when the
+	// bound is asked for) its search, which reuses those runs for the
+	// rivals the sweep already played, then the hindsight arms.
 	plans := make([]*boundPlan, len(rates))
+	moveLogs := make([]*moveLog, len(res.Runs))
+	errs := make([]error, len(res.Runs))
+	started := 0
+	runJobs := func(hindsight bool) error {
+		jobs := make(chan int)
+		var wg sync.WaitGroup
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var fold event.StreamFold
+				for k := range jobs {
+					arm, ri := cfg.Arms[k/len(rates)], k%len(rates)
+					meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: arm,
+						Rate: rates[ri], Seed: cfg.Seed, Trace: cfg.Trace.Name, TraceHash: cfg.Trace.Hash(),
+						Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
+					meta.ConfigHash = configHash(simCfg, meta)
+					moveLogs[k] = &moveLog{}
+					errs[k] = guard(func() (err error) {
+						res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], &workloads[ri], scoreSLO, targets[ri], plans[ri], &fold, cfg.Journal, meta, moveLogs[k])
+						return err
+					})
+					tick()
+				}
+			}()
+		}
+	dispatch:
+		for k := range res.Runs {
+			if a := cfg.Arms[k/len(rates)]; (a == "oracle" || a == "phase-oracle") != hindsight {
+				continue
+			}
+			select {
+			case jobs <- k:
+				started++
+			case <-ctx.Done():
+				break dispatch
+			}
+		}
+		close(jobs)
+		wg.Wait()
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w after %d of %d runs started: %w", ErrInterrupted, started, len(res.Runs), context.Cause(ctx))
+		}
+		return errors.Join(errs...)
+	}
+	if err := runJobs(false); err != nil {
+		return nil, err
+	}
 	if needBound {
 		rivals := BoundRivals(n)
 		for _, a := range cfg.Arms {
@@ -389,7 +440,14 @@ func Execute(cfg Config) (*Result, error) {
 			}
 		}
 		if err := perRate(func(i int) (err error) {
-			plans[i], err = bound(ctx, simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals, memos[i], inner)
+			// The rivals this sweep already ran at this rate.
+			played := map[string]playedRun{}
+			for ai, a := range cfg.Arms {
+				if k := ai*len(rates) + i; slices.Contains(rivals, a) {
+					played[a] = playedRun{ok: res.Runs[k].SLOOK, moves: moveLogs[k].moves}
+				}
+			}
+			plans[i], err = bound(ctx, simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals, played, memos[i], inner)
 			return err
 		}); err != nil {
 			return nil, err
@@ -405,44 +463,7 @@ func Execute(cfg Config) (*Result, error) {
 			o.WindowSeconds = BoundWindow(cfg.Trace.Bounds(rates[i] / base)[len(cfg.Trace.Bounds(rates[i]/base))-1]).Seconds()
 		}
 	}
-	jobs := make(chan int)
-	errs := make([]error, len(res.Runs))
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var fold event.StreamFold
-			for k := range jobs {
-				arm, ri := cfg.Arms[k/len(rates)], k%len(rates)
-				meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: arm,
-					Rate: rates[ri], Seed: cfg.Seed, Trace: cfg.Trace.Name, TraceHash: cfg.Trace.Hash(),
-					Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
-				meta.ConfigHash = configHash(simCfg, meta)
-				errs[k] = guard(func() (err error) {
-					res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], &workloads[ri], scoreSLO, targets[ri], plans[ri], &fold, cfg.Journal, meta)
-					return err
-				})
-				tick()
-			}
-		}()
-	}
-	started := 0
-dispatch:
-	for k := range res.Runs {
-		select {
-		case jobs <- k:
-			started++
-		case <-ctx.Done():
-			break dispatch
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%w after %d of %d runs started: %w", ErrInterrupted, started, len(res.Runs), context.Cause(ctx))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := runJobs(true); err != nil {
 		return nil, err
 	}
 	for _, r := range res.Runs {
@@ -504,7 +525,7 @@ func simRequest(q *traces.Request) sim.Request {
 // runOne runs one cell. Its outcomes are scored as its requests end
 // (event.StreamFold), so it holds no row per offered request.
 func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64, wl *workload, slo event.SLO,
-	targets []score.PhaseTarget, plan *boundPlan, fold *event.StreamFold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta) (run Run, err error) {
+	targets []score.PhaseTarget, plan *boundPlan, fold *event.StreamFold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta, moves *moveLog) (run Run, err error) {
 	var ctrl core.Controller
 	switch {
 	case arm == "phase-oracle":
@@ -529,7 +550,6 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 	fold.Reset()
 	var sum score.Summary
 	fold.End = func(r *event.Row) { sum.Add(r, slo) }
-	moves := &moveLog{}
 	tee := event.Tee{fold, moves, &stopper{ctx: ctx}}
 	interrupted := false
 	var rec event.Recorder = tee
