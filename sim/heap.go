@@ -11,6 +11,17 @@ func (h evHeap) less(i, j int) bool {
 	return h[i].seq < h[j].seq
 }
 
+// before reports whether e comes before f.
+func (e *ev) before(f *ev) bool {
+	if e.at != f.at {
+		return e.at < f.at
+	}
+	return e.seq < f.seq
+}
+
+// first is the heap's first event (the heap must not be empty).
+func (h evHeap) first() *ev { return &h[0] }
+
 func (h *evHeap) push(e ev) {
 	*h = append(*h, e)
 	a := *h
