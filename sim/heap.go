@@ -4,13 +4,6 @@ package sim
 // the same time run in the order they were scheduled.
 type evHeap []ev
 
-func (h evHeap) less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
-}
-
 // before reports whether e comes before f.
 func (e *ev) before(f *ev) bool {
 	if e.at != f.at {
@@ -28,37 +21,42 @@ func (h *evHeap) push(e ev) {
 	i := len(a) - 1
 	for i > 0 {
 		p := (i - 1) / 2
-		if !a.less(i, p) {
+		if !e.before(&a[p]) {
 			break
 		}
-		a[i], a[p] = a[p], a[i]
+		a[i] = a[p]
 		i = p
 	}
+	a[i] = e
 }
 
 func (h *evHeap) pop() ev {
 	a := *h
 	top := a[0]
 	n := len(a) - 1
-	a[0] = a[n]
+	last := a[n]
 	a = a[:n]
+	*h = a
+	// Sift the last event down from the root: move the lesser child up
+	// into the hole until the last event fits there.
 	i := 0
 	for {
 		l := 2*i + 1
 		if l >= n {
 			break
 		}
-		m := l
-		if r := l + 1; r < n && a.less(r, l) {
-			m = r
+		if r := l + 1; r < n && a[r].before(&a[l]) {
+			l = r
 		}
-		if !a.less(m, i) {
+		if !a[l].before(&last) {
 			break
 		}
-		a[i], a[m] = a[m], a[i]
-		i = m
+		a[i] = a[l]
+		i = l
 	}
-	*h = a
+	if n > 0 {
+		a[i] = last
+	}
 	return top
 }
 
