@@ -1,7 +1,10 @@
 package sim
 
 // evHeap is a binary min-heap of events ordered by (at, seq), so events at
-// the same time run in the order they were scheduled.
+// the same time run in the order they were scheduled. The root is at index
+// 1 (index 0 is unused), so two siblings, 2i and 2i+1, share a cache line:
+// on a large fleet the heap holds thousands of events, far more than the
+// first-level cache, and a pop reads a pair of siblings per level.
 type evHeap []ev
 
 // before reports whether e comes before f.
@@ -12,15 +15,21 @@ func (e *ev) before(f *ev) bool {
 	return e.seq < f.seq
 }
 
+// len is the number of events held.
+func (h evHeap) len() int { return max(len(h)-1, 0) }
+
 // first is the heap's first event (the heap must not be empty).
-func (h evHeap) first() *ev { return &h[0] }
+func (h evHeap) first() *ev { return &h[1] }
 
 func (h *evHeap) push(e ev) {
+	if len(*h) == 0 {
+		*h = append(*h, ev{}) // the unused slot 0
+	}
 	*h = append(*h, e)
 	a := *h
 	i := len(a) - 1
-	for i > 0 {
-		p := (i - 1) / 2
+	for i > 1 {
+		p := i / 2
 		if !e.before(&a[p]) {
 			break
 		}
@@ -32,16 +41,16 @@ func (h *evHeap) push(e ev) {
 
 func (h *evHeap) pop() ev {
 	a := *h
-	top := a[0]
-	n := len(a) - 1
+	top := a[1]
+	n := len(a) - 1 // the last event's index, and the new length
 	last := a[n]
 	a = a[:n]
 	*h = a
 	// Sift the last event down from the root: move the lesser child up
 	// into the hole until the last event fits there.
-	i := 0
+	i := 1
 	for {
-		l := 2*i + 1
+		l := 2 * i
 		if l >= n {
 			break
 		}
@@ -54,7 +63,7 @@ func (h *evHeap) pop() ev {
 		a[i] = a[l]
 		i = l
 	}
-	if n > 0 {
+	if n > 1 {
 		a[i] = last
 	}
 	return top

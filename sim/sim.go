@@ -349,8 +349,8 @@ func (s *Sim) Run() (Stats, error) {
 		if now {
 			at = s.due[s.dueHead].at
 		}
-		if len(s.heap) > 0 && (!now || s.heap.first().before(&s.due[s.dueHead])) {
-			at, now = s.heap[0].at, false
+		if s.heap.len() > 0 && (!now || s.heap.first().before(&s.due[s.dueHead])) {
+			at, now = s.heap.first().at, false
 		}
 		if s.hasNext && s.next.At <= at {
 			s.setNow(s.next.At)
