@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
@@ -369,11 +370,7 @@ func (a *Adaptive) pass(c *View) {
 	}
 	why := fmt.Sprintf("score %.3f -> %.3f (ttft %.3f, tpot %.3f)", cur.Score(), best.Score(), best.TTFT, best.TPOT)
 	moved := 0
-	for moved < abs(dir) {
-		mover := pickMover(c, to)
-		if mover == event.NoInstance {
-			break
-		}
+	for _, mover := range pickMovers(c, to, abs(dir)) {
 		c.Move(mover, to, c.now, event.CauseController, why)
 		moved++
 	}
@@ -417,10 +414,7 @@ func abs(x int) int { return max(x, -x) }
 // phase first (its previous move is incomplete), then the one with the
 // least resident work of its current phase (Arrow §5.5's flip order).
 func pickMover(c *View, to event.Role) event.Instance {
-	from := event.RolePrefill
-	if to == event.RolePrefill {
-		from = event.RoleDecode
-	}
+	from := moverFrom(to)
 	best := event.NoInstance
 	var bestCost Cost
 	for i := range c.inst {
@@ -428,21 +422,69 @@ func pickMover(c *View, to event.Role) event.Instance {
 		if in.Role != from || !in.Online(c.now) || in.Pinned {
 			continue
 		}
-		var k Cost
-		if from == event.RolePrefill {
-			k = Cost{1, in.PrefillWork}
-			if in.DecodeCount > 0 {
-				k[0] = 0
-			}
-		} else {
-			k = Cost{1, float64(in.DecodeTokens)}
-			if in.PrefillCount > 0 {
-				k[0] = 0
-			}
-		}
+		k := moverCost(in, from)
 		if best == event.NoInstance || k.Less(bestCost) {
 			best, bestCost = event.Instance(i), k
 		}
 	}
 	return best
+}
+
+// moverFrom is the role an instance moving toward to leaves.
+func moverFrom(to event.Role) event.Role {
+	if to == event.RolePrefill {
+		return event.RoleDecode
+	}
+	return event.RolePrefill
+}
+
+// moverCost is pickMover's order: work of the target phase first, then
+// the resident work of the current one.
+func moverCost(in *Instance, from event.Role) Cost {
+	var k Cost
+	if from == event.RolePrefill {
+		k = Cost{1, in.PrefillWork}
+		if in.DecodeCount > 0 {
+			k[0] = 0
+		}
+	} else {
+		k = Cost{1, float64(in.DecodeTokens)}
+		if in.PrefillCount > 0 {
+			k[0] = 0
+		}
+	}
+	return k
+}
+
+// pickMovers returns the up to n instances that n rounds of pickMover, each
+// followed by the move, would choose, in that order, in one pass over the
+// fleet and a sort: a move changes only the moved instance (its role), so
+// the rounds take the eligible instances in order of cost, lowest index
+// first among equals (costs are finite: profiles are validated).
+func pickMovers(c *View, to event.Role, n int) []event.Instance {
+	if n <= 1 {
+		if m := pickMover(c, to); m != event.NoInstance && n == 1 {
+			return []event.Instance{m}
+		}
+		return nil
+	}
+	from := moverFrom(to)
+	type candidate struct {
+		i event.Instance
+		k Cost
+	}
+	var cs []candidate
+	for i := range c.inst {
+		in := &c.inst[i]
+		if in.Role != from || !in.Online(c.now) || in.Pinned {
+			continue
+		}
+		cs = append(cs, candidate{event.Instance(i), moverCost(in, from)})
+	}
+	sort.SliceStable(cs, func(a, b int) bool { return cs[a].k.Less(cs[b].k) })
+	out := make([]event.Instance, 0, min(n, len(cs)))
+	for _, x := range cs[:min(n, len(cs))] {
+		out = append(out, x.i)
+	}
+	return out
 }

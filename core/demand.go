@@ -2,39 +2,87 @@ package core
 
 import (
 	"math"
+	"sort"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
-// window is a time-ordered queue of samples kept for a fixed span.
+// window is a time-ordered queue of samples kept for a fixed span, held
+// in fixed-size blocks: adding a sample never copies the ones held (a
+// 120 s window on a large fleet holds hundreds of thousands), and the
+// blocks pruning empties are reused, so a window in steady state does
+// not allocate. Samples are numbered in the order added; the live ones
+// are [head, tail).
 type window[T any] struct {
-	at   []event.Time
-	val  []T
-	head int
+	blocks     []*block[T] // blocks[k] holds samples from (b0+k)·blockLen
+	b0         int
+	head, tail int
+	free       []*block[T] // emptied blocks, for reuse
+}
+
+// blockLen is the samples per block, a power of two.
+const (
+	blockBits = 9
+	blockLen  = 1 << blockBits
+)
+
+type block[T any] struct {
+	at  [blockLen]event.Time
+	val [blockLen]T
 }
 
 func (w *window[T]) add(t event.Time, v T) {
-	w.at = append(w.at, t)
-	w.val = append(w.val, v)
+	j := w.tail & (blockLen - 1)
+	if j == 0 {
+		var b *block[T]
+		if n := len(w.free); n > 0 {
+			b, w.free = w.free[n-1], w.free[:n-1]
+		} else {
+			b = new(block[T])
+		}
+		if len(w.blocks) == 0 {
+			w.b0 = w.tail >> blockBits
+		}
+		w.blocks = append(w.blocks, b)
+	}
+	b := w.blocks[len(w.blocks)-1]
+	b.at[j], b.val[j] = t, v
+	w.tail++
 }
 
-// prune drops samples older than since and compacts now and then.
+// time and value are sample k's (head <= k < tail).
+func (w *window[T]) time(k int) event.Time {
+	return w.blocks[k>>blockBits-w.b0].at[k&(blockLen-1)]
+}
+
+func (w *window[T]) value(k int) T {
+	return w.blocks[k>>blockBits-w.b0].val[k&(blockLen-1)]
+}
+
+// prune drops samples older than since, releasing the blocks left empty.
 func (w *window[T]) prune(since event.Time) {
-	for w.head < len(w.at) && w.at[w.head] < since {
+	for w.head < w.tail && w.time(w.head) < since {
 		w.head++
 	}
-	if w.head > 1024 && w.head*2 > len(w.at) {
-		n := copy(w.at, w.at[w.head:])
-		copy(w.val, w.val[w.head:])
-		w.at, w.val, w.head = w.at[:n], w.val[:n], 0
+	for len(w.blocks) > 0 && w.b0 < w.head>>blockBits {
+		w.free = append(w.free, w.blocks[0])
+		w.blocks[0] = nil
+		w.blocks = w.blocks[1:]
+		w.b0++
 	}
 }
 
-func (w *window[T]) len() int { return len(w.at) - w.head }
+func (w *window[T]) len() int { return w.tail - w.head }
+
+// search returns the first live sample at or after t (tail when none).
+func (w *window[T]) search(t event.Time) int {
+	return w.head + sort.Search(w.tail-w.head, func(k int) bool { return w.time(w.head+k) >= t })
+}
 
 func (w *window[T]) each(f func(t event.Time, v T)) {
-	for i := w.head; i < len(w.at); i++ {
-		f(w.at[i], w.val[i])
+	for k := w.head; k < w.tail; k++ {
+		b := w.blocks[k>>blockBits-w.b0]
+		f(b.at[k&(blockLen-1)], b.val[k&(blockLen-1)])
 	}
 }
 
@@ -192,10 +240,12 @@ func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
 		// The gaps between the span's arrivals: their sum telescopes to
 		// last - first; their squares are the totals less the first
 		// arrival's own gap (to one before the span).
-		last := d.arrivals.at[len(d.arrivals.at)-1]
-		if gap := (last - d.arrivals.at[first]).Seconds(); gap > 0 {
+		last := d.arrivals.cum.time(d.arrivals.cum.tail - 1)
+		if gap := (last - d.arrivals.cum.time(first)).Seconds(); gap > 0 {
 			m := gap / k
-			gap2 := a.gapSq.minus(exactOf(d.arrivals.val[first].gap2)).float()
+			// The totals from the one after first on: the span's less
+			// first's own gap, exactly.
+			gap2 := d.arrivals.tot.gapSq.minus(d.arrivals.before(first + 1).gapSq).float()
 			e.GapSCV = (gap2/k - m*m) / (m * m)
 		}
 	}

@@ -101,38 +101,42 @@ func (v *View) buildIndex() {
 // reports, per tree, whether its leaf changed.
 func (v *View) leaf(i int) (changed [2]bool) {
 	in := &v.inst[i]
+	inf := math.Inf(1)
+	nd := [2]treeNode{{inf, inf, inf}, {inf, inf, inf}}
+	switch in.Role {
+	case event.RolePrefill:
+		nd[0] = treeNode{float64(in.DecodeTokens), in.PrefillWork, in.PrefillWork}
+	case event.RoleDecode:
+		b := float64(in.DecodeTokens)
+		nd[1] = treeNode{float64(in.PrefillTokens), b, b}
+	}
 	for t := range v.idx.trees {
 		tr := &v.idx.trees[t]
-		k := tr.size + i
-		was := tr.node[k].a != math.Inf(1)
-		a, b := math.Inf(1), math.Inf(1)
-		switch {
-		case t == 0 && in.Role == event.RolePrefill:
-			a, b = float64(in.DecodeTokens), in.PrefillWork
-		case t == 1 && in.Role == event.RoleDecode:
-			a, b = float64(in.PrefillTokens), float64(in.DecodeTokens)
-		}
-		is := a != math.Inf(1)
+		p := &tr.node[tr.size+i]
+		was, is := p.a != inf, nd[t].a != inf
 		if is && !was {
 			tr.members++
 		} else if was && !is {
 			tr.members--
 		}
-		nd := treeNode{a, b, b}
-		changed[t] = nd != tr.node[k]
-		tr.node[k] = nd
+		changed[t] = nd[t] != *p
+		*p = nd[t]
 	}
 	return changed
 }
 
-// fix recomputes node k from its children; it reports whether it changed.
-func (tr *roleTree) fix(k int) bool {
-	l, r := &tr.node[2*k], &tr.node[2*k+1]
+// merge summarises two sibling nodes into their parent.
+func merge(l, r *treeNode) treeNode {
 	a, b := l.a, l.b
 	if r.a < a || (r.a == a && r.b < b) {
 		a, b = r.a, r.b
 	}
-	nd := treeNode{a, b, min(l.mb, r.mb)}
+	return treeNode{a, b, min(l.mb, r.mb)}
+}
+
+// fix recomputes node k from its children; it reports whether it changed.
+func (tr *roleTree) fix(k int) bool {
+	nd := merge(&tr.node[2*k], &tr.node[2*k+1])
 	if nd == tr.node[k] {
 		return false
 	}
@@ -152,9 +156,21 @@ func (v *View) touch(i event.Instance) {
 		if !changed[t] {
 			continue // nothing above it can change
 		}
-		tr := &v.idx.trees[t]
-		for k := (tr.size + int(i)) / 2; k >= 1 && tr.fix(k); k /= 2 {
+		v.idx.trees[t].up(int(i))
+	}
+}
+
+// up recomputes the nodes above leaf i from their children, up to the
+// first that does not change (nothing above it can): fix's walk, in one
+// loop, as every placement and every counter change pays it.
+func (tr *roleTree) up(i int) {
+	node := tr.node
+	for k := (tr.size + i) / 2; k >= 1; k /= 2 {
+		nd := merge(&node[2*k], &node[2*k+1])
+		if nd == node[k] {
+			return
 		}
+		node[k] = nd
 	}
 }
 

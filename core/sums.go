@@ -3,7 +3,6 @@ package core
 import (
 	"math"
 	"math/bits"
-	"sort"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
@@ -127,52 +126,48 @@ type totals[S any] interface {
 
 // summedWindow is a window whose samples also keep running totals: the
 // totals of the samples since any instant cost a binary search instead of
-// a pass over the window.
+// a pass over the window. It keeps, per sample, only its time and the
+// totals of every sample added before it (a sample's own totals are the
+// difference of two of those).
 type summedWindow[T interface{ totals() S }, S totals[S]] struct {
-	window[T]
-	// cum[i] is the totals of every sample added before the one at i;
-	// tot those of every sample added.
-	cum []S
+	// cum holds each sample's time with the totals of every sample added
+	// before it; tot those of every sample added.
+	cum window[S]
 	tot S
 }
 
 func (w *summedWindow[T, S]) add(t event.Time, v T) {
-	w.window.add(t, v)
-	w.cum = append(w.cum, w.tot)
+	w.cum.add(t, w.tot)
 	w.tot = w.tot.plus(v.totals())
 }
 
-// prune drops samples older than since, as window.prune does, keeping cum
-// beside them.
-func (w *summedWindow[T, S]) prune(since event.Time) {
-	w.window.prune(since)
-	if drop := len(w.cum) - len(w.at); drop > 0 { // compacted
-		n := copy(w.cum, w.cum[drop:])
-		w.cum = w.cum[:n]
+// prune drops samples older than since.
+func (w *summedWindow[T, S]) prune(since event.Time) { w.cum.prune(since) }
+
+// before returns the totals of every sample added before sample k
+// (head <= k <= tail).
+func (w *summedWindow[T, S]) before(k int) S {
+	if k == w.cum.tail {
+		return w.tot
 	}
+	return w.cum.value(k)
 }
 
 // sinceIndex returns the totals of the samples at or after t and the
-// index in at/val of the first of them (len(at) when none).
+// number of the first of them (tail when none).
 func (w *summedWindow[T, S]) sinceIndex(t event.Time) (S, int) {
-	live := w.at[w.head:]
-	i := w.head + sort.Search(len(live), func(k int) bool { return live[k] >= t })
-	if i == len(w.at) {
+	i := w.cum.search(t)
+	if i == w.cum.tail {
 		var zero S
 		return zero, i
 	}
-	return w.tot.minus(w.cum[i]), i
+	return w.tot.minus(w.cum.value(i)), i
 }
 
 // since returns the totals of the samples at or after t.
 func (w *summedWindow[T, S]) since(t event.Time) S {
-	live := w.at[w.head:]
-	i := w.head + sort.Search(len(live), func(k int) bool { return live[k] >= t })
-	if i == len(w.at) {
-		var zero S
-		return zero
-	}
-	return w.tot.minus(w.cum[i])
+	s, _ := w.sinceIndex(t)
+	return s
 }
 
 // The demand windows' totals (demand.go).

@@ -50,23 +50,42 @@ func TestExactSumsRoundOnce(t *testing.T) {
 func TestSummedWindowSince(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var w summedWindow[arrivalSample, arrivalTotals]
+	// The samples the window should hold, kept plainly.
+	type sample struct {
+		at event.Time
+		a  arrivalSample
+	}
+	var held []sample
 	now := event.Time(0)
 	for i := 0; i < 20000; i++ {
+		// Quiet stretches now and then, so the window empties and its
+		// blocks are released and reused.
+		if rng.IntN(3000) == 0 {
+			now += 40 * event.Second
+		}
 		now += event.Time(rng.IntN(int(event.Second / 50)))
-		w.add(now, arrivalSample{prefill: rng.ExpFloat64() * 0.2, input: 1 + rng.IntN(4000)})
+		a := arrivalSample{prefill: rng.ExpFloat64() * 0.2, input: 1 + rng.IntN(4000)}
+		w.add(now, a)
+		held = append(held, sample{now, a})
 		w.prune(now - 30*event.Second)
+		for len(held) > 0 && held[0].at < now-30*event.Second {
+			held = held[1:]
+		}
+		if w.cum.len() != len(held) {
+			t.Fatalf("step %d: %d samples held, want %d", i, w.cum.len(), len(held))
+		}
 		if i%97 != 0 {
 			continue
 		}
 		since := now - event.Time(rng.IntN(int(40*event.Second)))
 		var n int
 		var sum, sq exact
-		w.each(func(at event.Time, a arrivalSample) {
-			if at >= since {
+		for _, h := range held {
+			if h.at >= since {
 				n++
-				sum, sq = sum.plus(exactOf(a.prefill)), sq.plus(exactOf(a.prefill*a.prefill))
+				sum, sq = sum.plus(exactOf(h.a.prefill)), sq.plus(exactOf(h.a.prefill*h.a.prefill))
 			}
-		})
+		}
 		got := w.since(since)
 		if got.n != n || got.prefill != sum || got.prefillSq != sq {
 			t.Fatalf("step %d: since %v: %d arrivals, sums %v %v; want %d, %v %v", i, since, got.n,

@@ -1,53 +1,71 @@
 package sim
 
 // evHeap is a binary min-heap of events ordered by (at, seq), so events at
-// the same time run in the order they were scheduled.
+// the same time run in the order they were scheduled. The root is at index
+// 1 (index 0 is unused), so two siblings, 2i and 2i+1, share a cache line:
+// on a large fleet the heap holds thousands of events, far more than the
+// first-level cache, and a pop reads a pair of siblings per level.
 type evHeap []ev
 
-func (h evHeap) less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+// before reports whether e comes before f.
+func (e *ev) before(f *ev) bool {
+	if e.at != f.at {
+		return e.at < f.at
 	}
-	return h[i].seq < h[j].seq
+	return e.seq < f.seq
 }
 
+// len is the number of events held.
+func (h evHeap) len() int { return max(len(h)-1, 0) }
+
+// first is the heap's first event (the heap must not be empty).
+func (h evHeap) first() *ev { return &h[1] }
+
 func (h *evHeap) push(e ev) {
+	if len(*h) == 0 {
+		*h = append(*h, ev{}) // the unused slot 0
+	}
 	*h = append(*h, e)
 	a := *h
 	i := len(a) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !a.less(i, p) {
+	for i > 1 {
+		p := i / 2
+		if !e.before(&a[p]) {
 			break
 		}
-		a[i], a[p] = a[p], a[i]
+		a[i] = a[p]
 		i = p
 	}
+	a[i] = e
 }
 
 func (h *evHeap) pop() ev {
 	a := *h
-	top := a[0]
-	n := len(a) - 1
-	a[0] = a[n]
+	top := a[1]
+	n := len(a) - 1 // the last event's index, and the new length
+	last := a[n]
 	a = a[:n]
-	i := 0
+	*h = a
+	// Sift the last event down from the root: move the lesser child up
+	// into the hole until the last event fits there.
+	i := 1
 	for {
-		l := 2*i + 1
+		l := 2 * i
 		if l >= n {
 			break
 		}
-		m := l
-		if r := l + 1; r < n && a.less(r, l) {
-			m = r
+		if r := l + 1; r < n && a[r].before(&a[l]) {
+			l = r
 		}
-		if !a.less(m, i) {
+		if !a[l].before(&last) {
 			break
 		}
-		a[i], a[m] = a[m], a[i]
-		i = m
+		a[i] = a[l]
+		i = l
 	}
-	*h = a
+	if n > 1 {
+		a[i] = last
+	}
 	return top
 }
 

@@ -180,6 +180,8 @@ type Sim struct {
 	lastAt  event.Time // the latest arrival's scheduled time
 
 	heap     evHeap
+	due      []ev // events at the current instant, in push order, from dueHead
+	dueHead  int
 	seq      uint64
 	now      event.Time
 	recSeq   uint64
@@ -340,9 +342,15 @@ func (s *Sim) Run() (Stats, error) {
 	s.drainEnd = event.Never
 	s.pull()
 	for (s.open > 0 || s.hasNext) && s.err == nil {
+		// The next event: the heap's first or the first of the events
+		// due now, whichever comes first by (at, seq).
 		var at event.Time = event.Never
-		if len(s.heap) > 0 {
-			at = s.heap[0].at
+		now := s.dueHead < len(s.due)
+		if now {
+			at = s.due[s.dueHead].at
+		}
+		if s.heap.len() > 0 && (!now || s.heap.first().before(&s.due[s.dueHead])) {
+			at, now = s.heap.first().at, false
 		}
 		if s.hasNext && s.next.At <= at {
 			s.setNow(s.next.At)
@@ -353,7 +361,16 @@ func (s *Sim) Run() (Stats, error) {
 		if at == event.Never || at > s.drainEnd {
 			break
 		}
-		e := s.heap.pop()
+		var e ev
+		if now {
+			e = s.due[s.dueHead]
+			s.dueHead++
+			if s.dueHead == len(s.due) {
+				s.due, s.dueHead = s.due[:0], 0
+			}
+		} else {
+			e = s.heap.pop()
+		}
 		s.setNow(e.at)
 		s.stats.Events++
 		switch e.kind {
@@ -412,6 +429,14 @@ func (s *Sim) setNow(t event.Time) {
 func (s *Sim) push(e ev) {
 	s.seq++
 	e.seq = s.seq
+	if e.at == s.now {
+		// Due now (an idle engine starting): it comes after every event
+		// already pending at this instant and before any later one, so
+		// a queue in push order keeps it, without a pass through the
+		// heap to its root and back.
+		s.due = append(s.due, e)
+		return
+	}
 	s.heap.push(e)
 }
 
