@@ -14,12 +14,13 @@ all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/narwhal-bench
+	$(GO) build -o bin/narwhal-sim ./cmd/narwhal-sim
 	$(GO) build -o bin/narwhal-report ./cmd/narwhal-report
 
-## install: go install both commands into $(go env GOBIN), by default
-## $(go env GOPATH)/bin.
+## install: go install the three commands into $(go env GOBIN), by default
+## $(go env GOPATH)/bin (narwhal-sim hands --journal to narwhal-bench there).
 install:
-	$(GO) install ./cmd/narwhal-bench ./cmd/narwhal-report
+	$(GO) install ./cmd/narwhal-bench ./cmd/narwhal-sim ./cmd/narwhal-report
 
 ## campaign: the seed evaluation (chatdoc and mixed x prefix caching off/on x seeds 1-5 x
 ## adaptive, dynamo, ray), regenerating docs/evaluation.md and its plots.
@@ -104,8 +105,9 @@ bench-scale: build
 ## bench-vs-python: issue 12's side-by-side figure. Times the Python
 ## reference's demo sweep (python3 demo/run_demo.py in NARWHAL_REF, a checkout
 ## of athrael-soju/Narwhal) and the same nine-arm, eight-rate sweep here as a
-## whole process (GO_RUNS=20 runs), back to back on this machine, and prints
-## both tables and the wall and CPU ratios (about a minute).
+## whole process (GO_RUNS=20 runs each of narwhal-sim and narwhal-bench sim),
+## back to back on this machine, and prints both tables and the wall and CPU
+## ratios (about a minute).
 bench-vs-python: build
 	@NARWHAL_REF="$(NARWHAL_REF)" bench/vs-python.sh
 

@@ -124,3 +124,11 @@ func (e *CorruptError) Error() string {
 }
 
 func (e *CorruptError) Unwrap() error { return e.Err }
+
+// BadInput marks a damaged journal as bad input (exit code 2,
+// internal/cliexit).
+func (e *CorruptError) BadInput() {}
+
+// BadInput marks a partial journal as bad input (exit code 2,
+// internal/cliexit).
+func (e *IncompleteError) BadInput() {}

@@ -8,7 +8,6 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
-	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/score"
 	"github.com/narwhal-bench/narwhal-bench/sim"
 )
@@ -33,14 +32,13 @@ type ReplaySource struct {
 	Scheduled []event.Time
 }
 
-// LoadReplay reads the arrivals of the run journaled in dir.
-func LoadReplay(dir string) (*ReplaySource, error) {
-	r, err := journal.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	src := &ReplaySource{Dir: dir, Name: filepath.Base(dir), Meta: r.Meta()}
+// LoadReplay reads the arrivals of the run journaled in dir, whose
+// metadata is meta and whose records replay hands to its callback in
+// journal order (journal.Reader's Meta and Replay: the caller opens the
+// journal, so that the simulator's packages never link the journal's
+// storage; docs/decisions/0008-lean-sim-binary.md).
+func LoadReplay(dir string, meta event.RunMeta, replay func(func(*event.Record) error) error) (*ReplaySource, error) {
+	src := &ReplaySource{Dir: dir, Name: filepath.Base(dir), Meta: meta}
 	type arr struct {
 		at, ref     event.Time
 		class       string
@@ -49,7 +47,7 @@ func LoadReplay(dir string) (*ReplaySource, error) {
 	}
 	var arrs []arr
 	idx := map[event.RequestID]int{}
-	err = r.Replay(func(rec *event.Record) error {
+	err := replay(func(rec *event.Record) error {
 		switch rec.Kind {
 		case event.KindArrival:
 			idx[rec.Req] = len(arrs)

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
-	"github.com/urfave/cli/v3"
-
+	"github.com/narwhal-bench/narwhal-bench/cmd/internal/simcli"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
 	"github.com/narwhal-bench/narwhal-bench/journal"
@@ -33,63 +29,14 @@ func exitCode(err error) int {
 	return cliexit.Code(err)
 }
 
-// signalContext is cancelled by the first SIGINT or SIGTERM; a second one
-// kills the process as usual (stop restores the default handling).
-func signalContext() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s, ok := <-ch
-		if !ok {
-			return
-		}
-		signal.Stop(ch)
-		name := "SIGINT"
-		if s == syscall.SIGTERM {
-			name = "SIGTERM"
-		}
-		cancel(fmt.Errorf("%w by %s", cliexit.ErrInterrupted, name))
-	}()
-	return ctx, func() { signal.Stop(ch); close(ch); cancel(nil) }
-}
-
-// onUsageError makes urfave/cli's flag-parsing errors (an unknown flag, a
-// value that does not parse) bad input.
-func onUsageError(_ context.Context, _ *cli.Command, err error, _ bool) error {
-	return cliexit.Input(err)
-}
-
-// withUsageErrors sets onUsageError on cmd and its subcommands.
-func withUsageErrors(cmd *cli.Command) *cli.Command {
-	cmd.OnUsageError = onUsageError
-	for _, sub := range cmd.Commands {
-		withUsageErrors(sub)
-	}
-	return cmd
-}
-
-// noArgs refuses positional arguments: a command must never ignore what it
-// is told.
-func noArgs(c *cli.Command, hint string) error {
-	if c.Args().Len() == 0 {
-		return nil
-	}
-	msg := fmt.Sprintf("%s: unexpected argument %q: %s takes flags only", c.Name, c.Args().First(), c.Name)
-	if hint != "" {
-		msg += "; " + fmt.Sprintf(hint, c.Args().First())
-	}
-	return cliexit.Input(errors.New(msg))
-}
-
-// flagError turns sweep.Resolve's error into bad input naming the flag.
-func flagError(err error) error {
-	var oe *sweep.OptionError
-	if errors.As(err, &oe) {
-		return cliexit.Input(fmt.Errorf("--%s: %w", oe.Option, oe.Err))
-	}
-	return cliexit.Input(err)
-}
+// The helpers the sim command shares with the others.
+var (
+	signalContext   = simcli.SignalContext
+	withUsageErrors = simcli.WithUsageErrors
+	noArgs          = simcli.NoArgs
+	flagError       = simcli.FlagError
+	progressBar     = simcli.ProgressBar
+)
 
 // experimentFields maps sweep.Options' option names to experiment-file
 // fields.
@@ -111,16 +58,6 @@ func experimentError(e *sweep.Experiment, err error) error {
 		return cliexit.Input(fmt.Errorf("experiment %s: field %s: %w", file, field, oe.Err))
 	}
 	return cliexit.Input(fmt.Errorf("experiment %s: %w", file, err))
-}
-
-// armsUsage is --arms' help: one line per arm.
-func armsUsage() string {
-	var b strings.Builder
-	b.WriteString("comma-separated arms (default: every static split and aggregated):")
-	for _, h := range sweep.ArmHelp {
-		fmt.Fprintf(&b, "\n      %-12s %s", h.Arm, h.Help)
-	}
-	return b.String()
 }
 
 // journalDir prepares --journal DIR for a sweep and returns the sweep's

@@ -17,9 +17,6 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/sweep"
 )
 
-// replayFlag is sim's --replay.
-var replayFlag = &cli.StringFlag{Name: "replay", Usage: "re-drive a journal's arrivals (a run, or a journal root such as live --journal writes) through the simulator: same sizes, same send times, same fleet and arm (--fleet and --arms override); then narwhal-report --compare"}
-
 // replayAction is `narwhal-bench sim --replay JOURNAL`.
 func replayAction(c *cli.Command, stderr io.Writer) error {
 	root := c.String("replay")
@@ -57,7 +54,7 @@ func replayAction(c *cli.Command, stderr io.Writer) error {
 	}
 	var cells []cell
 	for _, rd := range runs {
-		src, err := sweep.LoadReplay(rd)
+		src, err := loadReplay(rd)
 		if err != nil {
 			return usageError{fmt.Errorf("--replay: %w", err)}
 		}
@@ -124,4 +121,14 @@ func replayAction(c *cli.Command, stderr io.Writer) error {
 		errs = append(errs, sweep.WriteTable(c.Root().Writer, res))
 	}
 	return errors.Join(errs...)
+}
+
+// loadReplay reads the arrivals of the run journaled in dir.
+func loadReplay(dir string) (*sweep.ReplaySource, error) {
+	r, err := journal.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return sweep.LoadReplay(dir, r.Meta(), r.Replay)
 }

@@ -7,8 +7,6 @@ package cliexit
 import (
 	"context"
 	"errors"
-
-	"github.com/narwhal-bench/narwhal-bench/journal"
 )
 
 // Exit codes.
@@ -34,20 +32,28 @@ func Input(err error) error {
 	return &InputError{Err: err}
 }
 
+// BadInputError is an error type that is bad input wherever it occurs
+// (a damaged or partial journal given to read: journal.IncompleteError and
+// journal.CorruptError), without this package linking the packages that
+// define them.
+type BadInputError interface {
+	error
+	BadInput()
+}
+
 // ErrInterrupted is returned when a signal stopped the command.
 var ErrInterrupted = errors.New("interrupted")
 
 // Code returns the exit code for err.
 func Code(err error) int {
 	var in *InputError
-	var inc *journal.IncompleteError
-	var bad *journal.CorruptError
+	var bad BadInputError
 	switch {
 	case err == nil:
 		return OK
 	case errors.Is(err, ErrInterrupted) || errors.Is(err, context.Canceled):
 		return Interrupted
-	case errors.As(err, &in), errors.As(err, &inc), errors.As(err, &bad):
+	case errors.As(err, &in), errors.As(err, &bad):
 		return BadInput
 	}
 	return Failed

@@ -24,7 +24,7 @@ var allowed = map[string][]string{
 	"score":   {"event"},
 	"report":  {"event", "journal", "score"},
 	"live":    {"core", "engine", "event", "timing", "fleet", "journal"},
-	"sweep":   {"core", "engine", "event", "fleet", "journal", "score", "sim", "timing", "traces"},
+	"sweep":   {"core", "engine", "event", "fleet", "score", "sim", "timing", "traces"},
 }
 
 // noPlotting are the packages of the simulator's dependency graph: none may
@@ -117,4 +117,31 @@ func TestImportRule(t *testing.T) {
 			}
 		}
 	}
+}
+
+// leanSim are the modules narwhal-sim must never link: the journal's
+// storage and Parquet, the live router's etcd, gRPC and Prometheus client,
+// and plotting (their package initialisation is what makes narwhal-bench
+// start in 10 ms; docs/decisions/0008-lean-sim-binary.md).
+var leanSim = []string{
+	"github.com/cockroachdb/pebble", "github.com/parquet-go/", "go.etcd.io/", "google.golang.org/grpc",
+	"google.golang.org/protobuf", "github.com/prometheus/", "gonum.org/v1/plot", "github.com/narwhal-bench/narwhal-bench/journal",
+	"github.com/narwhal-bench/narwhal-bench/live", "github.com/narwhal-bench/narwhal-bench/report",
+}
+
+func TestLeanSimBinary(t *testing.T) {
+	for _, p := range list(t) {
+		if p.ImportPath != module+"/cmd/narwhal-sim" {
+			continue
+		}
+		for _, d := range p.Deps {
+			for _, heavy := range leanSim {
+				if strings.HasPrefix(d, heavy) {
+					t.Errorf("cmd/narwhal-sim depends on %s: the lean binary links the simulator's packages only", d)
+				}
+			}
+		}
+		return
+	}
+	t.Fatal("go list found no cmd/narwhal-sim")
 }
