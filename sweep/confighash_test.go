@@ -62,3 +62,30 @@ func TestConfigHasherMatchesWholeEncoding(t *testing.T) {
 		}
 	}
 }
+
+// The dispatch order is a permutation of the runs, the most expensive
+// guess first: a controller's run at the top rate before any static
+// split's, and the lowest rate's runs last.
+func TestDispatchOrder(t *testing.T) {
+	arms := []string{"static:1P7D", "aggregated", "adaptive", "static:4P4D"}
+	rates := []float64{0.5, 3, 1}
+	order := dispatchOrder(arms, rates)
+	seen := map[int]bool{}
+	for _, k := range order {
+		if k < 0 || k >= len(arms)*len(rates) || seen[k] {
+			t.Fatalf("order %v: not a permutation of the %d runs", order, len(arms)*len(rates))
+		}
+		seen[k] = true
+	}
+	if len(seen) != len(arms)*len(rates) {
+		t.Fatalf("order %v: %d runs, expected %d", order, len(seen), len(arms)*len(rates))
+	}
+	if first := order[0]; arms[first/len(rates)] != "adaptive" || rates[first%len(rates)] != 3 {
+		t.Errorf("first run: %s at %v, expected adaptive at 3", arms[first/len(rates)], rates[first%len(rates)])
+	}
+	for _, k := range order[len(order)-3:] {
+		if rates[k%len(rates)] != 0.5 {
+			t.Errorf("order %v: a run at %v among the last three, expected the 0.5 req/s statics", order, rates[k%len(rates)])
+		}
+	}
+}
