@@ -17,17 +17,11 @@ import (
 // The exit-code policy is internal/cliexit's: 0 success, 2 bad input, 1 a
 // run failed, 130 interrupted, decided by the error's type.
 
-// BadInput marks usageError for cliexit.Code.
+// BadInput marks usageError as bad input for cliexit.Code.
 func (usageError) BadInput() {}
 
 // exitCode is the process exit code for err.
-func exitCode(err error) int {
-	var ue usageError
-	if errors.As(err, &ue) {
-		return cliexit.BadInput
-	}
-	return cliexit.Code(err)
-}
+func exitCode(err error) int { return cliexit.Code(err) }
 
 // The helpers the sim command shares with the others.
 var (
