@@ -116,28 +116,16 @@ func (c *View) algorithm1(r Request, decode bool, opt placeOptions) event.Instan
 	if decode {
 		want = event.RoleDecode
 	}
-	cost := func(i event.Instance) Cost {
-		if decode {
-			return c.DecodeCost(i, r)
-		}
-		return c.PrefillCost(i, r)
-	}
-	meets := func(k Cost) bool {
-		if decode {
-			return k[1] <= 0
-		}
-		return k[1] <= c.ttftS
-	}
 	best, bestOK, ok := c.indexed(r, decode, want)
 	if ok && checkIndex {
 		indexChecks++
-		b, o := c.scan(want, cost, meets)
+		b, o := c.scan(r, decode, want)
 		if b != best || o != bestOK {
 			panic(fmt.Sprintf("core: placement index chose %d/%d, the scan %d/%d (request %d, decode %v)", best, bestOK, b, o, r.ID, decode))
 		}
 	}
 	if !ok {
-		best, bestOK = c.scan(want, cost, meets)
+		best, bestOK = c.scan(r, decode, want)
 	}
 	if bestOK != event.NoInstance { // line 7
 		return bestOK
@@ -160,18 +148,28 @@ var checkIndex bool
 // indexChecks counts the placements checked.
 var indexChecks int
 
-// scan is Algorithm 1's linear search of the pool: the least cost, and the
-// least meeting the SLO, lowest index first on ties.
-func (c *View) scan(want event.Role, cost func(event.Instance) Cost, meets func(Cost) bool) (best, bestOK event.Instance) {
+// scan is Algorithm 1's linear search of the pool for one leg of r (decode
+// says which): the least cost, and the least meeting the SLO (a prefill
+// within the TTFT SLO; a decode leg whose context fits under MT), lowest
+// index first on ties.
+func (c *View) scan(r Request, decode bool, want event.Role) (best, bestOK event.Instance) {
 	pool := c.pool(want)
 	best, bestOK = event.NoInstance, event.NoInstance
 	var bestCost, bestOKCost Cost
 	for _, i := range pool {
-		k := cost(i)
+		var k Cost
+		var meets bool
+		if decode {
+			k = c.DecodeCost(i, r)
+			meets = k[1] <= 0
+		} else {
+			k = c.PrefillCost(i, r)
+			meets = k[1] <= c.ttftS
+		}
 		if best == event.NoInstance || k.Less(bestCost) {
 			best, bestCost = i, k
 		}
-		if meets(k) && (bestOK == event.NoInstance || k.Less(bestOKCost)) {
+		if meets && (bestOK == event.NoInstance || k.Less(bestOKCost)) {
 			bestOK, bestOKCost = i, k
 		}
 	}

@@ -153,6 +153,8 @@ type Instance struct {
 	Moved bool
 	// Pinned instances are never moved by a controller.
 	Pinned bool
+
+	mt float64 // Profile.MaxTokens at the TPOT SLO (both fixed at New)
 }
 
 // Online reports whether the instance takes new placements at now.
@@ -294,7 +296,7 @@ func New(cfg Config, ctrl Controller) (*Core, error) {
 	}
 	v.inst = make([]Instance, len(cfg.Profiles))
 	for i, p := range cfg.Profiles {
-		v.inst[i] = Instance{Role: event.RoleDecode, Profile: p, Pinned: cfg.Pinned != nil && cfg.Pinned[i]}
+		v.inst[i] = Instance{Role: event.RoleDecode, Profile: p, Pinned: cfg.Pinned != nil && cfg.Pinned[i], mt: p.MaxTokens(v.tpotS)}
 	}
 	if cfg.Opening != nil {
 		if len(cfg.Opening) != len(cfg.Profiles) {
@@ -686,9 +688,7 @@ func (v *View) Count(r event.Role) int {
 }
 
 // MaxTokens is MT for instance i at the TPOT SLO (Arrow §5.3).
-func (v *View) MaxTokens(i event.Instance) float64 {
-	return v.inst[i].Profile.MaxTokens(v.tpotS)
-}
+func (v *View) MaxTokens(i event.Instance) float64 { return v.inst[i].mt }
 
 // roll closes the monitor's update interval (Arrow §5.5): it publishes each
 // instance's mean resident prefill work and mean decode gap over the
