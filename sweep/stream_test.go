@@ -109,10 +109,11 @@ func TestStreamedCellMatchesMaterialised(t *testing.T) {
 				}
 				n++
 			}}
-			s, err := wl.newSim(cfg, ctrl, sf)
+			s, done, err := wl.newSim(cfg, ctrl, sf)
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer done()
 			if _, err := s.Run(); err != nil {
 				t.Fatal(err)
 			}

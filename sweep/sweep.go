@@ -50,7 +50,8 @@ type Config struct {
 	// directory, say), given the run's name (RunName) and metadata; it is
 	// called from the run's goroutine, and the sink is closed when the run
 	// ends: with Close when it ran to the end, with ClosePartial (when the
-	// sink has it) when the sweep was interrupted. A nil sink with a nil
+	// sink has it) when the sweep was interrupted or the run failed (its
+	// trace's stream stopped on an error, say). A nil sink with a nil
 	// error runs the cell without journaling it (a run already journaled
 	// whole, when a sweep resumes).
 	Journal func(name string, meta event.RunMeta) (Sink, error)
@@ -310,9 +311,11 @@ func Execute(cfg Config) (*Result, error) {
 			for j := range reqs {
 				w.reqs[j] = simRequest(&reqs[j])
 			}
-		} else if _, err := cfg.Trace.Stream(cfg.Seed, r/base); err != nil {
+		} else if st, err := cfg.Trace.Stream(cfg.Seed, r/base); err != nil {
 			// The trace is checked at every rate before any run starts.
 			return nil, fmt.Errorf("sweep: trace %s at %v req/s: %w", cfg.Trace.Name, r, err)
+		} else {
+			st.Close()
 		}
 		workloads[i] = w
 	}
@@ -491,16 +494,23 @@ type workload struct {
 	reqs  []sim.Request // nil: stream
 }
 
-// newSim prepares a run of the workload.
-func (w *workload) newSim(cfg sim.Config, ctrl core.Controller, rec event.Recorder) (*sim.Sim, error) {
+// newSim prepares a run of the workload. Call done when the run is over:
+// it closes the trace's stream (an imported trace's file).
+func (w *workload) newSim(cfg sim.Config, ctrl core.Controller, rec event.Recorder) (s *sim.Sim, done func(), err error) {
 	if w.reqs != nil {
-		return sim.New(cfg, ctrl, w.reqs, rec)
+		s, err = sim.New(cfg, ctrl, w.reqs, rec)
+		return s, func() {}, err
 	}
 	st, err := w.trace.Stream(w.seed, w.scale)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return sim.NewStream(cfg, ctrl, &traceSource{st: st}, rec)
+	done = func() { st.Close() }
+	if s, err = sim.NewStream(cfg, ctrl, &traceSource{st: st}, rec); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return s, done, nil
 }
 
 // traceSource hands a trace's stream to the simulator.
@@ -557,18 +567,23 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 	interrupted := false
 	var rec event.Recorder = tee
 	if journal != nil {
-		sink, err := journal(RunName(arm, rate), meta)
-		if err != nil {
-			return Run{}, fmt.Errorf("sweep: %s at %v req/s: %w", arm, rate, err)
+		// jerr, not err: the deferred close below reads and sets the
+		// run's err.
+		sink, jerr := journal(RunName(arm, rate), meta)
+		if jerr != nil {
+			return Run{}, fmt.Errorf("sweep: %s at %v req/s: %w", arm, rate, jerr)
 		}
 		if sink != nil {
 			// The sink goes before the stopper, so it has every record the
-			// run made before it stopped.
+			// run made before it stopped. A run that failed is no whole
+			// run either.
 			rec = event.Tee{fold, moves, sink, tee[2]}
 			defer func() {
 				var cerr error
 				if ps, ok := sink.(PartialSink); ok && interrupted {
 					cerr = ps.ClosePartial(interruptReason(ctx))
+				} else if ok && err != nil {
+					cerr = ps.ClosePartial("failed: " + err.Error())
 				} else {
 					cerr = sink.Close()
 				}
@@ -578,10 +593,11 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 			}()
 		}
 	}
-	s, err := wl.newSim(cfg, ctrl, rec)
+	s, done, err := wl.newSim(cfg, ctrl, rec)
 	if err != nil {
 		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %w", arm, rate, err)
 	}
+	defer done()
 	var st sim.Stats
 	func() {
 		defer func() {

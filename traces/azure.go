@@ -32,67 +32,74 @@ const (
 const azureTimeWant = "expected a time like 2023-11-16 18:15:46.6805900 (YYYY-MM-DD hh:mm:ss, optionally a fraction of 1 to 9 digits)"
 
 // parseAzure reads an Azure CSV file of size bytes (0 if unknown; it only
-// sizes buffers). source names the file in errors, class is the class of
-// its requests and index its position in a concatenation.
-func parseAzure(r io.Reader, size int64, source, class string, index int) (seg *segment, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			seg, err = nil, fmt.Errorf("%s: cannot import: internal error: %v", source, p)
-		}
-	}()
+// sizes buffers) into memory. source names the file in errors, class is
+// the class of its requests and index its position in a concatenation.
+func parseAzure(r io.Reader, size int64, source, class string, index int) (*segment, error) {
 	errs := &importErrors{source: source}
-	lr := newLineReader(r)
-	var col [3]int // field index of TIMESTAMP, ContextTokens, GeneratedTokens
-	header := false
-	rows := rowsFor(size, 36)
-	var zeroIn, zeroOut int
-	var fields [3][]byte
-	var starts [3]int
-	for {
-		line, ok := lr.next()
+	return readSegment(newRowReader(FormatAzure, r, errs, false), errs, size, 36, class, index)
+}
+
+// azureReader reads the rows of an Azure CSV file (see rowReader).
+type azureReader struct {
+	rowScan
+	col             [3]int // field index of TIMESTAMP, ContextTokens, GeneratedTokens
+	header          bool
+	zeroIn, zeroOut int
+	fields          [3][]byte
+	starts          [3]int
+}
+
+func (a *azureReader) ids() []int64 { return nil }
+
+func (a *azureReader) next(out *row) bool {
+	errs := a.errs
+	for !a.stop() {
+		line, ok := a.lr.next()
 		if !ok {
+			a.done = true
 			break
 		}
 		if blank(line) {
 			continue
 		}
-		if !header {
-			if !azureHeader(line, &col) {
-				errs.at(lr.line, 0, "header %s: expected the columns %s, %s, %s (in any order, each once)",
+		if !a.header {
+			if !azureHeader(line, &a.col) {
+				errs.at(a.lr.line, 0, "header %s: expected the columns %s, %s, %s (in any order, each once)",
 					strconv.Quote(cut(line, 100)), azureTime, azureInput, azureOutput)
+				a.done = true
 				break
 			}
-			header = true
+			a.header = true
 			continue
 		}
-		n := splitCSV(line, &fields, &starts)
+		n := splitCSV(line, &a.fields, &a.starts)
 		if n != 3 {
-			errs.at(lr.line, 0, "%d fields: expected 3 (%s)", n, headerText(col))
+			errs.at(a.lr.line, 0, "%d fields: expected 3 (%s)", n, headerText(a.col))
 			continue
 		}
 		rw := row{ids: -1}
 		good := true
-		ts, tcol := fields[col[0]], col[0]
+		ts, tcol := a.fields[a.col[0]], a.col[0]
 		if at, ok := parseAzureTime(ts); ok {
 			rw.at = at
 		} else {
-			errs.at(lr.line, starts[tcol]+1, "%s: %s: %s", azureTime, strconv.Quote(show(ts)), azureTimeWant)
+			errs.at(a.lr.line, a.starts[tcol]+1, "%s: %s: %s", azureTime, strconv.Quote(show(ts)), azureTimeWant)
 			good = false
 		}
 		for i, name := range [...]string{azureInput, azureOutput} {
-			f := fields[col[i+1]]
+			f := a.fields[a.col[i+1]]
 			v, ok := parseCount(f)
 			if !ok {
-				errs.at(lr.line, starts[col[i+1]]+1, "%s: %s: expected an integer in [0, %d]", name, strconv.Quote(show(f)), MaxTokens)
+				errs.at(a.lr.line, a.starts[a.col[i+1]]+1, "%s: %s: expected an integer in [0, %d]", name, strconv.Quote(show(f)), MaxTokens)
 				good = false
 				continue
 			}
 			if v == 0 {
 				v = 1
 				if i == 0 {
-					zeroIn++
+					a.zeroIn++
 				} else {
-					zeroOut++
+					a.zeroOut++
 				}
 			}
 			if i == 0 {
@@ -104,27 +111,28 @@ func parseAzure(r io.Reader, size int64, source, class string, index int) (seg *
 		if !good {
 			continue
 		}
-		rows = append(rows, rw)
-		if len(rows) > MaxRequests {
-			errs.at(lr.line, 0, "more than %d requests: expected at most %d", MaxRequests, MaxRequests)
+		if !a.counted() {
 			break
 		}
+		*out = rw
+		return true
 	}
-	lr.check(errs)
-	if !header && !errs.failed() {
-		errs.file("no header: expected a first line %s,%s,%s", azureTime, azureInput, azureOutput)
-	}
-	if errs.failed() {
-		return nil, errs.err()
+	return false
+}
+
+func (a *azureReader) finish() []string {
+	a.lr.check(a.errs)
+	if !a.header && !a.errs.failed() {
+		a.errs.file("no header: expected a first line %s,%s,%s", azureTime, azureInput, azureOutput)
 	}
 	var notes []string
-	if zeroIn > 0 {
-		notes = append(notes, fmt.Sprintf("%s: %d rows with %s 0: input set to 1 token", source, zeroIn, azureInput))
+	if a.zeroIn > 0 {
+		notes = append(notes, fmt.Sprintf("%s: %d rows with %s 0: input set to 1 token", a.errs.source, a.zeroIn, azureInput))
 	}
-	if zeroOut > 0 {
-		notes = append(notes, fmt.Sprintf("%s: %d rows with %s 0: output set to 1 token", source, zeroOut, azureOutput))
+	if a.zeroOut > 0 {
+		notes = append(notes, fmt.Sprintf("%s: %d rows with %s 0: output set to 1 token", a.errs.source, a.zeroOut, azureOutput))
 	}
-	return buildSegment(rows, nil, errs, class, index, notes)
+	return notes
 }
 
 // azureHeader checks a header line and sets col to the field index of each

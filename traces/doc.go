@@ -143,6 +143,18 @@
 // inside it). A Spec's bounds are its cumulative phase durations at every
 // scale, since Spec scaling keeps durations.
 //
+// Open reads an imported file once, whole, checking every row, but keeps
+// no row of a regular file whose rows are in time order: only its
+// statistics, size, modification time and SHA-256. Trace.Stream reads
+// such a file again, parsing rows as the stream is read (with the same
+// row reader), and stops with an error (Stream.Err) if the file changed:
+// different size or time when the stream starts, a row that no longer
+// parses or is out of place, or another SHA-256 at its end. A file whose
+// rows must be sorted, and input that cannot be read twice (a pipe), are
+// held in memory as read at Open. The Mooncake prefix groups are rebuilt
+// by each stream as it goes; their trie grows with the distinct block
+// prefixes of the file.
+//
 // Both importers are strict about what they read, read one record per
 // line (blank lines are skipped; "\r\n" line ends and a UTF-8 byte order
 // mark are accepted), sort rows stably by time (with a note), and report

@@ -139,6 +139,96 @@ func rowsFor(size int64, perRow int64) []row {
 	return make([]row, 0, min(max(size/perRow, 0)+16, MaxRequests))
 }
 
+// rowReader reads the rows of one imported file in file order (azureReader,
+// mooncakeReader). The same reader serves the validating pass at Open, the
+// in-memory import (readSegment) and a Stream re-reading the file.
+type rowReader interface {
+	// next stores the next good row in rw and reports true, or reports
+	// false at the end of the file or when reading must stop. The problems
+	// of a bad row are recorded in the reader's errors and the row is
+	// skipped; a strict reader stops at the first problem instead.
+	next(rw *row) bool
+	// ids is the hash_ids of the row last returned, nil when it has none;
+	// valid until the following call of next.
+	ids() []int64
+	// finish records why reading stopped early, if it did, and the
+	// problems of the file as a whole, and returns the file's notes (what
+	// the importer changed or ignored). Call it once, after next reported
+	// false.
+	finish() []string
+	// lineNo is the number of the line last read, 1-based.
+	lineNo() int
+}
+
+// rowScan is the state every rowReader shares.
+type rowScan struct {
+	lr     *lineReader
+	errs   *importErrors
+	strict bool // stop at the first problem (a Stream re-reading a checked file)
+	n      int  // good rows returned
+	done   bool
+}
+
+func (s *rowScan) lineNo() int { return s.lr.line }
+
+// stop reports whether reading must stop before the next line.
+func (s *rowScan) stop() bool { return s.done || s.strict && s.errs.failed() }
+
+// counted counts a good row and reports false, recording why, when the
+// file holds too many.
+func (s *rowScan) counted() bool {
+	if s.n++; s.n > MaxRequests {
+		s.errs.at(s.lr.line, 0, "more than %d requests: expected at most %d", MaxRequests, MaxRequests)
+		s.done = true
+		return false
+	}
+	return true
+}
+
+// newRowReader returns the reader of format f (FormatAzure or
+// FormatMooncake) over r, recording problems in errs.
+func newRowReader(f string, r io.Reader, errs *importErrors, strict bool) rowReader {
+	sc := rowScan{lr: newLineReader(r), errs: errs, strict: strict}
+	if f == FormatMooncake {
+		return newMooncakeReader(sc)
+	}
+	return &azureReader{rowScan: sc}
+}
+
+// readSegment reads every row of rd into memory and builds the segment
+// (rows sorted, requests made): the import of a file that is not streamed
+// from disk (see importFile). size is the file's size in bytes (0 if
+// unknown; it only sizes buffers) and perRow about the bytes of a row.
+func readSegment(rd rowReader, errs *importErrors, size, perRow int64, class string, index int) (seg *segment, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			seg, err = nil, fmt.Errorf("%s: cannot import: internal error: %v", errs.source, p)
+		}
+	}()
+	rows := rowsFor(size, perRow)
+	var pool []int64 // hash_ids of all rows
+	var rw row
+	for rd.next(&rw) {
+		if ids := rd.ids(); ids != nil {
+			rw.ids = int32(len(pool))
+			pool = append(pool, ids...)
+			rw.idEnd = int32(len(pool))
+		}
+		rows = append(rows, rw)
+	}
+	notes := rd.finish()
+	if errs.failed() {
+		return nil, errs.err()
+	}
+	return buildSegment(rows, pool, errs, class, index, notes)
+}
+
+// descentNote is the note of a file with descents rows earlier than the
+// row before them.
+func descentNote(source string, descents int) string {
+	return fmt.Sprintf("%s: %d rows earlier than the row before them: rows sorted by time (stable)", source, descents)
+}
+
 // buildSegment sorts rows stably by time, checks the span, and turns them
 // into requests relative to the first arrival, with shared prefixes mapped
 // from hash_ids (see prefixMapper). pool holds the hash_ids of all rows;
@@ -164,34 +254,78 @@ func buildSegment(rows []row, pool []int64, errs *importErrors, class string, in
 			}
 			return 0
 		})
-		notes = append(notes, fmt.Sprintf("%s: %d rows earlier than the row before them: rows sorted by time (stable)", errs.source, descents))
+		notes = append(notes, descentNote(errs.source, descents))
 	}
-	first, last := rows[0].at, rows[len(rows)-1].at
+	seg, err := newSegment(errs, class, len(rows), rows[0].at, rows[len(rows)-1].at, notes)
+	if err != nil {
+		return nil, err
+	}
+	seg.reqs = make([]Request, len(rows))
+	conv := newRowConverter(seg, index, len(pool))
+	for i := range rows {
+		r := &rows[i]
+		var ids []int64
+		if r.ids >= 0 {
+			ids = pool[r.ids:r.idEnd]
+		}
+		seg.reqs[i] = conv.request(r, ids)
+	}
+	return seg, nil
+}
+
+// newSegment checks the span of a file of n rows whose arrivals run from
+// first to last (ns, the file's clock) and returns its segment, without
+// requests: its mean gap, its last arrival and its notes.
+func newSegment(errs *importErrors, class string, n int, first, last int64, notes []string) (*segment, error) {
+	if n == 0 {
+		errs.file("no requests: expected at least one row")
+		return nil, errs.err()
+	}
 	span := last - first // both within ±2^62, so no overflow
 	if span > int64(MaxDuration) {
 		errs.file("arrivals span %v: expected at most %v", time.Duration(span), MaxDuration)
 		return nil, errs.err()
 	}
-	seg := &segment{class: class, reqs: make([]Request, len(rows)), notes: notes}
+	seg := &segment{class: class, n: n, first: first, last: event.Time(span), notes: notes}
 	seg.gap = SingleSegmentGap
-	if n := int64(len(rows)) - 1; n > 0 && span > 0 {
-		seg.gap = event.Time(max((span+n/2)/n, 1))
+	if k := int64(n) - 1; k > 0 && span > 0 {
+		seg.gap = event.Time(max((span+k/2)/k, 1))
 	}
 	if d := event.Time(span) + seg.gap; d > event.Time(MaxDuration) {
 		errs.file("lasts %v (arrivals over %v, then one mean gap): expected at most %v",
 			time.Duration(d), time.Duration(span), MaxDuration)
 		return nil, errs.err()
 	}
-	pm := newPrefixMapper(index, len(pool))
-	for i := range rows {
-		r := &rows[i]
-		req := Request{At: event.Time(r.at - first), Class: class, InputTokens: int(r.in), OutputTokens: int(r.out)}
-		if r.ids >= 0 {
-			req.PrefixGroup, req.PrefixTokens = pm.add(pool[r.ids:r.idEnd], req.InputTokens)
-		}
-		seg.reqs[i] = req
-	}
 	return seg, nil
+}
+
+// rowConverter turns a segment's rows, in time order, into requests: At
+// relative to the file's first arrival, and Mooncake hash_ids mapped to
+// prefix groups as they come (the mapping depends only on the rows before,
+// so the import and a stream of the same file agree).
+type rowConverter struct {
+	class string
+	first int64
+	index int
+	pm    *prefixMapper // made at the first row with hash_ids
+	ids   int           // hash_ids to size the mapper for
+}
+
+// newRowConverter returns the rowConverter of seg, the index-th file of a
+// concatenation; ids sizes the prefix mapper (0: grow as needed).
+func newRowConverter(seg *segment, index, ids int) *rowConverter {
+	return &rowConverter{class: seg.class, first: seg.first, index: index, ids: ids}
+}
+
+func (c *rowConverter) request(r *row, ids []int64) Request {
+	req := Request{At: event.Time(r.at - c.first), Class: c.class, InputTokens: int(r.in), OutputTokens: int(r.out)}
+	if ids != nil {
+		if c.pm == nil {
+			c.pm = newPrefixMapper(c.index, c.ids)
+		}
+		req.PrefixGroup, req.PrefixTokens = c.pm.add(ids, req.InputTokens)
+	}
+	return req
 }
 
 // prefixMapper maps Mooncake hash_ids to prefix groups. It keeps a trie of

@@ -37,76 +37,87 @@ const (
 )
 
 // parseMooncake reads a Mooncake JSONL file of size bytes (0 if unknown;
-// it only sizes buffers). source names the file in errors, class is the
-// class of its requests and index its position in a concatenation (it
-// seeds the prefix group IDs).
-func parseMooncake(r io.Reader, size int64, source, class string, index int) (seg *segment, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			seg, err = nil, fmt.Errorf("%s: cannot import: internal error: %v", source, p)
-		}
-	}()
+// it only sizes buffers) into memory. source names the file in errors,
+// class is the class of its requests and index its position in a
+// concatenation (it seeds the prefix group IDs).
+func parseMooncake(r io.Reader, size int64, source, class string, index int) (*segment, error) {
 	errs := &importErrors{source: source}
-	lr := newLineReader(r)
-	rows := rowsFor(size, 80)
-	var pool []int64    // hash_ids of all rows
-	var scratch []int64 // one row's hash_ids, reused
-	ignored := map[string]int{}
-	var ignoredOther int
-	for {
-		line, ok := lr.next()
+	return readSegment(newRowReader(FormatMooncake, r, errs, false), errs, size, 80, class, index)
+}
+
+// mooncakeReader reads the rows of a Mooncake JSONL file (see rowReader).
+type mooncakeReader struct {
+	rowScan
+	scratch      []int64 // one row's hash_ids, reused
+	rowIDs       []int64 // the hash_ids of the row last returned
+	total        int     // hash_ids of the rows so far
+	ignored      map[string]int
+	ignoredOther int
+	ignore       func(string)
+}
+
+func newMooncakeReader(sc rowScan) *mooncakeReader {
+	m := &mooncakeReader{rowScan: sc, ignored: map[string]int{}}
+	m.ignore = func(name string) {
+		if _, ok := m.ignored[name]; ok || len(m.ignored) < maxIgnoredNames {
+			m.ignored[name]++
+		} else {
+			m.ignoredOther++
+		}
+	}
+	return m
+}
+
+func (m *mooncakeReader) ids() []int64 { return m.rowIDs }
+
+func (m *mooncakeReader) next(out *row) bool {
+	m.rowIDs = nil
+	for !m.stop() {
+		line, ok := m.lr.next()
 		if !ok {
+			m.done = true
 			break
 		}
 		if blank(line) {
 			continue
 		}
-		rw, ids, good := parseMooncakeLine(line, lr.line, errs, &scratch, func(name string) {
-			if _, ok := ignored[name]; ok || len(ignored) < maxIgnoredNames {
-				ignored[name]++
-			} else {
-				ignoredOther++
-			}
-		})
+		rw, ids, good := parseMooncakeLine(line, m.lr.line, m.errs, &m.scratch, m.ignore)
 		if !good {
 			continue
 		}
-		if len(pool)+len(ids) > maxHashIDs {
-			errs.at(lr.line, 0, "hash_ids: more than %d in the file: expected at most %d", maxHashIDs, maxHashIDs)
+		if m.total+len(ids) > maxHashIDs {
+			m.errs.at(m.lr.line, 0, "hash_ids: more than %d in the file: expected at most %d", maxHashIDs, maxHashIDs)
+			m.done = true
 			break
 		}
-		if ids != nil {
-			rw.ids = int32(len(pool))
-			pool = append(pool, ids...)
-			rw.idEnd = int32(len(pool))
-		}
-		rows = append(rows, rw)
-		if len(rows) > MaxRequests {
-			errs.at(lr.line, 0, "more than %d requests: expected at most %d", MaxRequests, MaxRequests)
+		m.total += len(ids)
+		if !m.counted() {
 			break
 		}
+		*out, m.rowIDs = rw, ids
+		return true
 	}
-	lr.check(errs)
-	if errs.failed() {
-		return nil, errs.err()
+	return false
+}
+
+func (m *mooncakeReader) finish() []string {
+	m.lr.check(m.errs)
+	if len(m.ignored) == 0 {
+		return nil
 	}
-	var notes []string
-	if len(ignored) > 0 {
-		names := make([]string, 0, len(ignored))
-		for name := range ignored {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		parts := make([]string, len(names))
-		for i, name := range names {
-			parts[i] = fmt.Sprintf("%s (%d rows)", strconv.Quote(name), ignored[name])
-		}
-		if ignoredOther > 0 {
-			parts = append(parts, fmt.Sprintf("%d more of other names", ignoredOther))
-		}
-		notes = append(notes, fmt.Sprintf("%s: ignored fields %s", source, strings.Join(parts, ", ")))
+	names := make([]string, 0, len(m.ignored))
+	for name := range m.ignored {
+		names = append(names, name)
 	}
-	return buildSegment(rows, pool, errs, class, index, notes)
+	slices.Sort(names)
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = fmt.Sprintf("%s (%d rows)", strconv.Quote(name), m.ignored[name])
+	}
+	if m.ignoredOther > 0 {
+		parts = append(parts, fmt.Sprintf("%d more of other names", m.ignoredOther))
+	}
+	return []string{fmt.Sprintf("%s: ignored fields %s", m.errs.source, strings.Join(parts, ", "))}
 }
 
 // parseMooncakeLine parses one non-blank line into a row and its hash_ids

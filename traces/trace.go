@@ -54,7 +54,9 @@ type Trace struct {
 	Seed  uint64 // default seed (Spec.Seed; 1 for imported)
 	Spec  *Spec  // non-nil for synthetic traces
 
-	reqs   []Request    // imported requests at scale 1, sorted, first at 0
+	segs   []*segment   // imported files, in order
+	starts []event.Time // imported: when each segment's first arrival is sent, at scale 1
+	n      int          // imported requests, all segments
 	bounds []event.Time // imported phase bounds at scale 1: [0, ..., end]
 	hash   string       // sha256 hex of the source bytes
 	notes  []string     // what the importers changed or ignored
@@ -111,12 +113,18 @@ func (t *Trace) WithBurst(cv, batchMean float64) (*Trace, error) {
 	return &c, nil
 }
 
-// segment is one imported file.
+// segment is one imported file: its requests in memory (reqs), or, when
+// its rows were in time order in a regular file, what a Stream needs to
+// read them again from the file (src).
 type segment struct {
 	class string
-	reqs  []Request  // sorted by At; At relative to the file's first arrival (so reqs[0].At == 0)
+	n     int        // requests
+	first int64      // the first arrival, ns on the file's own clock
+	last  event.Time // the last arrival, relative to the first
 	gap   event.Time // mean inter-arrival gap, >= 1 ns
 	notes []string
+	reqs  []Request   // in memory: sorted by At; At relative to the file's first arrival (so reqs[0].At == 0)
+	src   *fileSource // streamed from the file (reqs is nil)
 }
 
 // Open returns the trace arg names. arg is a built-in trace name (see
@@ -225,21 +233,29 @@ func readFile(path string, limit int64) ([]byte, error) {
 
 // importFile parses the file at path in format f, the index-th of a
 // concatenation, feeding its bytes to h.
+//
+// A regular file is read once, whole, keeping no row: every problem is
+// reported as when importing it into memory, and the segment keeps the
+// file's statistics and identity (size, modification time, SHA-256), so
+// that a Stream reads the requests from the file again (fileSource). A
+// file whose rows are not in time order must be sorted, so it is then read
+// again into memory (checked against the first pass); so is, in one pass,
+// input that cannot be read twice (a pipe, /dev/stdin).
 func importFile(path, f string, index int, h hash.Hash) (*segment, error) {
 	file, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace %q: %w", path, err)
 	}
 	defer file.Close()
-	var size int64
-	if st, err := file.Stat(); err == nil && st.Mode().IsRegular() {
-		size = st.Size()
+	st, err := file.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		r := io.TeeReader(file, h)
+		if f == FormatMooncake {
+			return parseMooncake(r, 0, path, classOf(path), index)
+		}
+		return parseAzure(r, 0, path, classOf(path), index)
 	}
-	r := io.TeeReader(file, h)
-	if f == FormatMooncake {
-		return parseMooncake(r, size, path, classOf(path), index)
-	}
-	return parseAzure(r, size, path, classOf(path), index)
+	return scanFile(file, st, path, f, index, h)
 }
 
 // classOf is the class of the requests of the file at path: its base name
@@ -257,17 +273,13 @@ func classOf(path string) string {
 // arrival of segment k-1; the trace ends one mean gap of the last segment
 // after its last arrival.
 func assemble(segs []*segment, sum string) (*Trace, error) {
-	t := &Trace{Seed: 1, hash: sum}
+	t := &Trace{Seed: 1, hash: sum, segs: segs}
 	var names []string
-	n := 0
 	for _, s := range segs {
-		n += len(s.reqs)
+		t.n += s.n
 	}
-	if n > MaxRequests {
-		return nil, fmt.Errorf("trace: %d requests in all: expected at most %d", n, MaxRequests)
-	}
-	if len(segs) > 1 {
-		t.reqs = make([]Request, 0, n)
+	if t.n > MaxRequests {
+		return nil, fmt.Errorf("trace: %d requests in all: expected at most %d", t.n, MaxRequests)
 	}
 	t.bounds = []event.Time{0}
 	var start, last event.Time
@@ -276,15 +288,8 @@ func assemble(segs []*segment, sum string) (*Trace, error) {
 			start = last + s.gap
 			t.bounds = append(t.bounds, start)
 		}
-		if len(segs) == 1 {
-			t.reqs = s.reqs // starts at 0 already
-		} else {
-			for _, r := range s.reqs {
-				r.At += start
-				t.reqs = append(t.reqs, r)
-			}
-		}
-		last = start + s.reqs[len(s.reqs)-1].At
+		t.starts = append(t.starts, start)
+		last = start + s.last
 		names = append(names, s.class)
 		t.notes = append(t.notes, s.notes...)
 	}
@@ -324,7 +329,7 @@ func (t *Trace) MeanRate() float64 {
 	if len(t.bounds) == 0 {
 		return 0
 	}
-	return float64(len(t.reqs)) / t.bounds[len(t.bounds)-1].Seconds()
+	return float64(t.n) / t.bounds[len(t.bounds)-1].Seconds()
 }
 
 // Generate returns the requests of the trace, sorted by At. For a
@@ -340,18 +345,27 @@ func (t *Trace) Generate(seed uint64, scale float64) ([]Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Request, 0, len(t.reqs))
+	defer st.Close()
+	out := make([]Request, 0, t.n)
 	var r Request
 	for st.Next(&r) {
 		out = append(out, r)
 	}
-	return out, st.Err()
+	if err := st.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Stream returns the requests Generate would, one at a time and in the
 // same order, without building the slice: a synthetic trace is generated
-// as it is read (Spec.Stream); an imported trace, held in memory as read
-// from its files, is scaled (and batched) request by request.
+// as it is read (Spec.Stream); an imported trace is scaled (and batched)
+// request by request, its files read again and parsed as the stream is
+// read (see Open), or, for a file that had to be sorted or cannot be read
+// twice, taken from memory. Stream checks that every file is still as it
+// was when the trace was opened (size and modification time); the stream
+// checks every row, and each file's SHA-256 at its end, and stops with an
+// error (Err) when a file changed. Close the stream when done with it.
 func (t *Trace) Stream(seed uint64, scale float64) (*Stream, error) {
 	if t.Spec != nil {
 		return t.Spec.Stream(seed, scale)
@@ -360,11 +374,20 @@ func (t *Trace) Stream(seed uint64, scale float64) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, s := range t.segs {
+		if s.src != nil {
+			if err := s.src.check(); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return &Stream{imp: &importStream{t: t, b: b, scale: scale, batch: newBatcher(seed, t.batch)}}, nil
 }
 
 // Stream hands out a trace's requests one at a time, sorted by At (see
-// Trace.Stream and Spec.Stream). It is not safe for concurrent use.
+// Trace.Stream and Spec.Stream). It is not safe for concurrent use. A
+// stream of an imported trace holds one file open while it reads it; it
+// closes it at the end of the trace, on an error, or on Close.
 type Stream struct {
 	gen *generator
 	imp *importStream
@@ -384,6 +407,16 @@ func (s *Stream) Err() error {
 	if s.gen != nil {
 		return s.gen.err
 	}
+	return s.imp.err
+}
+
+// Close releases the file the stream is reading, if any; Next then
+// reports false. It is safe to call more than once.
+func (s *Stream) Close() error {
+	if s.imp != nil {
+		s.imp.close()
+		s.imp.seg = len(s.imp.t.segs)
+	}
 	return nil
 }
 
@@ -393,16 +426,57 @@ type importStream struct {
 	b     []event.Time // bounds at the scale
 	scale float64
 	batch batcher
-	i     int // next request
-	p     int // phase of the next request
+	seg   int         // segment of the next request
+	i     int         // next request of an in-memory segment
+	rd    *fileReader // the streamed segment being read
+	p     int         // phase of the next request
+	err   error
+}
+
+// close closes the file being read, if any.
+func (s *importStream) close() {
+	if s.rd != nil {
+		s.rd.close()
+		s.rd = nil
+	}
+}
+
+// read stores the next request of the trace at scale 1 in r.
+func (s *importStream) read(r *Request) bool {
+	for s.err == nil && s.seg < len(s.t.segs) {
+		seg := s.t.segs[s.seg]
+		if seg.src == nil {
+			if s.i < len(seg.reqs) {
+				*r = seg.reqs[s.i]
+				s.i++
+				r.At += s.t.starts[s.seg]
+				return true
+			}
+		} else {
+			if s.rd == nil {
+				if s.rd, s.err = seg.src.open(); s.err != nil {
+					return false
+				}
+			}
+			if s.rd.next(r) {
+				r.At += s.t.starts[s.seg]
+				return true
+			}
+			s.err = s.rd.err
+			s.close()
+		}
+		s.seg++
+		s.i = 0
+	}
+	return false
 }
 
 func (s *importStream) next(out *Request) bool {
-	if s.i >= len(s.t.reqs) {
+	var r Request
+	if !s.read(&r) {
+		s.close()
 		return false
 	}
-	r := s.t.reqs[s.i]
-	s.i++
 	for r.At >= s.t.bounds[s.p+1] {
 		s.p++
 	}
