@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"sync"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -171,9 +173,11 @@ type Sim struct {
 	src  Source
 	st   []reqState // ring of request states, len a power of two
 	mask int32
-	base int32 // requests below base have ended; their states are gone
-	top  int32 // requests arrived
-	eng  []engine
+	// slots is the ring's size when Run handed it back (Slots).
+	slots int
+	base  int32 // requests below base have ended; their states are gone
+	top   int32 // requests arrived
+	eng   []engine
 
 	next    Request // the next arrival, when hasNext
 	hasNext bool
@@ -255,7 +259,7 @@ func NewStream(cfg Config, ctrl core.Controller, src Source, rec event.Recorder)
 	if rec == nil {
 		rec = event.Discard
 	}
-	s := &Sim{cfg: cfg, core: c, rec: rec, src: src, st: make([]reqState, minRing), mask: minRing - 1, tickAt: event.Never}
+	s := &Sim{cfg: cfg, core: c, rec: rec, src: src, st: newRing(minRing), mask: minRing - 1, tickAt: event.Never}
 	s.eng = make([]engine, len(cfg.Profiles))
 	for i, p := range cfg.Profiles {
 		s.eng[i] = engine{id: int32(i), prof: p}
@@ -268,6 +272,29 @@ func NewStream(cfg Config, ctrl core.Controller, src Source, rec event.Recorder)
 
 // minRing is the smallest ring of request states.
 const minRing = 64
+
+// rings recycles the request-state rings of finished runs within a
+// process: a sweep makes hundreds of runs, each growing its ring from
+// minRing, and fresh memory costs the kernel a page fault per 4 KiB.
+// rings[k] holds rings of minRing<<k slots. A recycled ring's contents do
+// not matter: reqState holds no pointers, and arrive overwrites a slot
+// whole before any use.
+var rings [32]sync.Pool
+
+// newRing returns a ring of n slots, n = minRing<<k.
+func newRing(n int) []reqState {
+	if p, ok := rings[bits.TrailingZeros(uint(n/minRing))].Get().(*[]reqState); ok {
+		return *p
+	}
+	return make([]reqState, n)
+}
+
+// recycleRing hands a ring back for the next run's newRing.
+func recycleRing(r []reqState) {
+	if len(r) >= minRing {
+		rings[bits.TrailingZeros(uint(len(r)/minRing))].Put(&r)
+	}
+}
 
 // state is request i's state; i must be in flight (arrived, and it or a
 // request before it still open).
@@ -282,7 +309,7 @@ func (s *Sim) state(i int32) *reqState {
 // two at least the number of requests from the oldest still open to the
 // newest arrived (tests use it to check that memory follows the requests
 // in flight).
-func (s *Sim) Slots() int { return len(s.st) }
+func (s *Sim) Slots() int { return max(len(s.st), s.slots) }
 
 // pull takes the next request from the source into s.next, checking it.
 func (s *Sim) pull() {
@@ -319,11 +346,12 @@ func (s *Sim) pull() {
 // admit makes room for the next arrival's state and returns its index.
 func (s *Sim) admit() int32 {
 	if int(s.top-s.base) == len(s.st) {
-		grown := make([]reqState, 2*len(s.st))
+		grown := newRing(2 * len(s.st))
 		m := int32(len(grown) - 1)
 		for j := s.base; j < s.top; j++ {
 			grown[j&m] = s.st[j&s.mask]
 		}
+		recycleRing(s.st)
 		s.st, s.mask = grown, m
 	}
 	i := s.top
@@ -404,6 +432,10 @@ func (s *Sim) Run() (Stats, error) {
 		s.expireAll()
 	}
 	s.stats.End = s.now
+	// Every request has ended: the ring goes to the next run.
+	s.slots = len(s.st)
+	recycleRing(s.st)
+	s.st = nil
 	return s.stats, nil
 }
 
