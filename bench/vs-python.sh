@@ -49,16 +49,17 @@ SIM=$(cd "$(dirname "$SIM")" && pwd)/$(basename "$SIM")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# Wall seconds to the microsecond (bash's EPOCHREALTIME, no extra process
-# inside the interval), then user and system seconds (bash's `time`, to the
+# Wall seconds to the microsecond (bash's EPOCHREALTIME around the command:
+# one fork and exec, no subshell, inside the interval), then user and system seconds (bash's `time`, to the
 # millisecond); the command's own output goes to $out.
 TIMEFORMAT='%3U %3S'
 timed() { # timed OUTFILE TIMESFILE CMD...
 	local out=$1 times=$2 t0 t1 cpu
 	shift 2
 	t0=$EPOCHREALTIME
-	cpu=$({ time "$@" >"$out" 2>&1; } 2>&1)
+	{ time "$@" >"$out" 2>&1; } 2>"$times.last"
 	t1=$EPOCHREALTIME
+	read -r cpu <"$times.last"
 	awk -v a="$t0" -v b="$t1" -v c="$cpu" 'BEGIN { printf "%.6f %s\n", b - a, c }' >>"$times"
 }
 

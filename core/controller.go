@@ -173,11 +173,11 @@ func (s *Static) Name() string { return "static" }
 
 // Init implements Controller.
 func (s *Static) Init(c *View) error {
-	n := len(c.Instances())
+	n := c.N()
 	if s.Prefill < 1 || s.Prefill >= n {
 		return fmt.Errorf("static split: %d prefill of %d instances: expected 1..%d", s.Prefill, n, n-1)
 	}
-	for i := range c.Instances() {
+	for i := range c.N() {
 		r := event.RoleDecode
 		if i < s.Prefill {
 			r = event.RolePrefill
@@ -219,7 +219,7 @@ func (Aggregated) Name() string { return "aggregated" }
 
 // Init implements Controller.
 func (Aggregated) Init(c *View) error {
-	for i := range c.Instances() {
+	for i := range c.N() {
 		c.SetRole(event.Instance(i), event.RoleMixed)
 	}
 	return nil
