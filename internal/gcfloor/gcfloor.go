@@ -18,9 +18,9 @@ import (
 	"runtime/debug"
 )
 
-// Default is the floor the commands use: 16 MiB, nearly three times what
-// the demo sweep allocates, and well under what a 10-million-request run
-// holds at its peak (45 MB), so that peak does not move (at 32 MiB it
+// Default is the floor the commands use: 16 MiB, about four times what
+// the demo sweep allocates (4 MB), and well under what a 10-million-request run
+// holds at its peak (47 MB), so that peak does not move (at 32 MiB it
 // rose to 63 MB).
 const Default = 16 << 20
 
