@@ -3,7 +3,7 @@
 // runtime's default pacing (GOGC=100, no memory limit).
 //
 // A Go process starts with a 4 MB heap goal, so a command that allocates a
-// few tens of megabytes in 20 ms (a sweep of the demo trace) spends several
+// few megabytes in 20 ms (a sweep of the demo trace) spends several
 // of those milliseconds in collections that free almost nothing, with one
 // of the two cores of a small machine lent to the collector. Below the
 // floor nothing is collected; the first collection happens when the heap
