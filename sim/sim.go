@@ -289,9 +289,15 @@ func newRing(n int) []reqState {
 	return make([]reqState, n)
 }
 
+// maxRecycled is the largest ring recycled (256 KiB): the short runs of a
+// sweep gain from reuse; a long run's large ring is left to the collector
+// (kept in a pool, rings of an overloaded run's size, tens of MB, held
+// the oracle's peak memory 25% higher).
+const maxRecycled = 4096
+
 // recycleRing hands a ring back for the next run's newRing.
 func recycleRing(r []reqState) {
-	if len(r) >= minRing {
+	if len(r) >= minRing && len(r) <= maxRecycled {
 		rings[bits.TrailingZeros(uint(len(r)/minRing))].Put(&r)
 	}
 }
