@@ -25,11 +25,9 @@ func exitCode(err error) int { return cliexit.Code(err) }
 
 // The helpers the sim command shares with the others.
 var (
-	signalContext   = simcli.SignalContext
-	withUsageErrors = simcli.WithUsageErrors
-	noArgs          = simcli.NoArgs
-	flagError       = simcli.FlagError
-	progressBar     = simcli.ProgressBar
+	noArgs      = simcli.NoArgs
+	flagError   = simcli.FlagError
+	progressBar = simcli.ProgressBar
 )
 
 // experimentFields maps sweep.Options' option names to experiment-file

@@ -6,14 +6,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/narwhal-bench/narwhal-bench/cmd/internal/simcli"
 	"github.com/narwhal-bench/narwhal-bench/event"
-	"github.com/narwhal-bench/narwhal-bench/internal/gcfloor"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/sweep"
 )
@@ -21,44 +19,25 @@ import (
 // version is stamped into run metadata (the same in narwhal-sim).
 const version = simcli.Version
 
-func main() {
-	gcfloor.Set(gcfloor.Default)
-	ctx, stop := signalContext()
-	code := run(ctx, os.Args, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { simcli.Main(run) }
 
 // run executes the command line and returns the process exit code: 0 on
 // success, 1 when the work failed, 2 on bad usage or bad input, 130 when
-// interrupted (see exitCode).
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
-	defer func() {
-		if r := recover(); r != nil {
-			fmt.Fprintf(stderr, "narwhal-bench: internal error: %v\n", r)
-			code = 1
+// interrupted (internal/cliexit).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return simcli.Run(ctx, "narwhal-bench", args, stdout, stderr, func() *cli.Command {
+		return &cli.Command{
+			Usage:    "simulate and benchmark adaptive prefill/decode allocation for LLM serving",
+			Version:  version,
+			Commands: []*cli.Command{simcli.Command(stderr, benchJournal{}), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr), liveCommand(stderr), checkCommand(), bundleCommand(stderr)},
+			Action: func(ctx context.Context, c *cli.Command) error {
+				if c.Args().Len() > 0 {
+					return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub, serve, live, check or bundle (see --help)", c.Args().First())}
+				}
+				return cli.ShowAppHelp(c)
+			},
 		}
-	}()
-	cmd := &cli.Command{
-		Name:           "narwhal-bench",
-		Usage:          "simulate and benchmark adaptive prefill/decode allocation for LLM serving",
-		Version:        version,
-		Writer:         stdout,
-		ErrWriter:      stderr,
-		ExitErrHandler: func(context.Context, *cli.Command, error) {},
-		Commands:       []*cli.Command{simcli.Command(stderr, benchJournal{}), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr), liveCommand(stderr), checkCommand(), bundleCommand(stderr)},
-		Action: func(ctx context.Context, c *cli.Command) error {
-			if c.Args().Len() > 0 {
-				return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub, serve, live, check or bundle (see --help)", c.Args().First())}
-			}
-			return cli.ShowAppHelp(c)
-		},
-	}
-	if err := withUsageErrors(cmd).Run(ctx, args); err != nil {
-		fmt.Fprintf(stderr, "narwhal-bench: %v\n", err)
-		return exitCode(err)
-	}
-	return 0
+	})
 }
 
 // usageError marks bad input (exit code 2).

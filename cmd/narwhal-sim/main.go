@@ -23,39 +23,21 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/cmd/internal/simcli"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
-	"github.com/narwhal-bench/narwhal-bench/internal/gcfloor"
 	"github.com/narwhal-bench/narwhal-bench/sweep"
 )
 
-func main() {
-	gcfloor.Set(gcfloor.Default)
-	ctx, stop := simcli.SignalContext()
-	code := run(ctx, os.Args, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { simcli.Main(run) }
 
 // run executes the command line and returns the process exit code, as
 // narwhal-bench sim does: 0 on success, 1 when the work failed, 2 on bad
 // usage or bad input, 130 when interrupted.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
-	defer func() {
-		if r := recover(); r != nil {
-			fmt.Fprintf(stderr, "narwhal-sim: internal error: %v\n", r)
-			code = 1
-		}
-	}()
-	cmd := simcli.Command(stderr, handOver{args: args[1:]})
-	cmd.Name = "narwhal-sim"
-	cmd.Usage = "narwhal-bench sim in a lean binary: " + cmd.Usage
-	cmd.Version = simcli.Version
-	cmd.Writer, cmd.ErrWriter = stdout, stderr
-	cmd.ExitErrHandler = func(context.Context, *cli.Command, error) {}
-	if err := simcli.WithUsageErrors(cmd).Run(ctx, args); err != nil {
-		fmt.Fprintf(stderr, "narwhal-sim: %v\n", err)
-		return cliexit.Code(err)
-	}
-	return 0
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return simcli.Run(ctx, "narwhal-sim", args, stdout, stderr, func() *cli.Command {
+		cmd := simcli.Command(stderr, handOver{args: args[1:]})
+		cmd.Usage = "narwhal-bench sim in a lean binary: " + cmd.Usage
+		cmd.Version = simcli.Version
+		return cmd
+	})
 }
 
 // fullBinary is the binary a journaled command line is handed to.

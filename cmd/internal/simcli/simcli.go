@@ -23,12 +23,46 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
+	"github.com/narwhal-bench/narwhal-bench/internal/gcfloor"
 	"github.com/narwhal-bench/narwhal-bench/sweep"
 	"github.com/narwhal-bench/narwhal-bench/traces"
 )
 
 // Version is stamped into run metadata by both binaries.
 const Version = "0.1.0-dev"
+
+// Main is a command's main: no collection below the GC floor
+// (internal/gcfloor), the first SIGINT or SIGTERM cancels run's context,
+// and what run returns is the exit code.
+func Main(run func(ctx context.Context, args []string, stdout, stderr io.Writer) int) {
+	gcfloor.Set(gcfloor.Default)
+	ctx, stop := SignalContext()
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Run runs the command line args with the root command build makes,
+// writing to stdout and stderr, and returns the exit code: 0 on success,
+// 1 when the work failed, 2 on bad usage or bad input, 130 when
+// interrupted (internal/cliexit). An error is printed after the command's
+// name; a panic is reported as an internal error (exit 1), never a crash.
+func Run(ctx context.Context, name string, args []string, stdout, stderr io.Writer, build func() *cli.Command) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "%s: internal error: %v\n", name, r)
+			code = cliexit.Failed
+		}
+	}()
+	cmd := build()
+	cmd.Name, cmd.Writer, cmd.ErrWriter = name, stdout, stderr
+	cmd.ExitErrHandler = func(context.Context, *cli.Command, error) {}
+	if err := WithUsageErrors(cmd).Run(ctx, args); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return cliexit.Code(err)
+	}
+	return cliexit.OK
+}
 
 // Journal is what `sim` needs from the journal: narwhal-bench's
 // implementation writes and reads Pebble journals; narwhal-sim's runs the
