@@ -383,33 +383,82 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 		}
 	}
 	// Coordinate descent over windows: each window's candidates (its split
-	// +-1, or a neighbour's) are one batch.
+	// +-1, or a neighbour's) are one batch, replayed against the best count
+	// so far. window returns window k's candidates under splits that are
+	// not known yet, in order and within the budget (evals replays made).
+	window := func(k int, splits []int, evals int, known func(key string) bool) [][]int {
+		cur := splits[k]
+		cands := []int{cur - 1, cur + 1}
+		if k > 0 {
+			cands = append(cands, splits[k-1])
+		}
+		if k+1 < len(starts) {
+			cands = append(cands, splits[k+1])
+		}
+		var fresh [][]int
+		for _, p := range cands {
+			if p < 1 || p >= n || p == cur || evals+len(fresh) >= BoundBudget {
+				continue
+			}
+			sc := slices.Clone(splits)
+			sc[k] = p
+			if !known(fmt.Sprint(sc)) && !slices.ContainsFunc(fresh, func(b []int) bool { return slices.Equal(b, sc) }) {
+				fresh = append(fresh, sc)
+			}
+		}
+		return fresh
+	}
+	// Most windows change nothing, and a window's batch is small (two to
+	// four replays, some stopped early), so on several workers the batches
+	// of the next windows are replayed with it, built as the search would
+	// build them if none of those windows changes the plan, until they hold
+	// twice as many replays as there are workers. They are folded in window
+	// order; at the first window that changes the plan the later batches,
+	// built on the old plan, are dropped unseen and built again. A kept
+	// batch was replayed against the same bar, under the same plan, as the
+	// one-window-at-a-time search replays it, so the plan does not depend
+	// on the workers (TestOracleSearchIndependentOfWorkers).
+	target := 1
+	if s.n > 1 {
+		target = 2 * s.n
+	}
 	for pass := 0; pass < 3 && plan.evals < BoundBudget; pass++ {
 		before := plan.ok
-		for k := range starts {
-			cur := plan.splits[k]
-			cands := []int{cur - 1, cur + 1}
-			if k > 0 {
-				cands = append(cands, plan.splits[k-1])
+		for k := 0; k < len(starts); {
+			var batches [][][]int
+			var steps [][]core.ScheduleStep
+			pending := map[string]bool{}
+			known := func(key string) bool {
+				_, ok := seen[key]
+				return ok || pending[key]
 			}
-			if k+1 < len(starts) {
-				cands = append(cands, plan.splits[k+1])
-			}
-			var batch [][]int
-			fresh := 0 // replays the batch will make, within the budget
-			for _, p := range cands {
-				if p < 1 || p >= n || p == cur || plan.evals+fresh >= BoundBudget {
-					continue
+			evals, count := plan.evals, 0
+			for j := k; j < len(starts) && (j == k || count < target); j++ {
+				fresh := window(j, plan.splits, evals, known)
+				for _, sc := range fresh {
+					pending[fmt.Sprint(sc)] = true
+					steps = append(steps, scheduleOf(starts, sc))
 				}
-				sc := slices.Clone(plan.splits)
-				sc[k] = p
-				if _, ok := seen[fmt.Sprint(sc)]; !ok && !slices.ContainsFunc(batch, func(b []int) bool { return slices.Equal(b, sc) }) {
-					fresh++
-				}
-				batch = append(batch, sc)
+				evals += len(fresh)
+				count += len(fresh)
+				batches = append(batches, fresh)
 			}
-			if err := try(batch...); err != nil {
+			vals, err := s.replayAll(steps, plan.ok)
+			if err != nil {
 				return nil, err
+			}
+			for _, fresh := range batches {
+				v := vals[:len(fresh)]
+				vals = vals[len(fresh):]
+				plan.evals += len(fresh)
+				for i, sc := range fresh {
+					seen[fmt.Sprint(sc)] = v[i]
+				}
+				k++
+				if at, ok := pick(v, plan.ok); at >= 0 {
+					plan.ok, plan.splits = ok, slices.Clone(fresh[at])
+					break
+				}
 			}
 		}
 		if plan.ok == before {
