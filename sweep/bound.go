@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
@@ -337,10 +338,19 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 	for p := 1; p < n; p++ {
 		warm = append(warm, slices.Repeat([]int{p}, len(starts)))
 	}
+	if err := try(warm...); err != nil {
+		return nil, err
+	}
 	// The rivals: each played as it is, and its realised split as a warm
-	// start.
+	// start. A rival that moves roles is played whole (its moves are the
+	// warm start); a static split sets its roles at the start and never
+	// moves them, so its replay stops, as the search's do, once it cannot
+	// qualify more than the warm starts' best: its count is then at most
+	// that, and the oracle never plays it (it plays a rival only above the
+	// search's best, which only grows).
 	played := make([]int, len(rivals))
 	realised := make([][]int, len(rivals))
+	staticBar := plan.ok
 	err := s.each(len(rivals), func(i int, q *qualifier) error {
 		run, ok := known[rivals[i]]
 		if !ok {
@@ -348,8 +358,12 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 			if err != nil {
 				return err
 			}
+			bar := -1
+			if strings.HasPrefix(rivals[i], "static:") {
+				bar = staticBar
+			}
 			log := &moveLog{}
-			v, _, err := q.run(cfg, ctrl, reqs, slo, log, -1) // played whole: its splits are a warm start
+			v, _, err := q.run(cfg, ctrl, reqs, slo, log, bar)
 			if err != nil {
 				return fmt.Errorf("rival %s: %w", rivals[i], err)
 			}
@@ -368,9 +382,6 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 		err = context.Cause(ctx)
 	}
 	if err != nil {
-		return nil, err
-	}
-	if err := try(warm...); err != nil {
 		return nil, err
 	}
 	if err := try(realised...); err != nil {
