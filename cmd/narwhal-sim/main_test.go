@@ -142,3 +142,27 @@ func TestRunExitCodes(t *testing.T) {
 		t.Errorf("cancelled: exit %d, expected 130 (stderr %q)", got, errb.String())
 	}
 }
+
+// BenchmarkDemoSweepProcess times the demo sweep the Python reference runs
+// (7 static splits, aggregated and adaptive at the 8 demo rates) as a
+// whole narwhal-sim process, start-up included: issue 12's side-by-side
+// figure without the reference (bench/vs-python.sh runs both).
+func BenchmarkDemoSweepProcess(b *testing.B) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	bin := filepath.Join(b.TempDir(), "narwhal-sim")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/narwhal-sim")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	args := []string{"--trace", "demo", "--rates", "0.6,1.0,1.6,2.4,3.2,4.4,5.4,6.4",
+		"--arms", "static:1P7D,static:2P6D,static:3P5D,static:4P4D,static:5P3D,static:6P2D,static:7P1D,aggregated,adaptive"}
+	b.ResetTimer()
+	for range b.N {
+		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+			b.Fatalf("narwhal-sim: %v\n%s", err, out)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/process")
+}
