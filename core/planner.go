@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
@@ -349,4 +350,20 @@ func (s *Scheduled) Tick(c *View) bool {
 		}
 	}
 	return false
+}
+
+// Follow returns a schedule of steps that takes over from s: it has made
+// every step s made (steps must begin with them) and goes on with the
+// rest. With sim.Sim.Fork, a hindsight search replays a schedule from the
+// first step where it differs from one already played.
+func (s *Scheduled) Follow(steps []ScheduleStep) (*Scheduled, error) {
+	if len(steps) < s.next || !slices.Equal(steps[:s.next], s.Steps[:s.next]) {
+		return nil, fmt.Errorf("schedule: the first %d steps differ from those made: expected them kept", s.next)
+	}
+	for i := max(s.next, 1); i < len(steps); i++ {
+		if steps[i].At < steps[i-1].At {
+			return nil, fmt.Errorf("schedule step %d at %v before step %d: expected time order", i, steps[i].At, i-1)
+		}
+	}
+	return &Scheduled{Arm: s.Arm, Steps: steps, next: s.next}, nil
 }

@@ -1,6 +1,10 @@
 package event
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
 
 // StreamFold folds a run's records into the rows Fold would build, but
 // keeps only the requests in flight: when a request ends, its row is
@@ -135,4 +139,15 @@ func (f *StreamFold) Reset() {
 	f.base, f.top, f.ended = 0, 0, 0
 	f.refs = nil
 	f.err = nil
+}
+
+// Clone copies the fold, sharing no state with it; the copy's End is f's
+// (set it to the copy's own receiver where End belongs to one).
+func (f *StreamFold) Clone() *StreamFold {
+	c := *f
+	c.ring = slices.Clone(f.ring)
+	c.ct.classes = slices.Clone(f.ct.classes)
+	c.ct.classIdx = maps.Clone(f.ct.classIdx)
+	c.refs = maps.Clone(f.refs)
+	return &c
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -183,19 +184,24 @@ type Sim struct {
 	hasNext bool
 	lastAt  event.Time // the latest arrival's scheduled time
 
-	heap     evHeap
-	due      []ev // events at the current instant, in push order, from dueHead
-	dueHead  int
-	seq      uint64
-	now      event.Time
-	recSeq   uint64
-	open     int
-	tickAt   event.Time
-	tickGen  uint32
-	stats    Stats
-	record   event.Record
-	drainEnd event.Time
-	err      error // the first fact the core refused; ends the run
+	heap    evHeap
+	due     []ev // events at the current instant, in push order, from dueHead
+	dueHead int
+	seq     uint64
+	now     event.Time
+	recSeq  uint64
+	open    int
+	tickAt  event.Time
+	tickGen uint32
+	// tickAskSeq is seq when the tick was first asked for after the last
+	// one fired (tickAsked): a pending tick was pushed then (Fork).
+	tickAskSeq uint64
+	tickAsked  bool
+	started    bool
+	stats      Stats
+	record     event.Record
+	drainEnd   event.Time
+	err        error // the first fact the core refused; ends the run
 }
 
 // New prepares a run of reqs (sorted by At) on cfg, with ctrl deciding
@@ -369,12 +375,61 @@ func (s *Sim) admit() int32 {
 func (s *Sim) Core() *core.Core { return s.core }
 
 // Run simulates until every request has ended, or the drain limit passes.
+// It may follow calls to Advance; it is called once.
 func (s *Sim) Run() (Stats, error) {
+	if s.st == nil {
+		return s.stats, errors.New("sim: Run called on a run that has ended: expected one Run per Sim")
+	}
+	s.start()
+	s.loop(event.Never)
+	s.stats.Offered = int(s.top)
+	if s.err != nil {
+		return s.stats, fmt.Errorf("sim: at %v: %w", s.now, s.err)
+	}
+	if s.open > 0 {
+		s.expireAll()
+	}
+	s.stats.End = s.now
+	// Every request has ended: the ring goes to the next run.
+	s.slots = len(s.st)
+	recycleRing(s.st)
+	s.st = nil
+	return s.stats, nil
+}
+
+// Advance simulates every arrival and event before t and stops there,
+// before anything at t or later: the state it leaves is the state a Run
+// passes through at that point, so Fork can copy it. It reports whether
+// the run has anything left to simulate. Run finishes the run.
+func (s *Sim) Advance(t event.Time) (more bool, err error) {
+	if s.st == nil {
+		return false, errors.New("sim: Advance called on a run that has ended")
+	}
+	s.start()
+	if !s.loop(t) {
+		return false, s.err
+	}
+	return true, nil
+}
+
+// start opens the run: the controller's opening decisions and the first
+// arrival.
+func (s *Sim) start() {
+	if s.started {
+		return
+	}
+	s.started = true
 	s.applyCore()
 	// Until the source is drained the drain limit is unknown, and it
 	// cannot bind: every arrival comes before it.
 	s.drainEnd = event.Never
 	s.pull()
+}
+
+// loop simulates arrivals and events in order until the run ends (false)
+// or, when until is not Never, until the next one is at or after until
+// (true: paused).
+func (s *Sim) loop(until event.Time) (paused bool) {
 	for (s.open > 0 || s.hasNext) && s.err == nil {
 		// The next event: the heap's first or the first of the events
 		// due now, whichever comes first by (at, seq).
@@ -385,6 +440,9 @@ func (s *Sim) Run() (Stats, error) {
 		}
 		if s.heap.len() > 0 && (!now || s.heap.first().before(&s.due[s.dueHead])) {
 			at, now = s.heap.first().at, false
+		}
+		if until != event.Never && (at >= until && (!s.hasNext || s.next.At >= until)) {
+			return true
 		}
 		if s.hasNext && s.next.At <= at {
 			s.setNow(s.next.At)
@@ -424,25 +482,13 @@ func (s *Sim) Run() (Stats, error) {
 			}
 		case evTick:
 			if e.gen == s.tickGen {
-				s.tickAt = event.Never
+				s.tickAt, s.tickAsked = event.Never, false
 				s.observe()
 				s.fact(s.core.Tick(s.now))
 			}
 		}
 	}
-	s.stats.Offered = int(s.top)
-	if s.err != nil {
-		return s.stats, fmt.Errorf("sim: at %v: %w", s.now, s.err)
-	}
-	if s.open > 0 {
-		s.expireAll()
-	}
-	s.stats.End = s.now
-	// Every request has ended: the ring goes to the next run.
-	s.slots = len(s.st)
-	recycleRing(s.st)
-	s.st = nil
-	return s.stats, nil
+	return false
 }
 
 // fact carries out what the core decided after a fact it was fed, or
@@ -493,6 +539,11 @@ func (s *Sim) emitReq(kind event.Kind, req int32, inst, peer int32, tokens int64
 }
 
 func (s *Sim) scheduleTick(t event.Time) {
+	if s.tickAt == event.Never && !s.tickAsked {
+		// The first ask since no tick is pending: where a controller that
+		// wants a tick pushes it (Fork).
+		s.tickAsked, s.tickAskSeq = true, s.seq
+	}
 	if t == event.Never || t >= s.tickAt {
 		return
 	}

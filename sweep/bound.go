@@ -144,9 +144,7 @@ func (q *qualifier) end(r *event.Row) {
 // with bar >= 0 it stops as soon as at most bar can, and returns bar with
 // stopped set.
 func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request, slo event.SLO, log *moveLog, bar int) (v int, stopped bool, err error) {
-	q.fold.Reset()
-	q.fold.End = q.end
-	q.slo, q.log, q.failed, q.stopAt = slo, log, 0, len(reqs)+1
+	q.reset(slo, log, len(reqs)+1)
 	if bar >= 0 {
 		if bar >= len(reqs) {
 			return bar, true, nil // nothing can qualify more
@@ -157,6 +155,28 @@ func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request
 	if err != nil {
 		return 0, false, err
 	}
+	return q.finish(s, len(reqs), bar)
+}
+
+// reset readies q for a replay from the start that stops when stopAt
+// requests have failed.
+func (q *qualifier) reset(slo event.SLO, log *moveLog, stopAt int) {
+	q.fold.Reset()
+	q.fold.End = q.end
+	q.slo, q.log, q.failed, q.stopAt = slo, log, 0, stopAt
+}
+
+// fork copies q, as it is, for a forked run (sim.Sim.Fork).
+func (q *qualifier) fork() *qualifier {
+	c := &qualifier{slo: q.slo, failed: q.failed, stopAt: q.stopAt}
+	c.fold = *q.fold.Clone()
+	c.fold.End = c.end
+	return c
+}
+
+// finish runs s, q's run of total requests, to its end, or until q stops
+// it: it returns the requests that qualified, or bar with stopped set.
+func (q *qualifier) finish(s *sim.Sim, total, bar int) (v int, stopped bool, err error) {
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -178,7 +198,7 @@ func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request
 		return 0, false, err
 	}
 	// Every row has ended (Err): those that qualified are the rest.
-	return len(reqs) - q.failed, false, nil
+	return total - q.failed, false, nil
 }
 
 // wholeReplays remembers the exact qualified counts of schedules replayed
@@ -238,7 +258,7 @@ func (s *searcher) each(n int, f func(i int, q *qualifier) error) error {
 // replay returns the requests qualified under the schedule steps, at most
 // bar when it cannot beat bar (>= 0), from memo when it was replayed
 // whole before.
-func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int) (int, error) {
+func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int, from *paused) (int, error) {
 	key := stepsKey(steps)
 	s.mu.Lock()
 	v, ok := s.memo[key]
@@ -246,7 +266,19 @@ func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int) (int
 	if ok {
 		return v, nil
 	}
-	v, stopped, err := q.run(s.cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, s.reqs, s.slo, nil, bar)
+	var stopped bool
+	var err error
+	switch {
+	case from == nil:
+		v, stopped, err = q.run(s.cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, s.reqs, s.slo, nil, bar)
+	case bar >= len(s.reqs):
+		v, stopped = bar, true // nothing can qualify more
+	default:
+		var f *paused
+		if f, err = from.fork(steps, bar, len(s.reqs)); err == nil {
+			v, stopped, err = f.q.finish(f.s, len(s.reqs), bar)
+		}
+	}
 	if err == nil && !stopped && s.memo != nil {
 		s.mu.Lock()
 		s.memo[key] = v
@@ -255,11 +287,18 @@ func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int) (int
 	return v, err
 }
 
-// replayAll replays each schedule against the same bar, in parallel.
-func (s *searcher) replayAll(scheds [][]core.ScheduleStep, bar int) ([]int, error) {
+// replayAll replays each schedule against the same bar, in parallel;
+// schedule i from the paused run from[i] when from is given and that is
+// not nil (it shares from[i]'s schedule up to the pause), else from the
+// start.
+func (s *searcher) replayAll(scheds [][]core.ScheduleStep, bar int, from ...*paused) ([]int, error) {
 	out := make([]int, len(scheds))
 	err := s.each(len(scheds), func(i int, q *qualifier) (err error) {
-		out[i], err = s.replay(q, scheds[i], bar)
+		var f *paused
+		if from != nil {
+			f = from[i]
+		}
+		out[i], err = s.replay(q, scheds[i], bar, f)
 		return err
 	})
 	if err == nil {
@@ -429,15 +468,25 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 	// batch was replayed against the same bar, under the same plan, as the
 	// one-window-at-a-time search replays it, so the plan does not depend
 	// on the workers (TestOracleSearchIndependentOfWorkers).
+	//
+	// A candidate of window j shares the plan's run up to window j's
+	// start, so it is replayed from the plan's run paused there (runs),
+	// not from the start: the same count, at the cost of the windows from
+	// j on.
 	target := 1
 	if s.n > 1 {
 		target = 2 * s.n
 	}
-	for pass := 0; pass < 3 && plan.evals < BoundBudget; pass++ {
+	var runs *planRuns
+	if plan.splits != nil {
+		runs = newPlanRuns(cfg, reqs, slo, starts, plan.steps())
+	}
+	for pass := 0; pass < 3 && plan.evals < BoundBudget && runs != nil; pass++ {
 		before := plan.ok
 		for k := 0; k < len(starts); {
 			var batches [][][]int
 			var steps [][]core.ScheduleStep
+			var from []*paused
 			pending := map[string]bool{}
 			known := func(key string) bool {
 				_, ok := seen[key]
@@ -446,15 +495,20 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 			evals, count := plan.evals, 0
 			for j := k; j < len(starts) && (j == k || count < target); j++ {
 				fresh := window(j, plan.splits, evals, known)
+				base, err := runs.base(j)
+				if err != nil {
+					return nil, err
+				}
 				for _, sc := range fresh {
 					pending[fmt.Sprint(sc)] = true
 					steps = append(steps, scheduleOf(starts, sc))
+					from = append(from, base)
 				}
 				evals += len(fresh)
 				count += len(fresh)
 				batches = append(batches, fresh)
 			}
-			vals, err := s.replayAll(steps, plan.ok)
+			vals, err := s.replayAll(steps, plan.ok, from...)
 			if err != nil {
 				return nil, err
 			}
@@ -468,6 +522,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 				k++
 				if at, ok := pick(v, plan.ok); at >= 0 {
 					plan.ok, plan.splits = ok, slices.Clone(fresh[at])
+					runs.changed(k-1, plan.steps())
 					break
 				}
 			}

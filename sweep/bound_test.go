@@ -57,3 +57,40 @@ func TestOracleSearchIndependentOfWorkers(t *testing.T) {
 		}
 	}
 }
+
+// The descent replays a candidate from the plan's run paused at the
+// window it changes (planRuns): the search finds exactly what it finds
+// replaying every candidate from the start, with room for every paused
+// run and with room for almost none (candidates then fork from earlier
+// windows, or replay from the start).
+func TestOracleForkedReplays(t *testing.T) {
+	cases := []struct {
+		trace string
+		rates []float64
+		seed  uint64
+	}{
+		{"demo", []float64{2.4, 4.4}, 1},
+		{"demo", []float64{3.6}, 4},
+		{"steady", []float64{7, 10}, 2},
+	}
+	defer func(on bool, slots int) { forkReplays, maxPausedSlots = on, slots }(forkReplays, maxPausedSlots)
+	for _, c := range cases {
+		tr, fl := load(t, c.trace)
+		cfg := Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Rates: c.rates, Seed: c.seed, Workers: 2}
+		forkReplays = false
+		want, err := Execute(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, slots := range []int{1 << 19, 300} {
+			forkReplays, maxPausedSlots = true, slots
+			got, err := Execute(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Oracle, want.Oracle) || !reflect.DeepEqual(got.Runs, want.Runs) {
+				t.Errorf("%s seed %d, paused runs up to %d slots: oracle %+v, runs %+v; replayed from the start: %+v, %+v", c.trace, c.seed, slots, got.Oracle, got.Runs, want.Oracle, want.Runs)
+			}
+		}
+	}
+}
