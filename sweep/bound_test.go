@@ -72,6 +72,7 @@ func TestOracleForkedReplays(t *testing.T) {
 		{"demo", []float64{2.4, 4.4}, 1},
 		{"demo", []float64{3.6}, 4},
 		{"steady", []float64{7, 10}, 2},
+		{"chatdoc", []float64{4.75}, 1},
 	}
 	defer func(on bool, slots int) { forkReplays, maxPausedSlots = on, slots }(forkReplays, maxPausedSlots)
 	for _, c := range cases {

@@ -75,38 +75,88 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 		}
 		best := prev
 		if ends[k] > lo {
-			err := s.each(n-1, func(i int, q *qualifier) error {
-				p := i + 1
-				q.lo, q.hi = lo, ends[k]
-				q.ratios = slices.Grow(q.ratios[:0], q.hi-q.lo)[:q.hi-q.lo]
-				defer func() { q.lo, q.hi = 0, 0 }()
-				steps := stepsOf(append(slices.Clip(sched), p))
-				v, _, err := q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:ends[k]], slo, nil, -1)
-				if err != nil {
-					return err
+			// The candidates nearest the previous phase's split first, a
+			// batch per round of the workers; a batch's replays stop once
+			// they cannot qualify as many requests as the best count of
+			// the batches before it. A stopped candidate qualifies fewer
+			// than the best split, so it could not have been chosen, and
+			// every candidate that ties the best runs whole: the choice
+			// (ties included) is the one-at-a-time search's, whatever the
+			// workers; only the work done differs.
+			//
+			// The candidates share the schedule so far up to the phase's
+			// start, so each replays from a run of it paused there.
+			var base *paused
+			if k > 0 {
+				var err error
+				if base, err = newPlanRuns(cfg, reqs[:ends[k]], slo, []event.Time{bounds[0], bounds[k]}, stepsOf(sched)).base(1); err != nil {
+					return nil, err
 				}
-				oks[p] = v
-				if ends[k] == len(reqs) && memo != nil { // a whole replay
-					s.mu.Lock()
-					memo[stepsKey(steps)] = v
-					s.mu.Unlock()
-				}
-				sum := 0.0 // in request order, as the tie-break always summed
-				for _, w := range q.ratios {
-					sum += w
-				}
-				ratios[p] = sum / float64(len(q.ratios))
-				return nil
-			})
-			if err == nil {
-				err = context.Cause(ctx)
 			}
-			if err != nil {
-				return nil, err
+			order := candidateOrder(n, prev)
+			exact := -1 // the best count of the batches so far
+			for b := 0; b < len(order); b += s.n {
+				batch := order[b:min(b+s.n, len(order))]
+				bar := exact - 1
+				err := s.each(len(batch), func(i int, q *qualifier) error {
+					p := batch[i]
+					steps := stepsOf(append(slices.Clip(sched), p))
+					var v int
+					var stopped bool
+					var err error
+					if base == nil {
+						q.lo, q.hi = lo, ends[k]
+						q.ratios = slices.Grow(q.ratios[:0], q.hi-q.lo)[:q.hi-q.lo]
+						defer func() { q.lo, q.hi = 0, 0 }()
+						v, stopped, err = q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:ends[k]], slo, nil, bar)
+					} else if bar >= ends[k] {
+						stopped = true // nothing can qualify more
+					} else {
+						var f *paused
+						if f, err = base.fork(steps, bar, ends[k]); err == nil {
+							// The phase's requests arrive after the pause:
+							// every one of them ends in the fork.
+							q = f.q
+							q.lo, q.hi, q.ratios = lo, ends[k], make([]float64, ends[k]-lo)
+							v, stopped, err = q.finish(f.s, ends[k], bar)
+						}
+					}
+					if err != nil {
+						return err
+					}
+					if stopped {
+						oks[p] = -1 // fewer than the best: never chosen
+						return nil
+					}
+					oks[p] = v
+					if ends[k] == len(reqs) && memo != nil { // a whole replay
+						s.mu.Lock()
+						memo[stepsKey(steps)] = v
+						s.mu.Unlock()
+					}
+					sum := 0.0 // in request order, as the tie-break always summed
+					for _, w := range q.ratios {
+						sum += w
+					}
+					ratios[p] = sum / float64(len(q.ratios))
+					return nil
+				})
+				if err == nil {
+					err = context.Cause(ctx)
+				}
+				if err != nil {
+					return nil, err
+				}
+				for _, p := range batch {
+					exact = max(exact, oks[p])
+				}
 			}
 			bestOK, bestDist, bestRatio := -1, 0, math.Inf(1)
 			for p := 1; p < n; p++ {
 				ok, ratio, dist := oks[p], ratios[p], abs(p-prev)
+				if ok < 0 {
+					continue
+				}
 				if ok > bestOK || (ok == bestOK && (ratio < bestRatio || (ratio == bestRatio && dist < bestDist))) {
 					best, bestOK, bestDist, bestRatio = p, ok, dist, ratio
 				}
@@ -144,23 +194,34 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 		sched, bestOK = consts[at], ok
 	}
 	// 3. One pass of coordinate descent on the whole workload: a phase's
-	// alternatives are one batch.
+	// alternatives are one batch, each replayed from the schedule's run
+	// paused at the phase's start (planRuns).
 	if phases > 1 {
+		runs := newPlanRuns(cfg, reqs, slo, bounds[:phases], stepsOf(sched))
 		for k := 0; k < phases; k++ {
 			var batch [][]int
+			var steps [][]core.ScheduleStep
+			var from []*paused
+			base, err := runs.base(k)
+			if err != nil {
+				return nil, err
+			}
 			for p := 1; p < n; p++ {
 				if p != sched[k] {
 					sc := slices.Clone(sched)
 					sc[k] = p
 					batch = append(batch, sc)
+					steps = append(steps, stepsOf(sc))
+					from = append(from, base)
 				}
 			}
-			vals, err := whole(batch, bestOK)
+			vals, err := s.replayAll(steps, bestOK, from...)
 			if err != nil {
 				return nil, err
 			}
 			if at, ok := pick(vals, bestOK); at >= 0 {
 				sched, bestOK = batch[at], ok
+				runs.changed(k, stepsOf(sched))
 			}
 		}
 	}
@@ -169,6 +230,20 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 		out[k] = score.PhaseTarget{Start: bounds[k], End: bounds[k+1], Prefill: p}
 	}
 	return out, nil
+}
+
+// candidateOrder lists the splits 1..n-1 nearest prev first (prev, then
+// prev-1, prev+1, prev-2, ...).
+func candidateOrder(n, prev int) []int {
+	out := make([]int, 0, n-1)
+	for d := 0; len(out) < n-1 && d < n; d++ {
+		for _, p := range []int{prev - d, prev + d} {
+			if p >= 1 && p < n && !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 func abs(x int) int {
