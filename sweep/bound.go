@@ -377,6 +377,17 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 	for p := 1; p < n; p++ {
 		warm = append(warm, slices.Repeat([]int{p}, len(starts)))
 	}
+	// The per-phase oracle's schedule first, on its own: the constant
+	// splits then replay against its count, and stop once they cannot
+	// beat it (it was replayed whole; the per-phase oracle stopped most
+	// constant splits early). The first best of the whole list wins, as
+	// in one batch.
+	if len(phase) > 0 {
+		if err := try(warm[0]); err != nil {
+			return nil, err
+		}
+		warm = warm[1:]
+	}
 	if err := try(warm...); err != nil {
 		return nil, err
 	}

@@ -87,14 +87,10 @@ func (p *planRuns) base(k int) (*paused, error) {
 		next := p.cur
 		switch {
 		case next == nil:
-			q := &qualifier{}
-			q.reset(p.slo, nil, len(p.reqs)+1)
-			ctrl := &core.Scheduled{Arm: "oracle", Steps: p.steps}
-			s, err := sim.New(p.cfg, ctrl, p.reqs, q)
-			if err != nil {
+			var err error
+			if next, err = newPaused(p.cfg, p.reqs, p.slo, p.steps); err != nil {
 				return nil, err
 			}
-			next = &paused{s: s, q: q, ctrl: ctrl}
 		case p.at[p.made] == next:
 			// Kept: forks must find it as it is.
 			var err error
@@ -119,6 +115,19 @@ func (p *planRuns) base(k int) (*paused, error) {
 		}
 	}
 	return p.latest(k), nil
+}
+
+// newPaused starts a replay of reqs under steps, to be advanced (its
+// qualifier never stops it).
+func newPaused(cfg sim.Config, reqs []sim.Request, slo event.SLO, steps []core.ScheduleStep) (*paused, error) {
+	q := &qualifier{}
+	q.reset(slo, nil, len(reqs)+1)
+	ctrl := &core.Scheduled{Arm: "oracle", Steps: steps}
+	s, err := sim.New(cfg, ctrl, reqs, q)
+	if err != nil {
+		return nil, err
+	}
+	return &paused{s: s, q: q, ctrl: ctrl}, nil
 }
 
 // latest is the paused run at or before window k (nil: none).

@@ -75,14 +75,15 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 		}
 		best := prev
 		if ends[k] > lo {
-			// The candidates nearest the previous phase's split first, a
-			// batch per round of the workers; a batch's replays stop once
-			// they cannot qualify as many requests as the best count of
-			// the batches before it. A stopped candidate qualifies fewer
-			// than the best split, so it could not have been chosen, and
-			// every candidate that ties the best runs whole: the choice
-			// (ties included) is the one-at-a-time search's, whatever the
-			// workers; only the work done differs.
+			// Every candidate is first played to a sixteenth of the phase
+			// (a probe), then the candidates go on in the order of their
+			// failures so far, a batch per round of the workers; a batch's
+			// replays stop once they cannot qualify as many requests as the
+			// best count of the batches before it. A stopped candidate
+			// qualifies fewer than the best split, so it could not have been
+			// chosen, and every candidate that ties the best runs whole: the
+			// choice (ties included) is the one-at-a-time search's, whatever
+			// the order and the workers; only the work done differs.
 			//
 			// The candidates share the schedule so far up to the phase's
 			// start, so each replays from a run of it paused there.
@@ -93,52 +94,72 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 					return nil, err
 				}
 			}
+			total := ends[k]
 			order := candidateOrder(n, prev)
+			runs := make([]*paused, n)
+			probe := bounds[k] + (bounds[k+1]-bounds[k])/16
+			err := s.each(len(order), func(i int, _ *qualifier) error {
+				p := order[i]
+				steps := stepsOf(append(slices.Clip(sched), p))
+				var r *paused
+				var err error
+				if base == nil {
+					r, err = newPaused(cfg, reqs[:total], slo, steps)
+				} else {
+					r, err = base.fork(steps, -1, total)
+				}
+				if err != nil {
+					return err
+				}
+				// The phase's requests arrive after the phase starts: every
+				// one of them ends in the run.
+				r.q.lo, r.q.hi, r.q.ratios = lo, total, make([]float64, total-lo)
+				runs[p] = r
+				_, err = r.s.Advance(probe)
+				return err
+			})
+			if err == nil {
+				err = context.Cause(ctx)
+			}
+			if err != nil {
+				return nil, err
+			}
+			slices.SortStableFunc(order, func(a, b int) int { return runs[a].q.failed - runs[b].q.failed })
 			exact := -1 // the best count of the batches so far
 			for b := 0; b < len(order); b += s.n {
 				batch := order[b:min(b+s.n, len(order))]
 				bar := exact - 1
-				err := s.each(len(batch), func(i int, q *qualifier) error {
+				err := s.each(len(batch), func(i int, _ *qualifier) error {
 					p := batch[i]
-					steps := stepsOf(append(slices.Clip(sched), p))
-					var v int
-					var stopped bool
-					var err error
-					if base == nil {
-						q.lo, q.hi = lo, ends[k]
-						q.ratios = slices.Grow(q.ratios[:0], q.hi-q.lo)[:q.hi-q.lo]
-						defer func() { q.lo, q.hi = 0, 0 }()
-						v, stopped, err = q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, reqs[:ends[k]], slo, nil, bar)
-					} else if bar >= ends[k] {
-						stopped = true // nothing can qualify more
-					} else {
-						var f *paused
-						if f, err = base.fork(steps, bar, ends[k]); err == nil {
-							// The phase's requests arrive after the pause:
-							// every one of them ends in the fork.
-							q = f.q
-							q.lo, q.hi, q.ratios = lo, ends[k], make([]float64, ends[k]-lo)
-							v, stopped, err = q.finish(f.s, ends[k], bar)
-						}
+					r := runs[p]
+					runs[p] = nil
+					r.q.stopAt = total + 1
+					if bar >= 0 {
+						r.q.stopAt = total - bar
 					}
+					if r.q.failed >= r.q.stopAt {
+						oks[p] = -1 // stopped already: fewer than the best, never chosen
+						return nil
+					}
+					v, stopped, err := r.q.finish(r.s, total, bar)
 					if err != nil {
 						return err
 					}
 					if stopped {
-						oks[p] = -1 // fewer than the best: never chosen
+						oks[p] = -1
 						return nil
 					}
 					oks[p] = v
-					if ends[k] == len(reqs) && memo != nil { // a whole replay
+					if total == len(reqs) && memo != nil { // a whole replay
 						s.mu.Lock()
-						memo[stepsKey(steps)] = v
+						memo[stepsKey(r.ctrl.Steps)] = v
 						s.mu.Unlock()
 					}
 					sum := 0.0 // in request order, as the tie-break always summed
-					for _, w := range q.ratios {
+					for _, w := range r.q.ratios {
 						sum += w
 					}
-					ratios[p] = sum / float64(len(q.ratios))
+					ratios[p] = sum / float64(len(r.q.ratios))
 					return nil
 				})
 				if err == nil {
