@@ -519,7 +519,17 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 				count += len(fresh)
 				batches = append(batches, fresh)
 			}
+			// While the batch replays, the plan's run goes on to the next
+			// batch's windows (dropped if this batch changes the plan).
+			ahead := make(chan error, 1)
+			go func(j int) {
+				_, err := runs.base(j)
+				ahead <- err
+			}(min(k+len(batches)+1, len(starts)-1))
 			vals, err := s.replayAll(steps, plan.ok, from...)
+			if aerr := <-ahead; err == nil {
+				err = aerr
+			}
 			if err != nil {
 				return nil, err
 			}
