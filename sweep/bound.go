@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
@@ -40,6 +39,16 @@ import (
 func BoundRivals(n int) []string {
 	out := core.StaticArms(n)
 	return append(out, "aggregated", "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray")
+}
+
+// neverMoves reports whether a controller sets its roles at the start and
+// never moves them.
+func neverMoves(c core.Controller) bool {
+	switch c.(type) {
+	case *core.Static, *core.Aggregated:
+		return true
+	}
+	return false
 }
 
 // playedRun is a rival's run: the requests it qualified and its role
@@ -393,11 +402,11 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 	}
 	// The rivals: each played as it is, and its realised split as a warm
 	// start. A rival that moves roles is played whole (its moves are the
-	// warm start); a static split sets its roles at the start and never
-	// moves them, so its replay stops, as the search's do, once it cannot
-	// qualify more than the warm starts' best: its count is then at most
-	// that, and the oracle never plays it (it plays a rival only above the
-	// search's best, which only grows).
+	// warm start); a static split or the aggregated arm sets its roles at
+	// the start and never moves them, so its replay stops, as the
+	// search's do, once it cannot qualify more than the warm starts' best:
+	// its count is then at most that, and the oracle never plays it (it
+	// plays a rival only above the search's best, which only grows).
 	played := make([]int, len(rivals))
 	realised := make([][]int, len(rivals))
 	staticBar := plan.ok
@@ -409,7 +418,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 				return err
 			}
 			bar := -1
-			if strings.HasPrefix(rivals[i], "static:") {
+			if neverMoves(ctrl) {
 				bar = staticBar
 			}
 			log := &moveLog{}
