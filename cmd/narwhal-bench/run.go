@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -59,6 +62,43 @@ func runCommand(stderr io.Writer) *cli.Command {
 		},
 	}
 }
+
+// resultKey names the file that says what made a combination's result:
+// the binary and the settings (comboKey).
+const resultKey = "result.key"
+
+// comboKey names a combination's result: the running binary (the SHA-256
+// of its executable, or its version where that cannot be read), the
+// settings the sweep was resolved from, the trace's content hash and the
+// resolved fleet. A
+// rerun skips a finished combination only when its key is the same, so a
+// campaign rerun after the binary, the experiment file or its trace
+// changed runs again rather than reporting the old numbers.
+func comboKey(o sweep.Options, cfg sweep.Config) string {
+	o.Workers = 0 // the result does not depend on it
+	opts, _ := json.Marshal(o)
+	fl, err := json.Marshal(cfg.Fleet)
+	if err != nil {
+		fl = []byte(cfg.Fleet.Name)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "binary %s\noptions %s\ntrace %s\nfleet %s\n", binaryID(), opts, cfg.Trace.Hash(), fl)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// binaryID is the SHA-256 of the running executable, read once.
+var binaryID = sync.OnceValue(func() string {
+	if exe, err := os.Executable(); err == nil {
+		if f, err := os.Open(exe); err == nil {
+			defer f.Close()
+			h := sha256.New()
+			if _, err := io.Copy(h, f); err == nil {
+				return hex.EncodeToString(h.Sum(nil))
+			}
+		}
+	}
+	return "version " + version
+})
 
 // combo is one sweep of an experiment.
 type combo struct {
@@ -133,29 +173,38 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 		dir := cb.dir(out, e.Name)
 		label := fmt.Sprintf("[%d/%d] %s %s", k+1, len(combos), e.Name, strings.TrimPrefix(dir, filepath.Join(out, e.Name)+string(filepath.Separator)))
 		resPath := filepath.Join(dir, "result.json")
+		o := sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, TTFT: e.SLO.TTFT, TPOT: e.SLO.TPOT,
+			Arms: e.Arms, Rates: strings.Join(e.Rates, ","), Seed: cb.seed, PrefixCache: cb.cache,
+			Workers: int(c.Int("workers")), Version: version}
+		cfg, notes, err := sweep.Resolve(o)
+		if err != nil {
+			return experimentError(e, err)
+		}
+		key := comboKey(o, cfg)
 		if data, err := os.ReadFile(resPath); err == nil && !c.Bool("force") {
 			var res sweep.Result
-			if err := json.Unmarshal(data, &res); err == nil {
+			made, _ := os.ReadFile(filepath.Join(dir, resultKey))
+			switch {
+			case json.Unmarshal(data, &res) != nil:
+			case string(made) != key:
+				// A result made by another binary, or from other settings
+				// (the experiment file, its trace or fleet changed): its
+				// numbers are not this one's.
+				fmt.Fprintf(stderr, "%s: the result there was made by another binary or with other settings: running it again\n", label)
+			default:
 				fmt.Fprintf(stderr, "%s: done earlier, skipped\n", label)
 				results[k] = &res
 				continue
 			}
+		}
+		for _, n := range notes {
+			fmt.Fprintf(stderr, "narwhal-bench: note: %s\n", n)
 		}
 		if err := os.RemoveAll(dir); err != nil { // a partial run from an interrupted campaign
 			return err
 		}
 		if err := os.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
 			return err
-		}
-		o := sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, TTFT: e.SLO.TTFT, TPOT: e.SLO.TPOT,
-			Arms: e.Arms, Rates: strings.Join(e.Rates, ","), Seed: cb.seed, PrefixCache: cb.cache,
-			Workers: int(c.Int("workers")), Version: version}
-		cfg, notes, err := sweep.Resolve(o)
-		for _, n := range notes {
-			fmt.Fprintf(stderr, "narwhal-bench: note: %s\n", n)
-		}
-		if err != nil {
-			return experimentError(e, err)
 		}
 		cfg.Context = ctx
 		cfg.Journal = func(name string, meta event.RunMeta) (sweep.Sink, error) {
@@ -181,7 +230,11 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 		if err != nil {
 			return err
 		}
-		// result.json last: its presence marks the combination complete.
+		// result.json last: its presence marks the combination complete,
+		// made by what result.key names.
+		if err := os.WriteFile(filepath.Join(dir, resultKey), []byte(key), 0o644); err != nil {
+			return err
+		}
 		if err := os.WriteFile(resPath, append(data, '\n'), 0o644); err != nil {
 			return err
 		}

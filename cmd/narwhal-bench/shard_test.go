@@ -41,3 +41,44 @@ func TestRunShards(t *testing.T) {
 		}
 	}
 }
+
+// A rerun skips a finished combination only when the same binary made it
+// from the same settings: after the experiment file changes, or when the
+// result's key does not match, the combination runs again.
+func TestRunRerunsStaleResults(t *testing.T) {
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "exp.yaml")
+	out := filepath.Join(dir, "out")
+	write := func(rate string) {
+		os.WriteFile(exp, []byte("name: e\ntrace: demo\narms: [static:4P4D]\nrates: [\""+rate+"\"]\nseeds: [1]\n"), 0o644)
+	}
+	ran := func() bool {
+		t.Helper()
+		code, _, errs := runCLI(t, "run", "--out", out, exp)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		return strings.Contains(errs, ": running ")
+	}
+	write("1.6")
+	if !ran() {
+		t.Fatal("first run: nothing ran")
+	}
+	if ran() {
+		t.Fatal("unchanged rerun: ran again, want skipped")
+	}
+	write("2.4")
+	if !ran() {
+		t.Fatal("rates changed: skipped the old result, want a new run")
+	}
+	key := filepath.Join(out, "e", "cache-off", "seed-1", "result.key")
+	if err := os.WriteFile(key, []byte("made by another binary"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !ran() {
+		t.Fatal("another binary's result: skipped, want a new run")
+	}
+	if ran() {
+		t.Fatal("unchanged rerun after that: ran again, want skipped")
+	}
+}
