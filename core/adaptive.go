@@ -112,7 +112,8 @@ type SplitScore struct {
 	TPOT    float64 // projected decode interval / TPOT SLO: the worse of the two below
 	// The steady-state projections, from offered demand.
 	TTFTDemand, TPOTDemand float64
-	// The transient projections, from work resident now.
+	// The transient projections, from work resident now (on the decode
+	// side, with the context of the prompts being prefilled).
 	TTFTBacklog, TPOTResident float64
 }
 
@@ -146,7 +147,7 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	c.fleet.sync(c.inst)
 	slope, icpt := c.fleet.means(c.inst)
 	backlog := c.fleet.work.float()
-	resident, holders := c.fleet.resident, c.fleet.holders
+	resident, holders, pending := c.fleet.resident, c.fleet.holders, c.fleet.pending
 	// Decode work is what recently finished requests needed, or what the
 	// context resident now implies, whichever is larger: by Little's law
 	// resident context = work × interval, and the interval at the current
@@ -188,10 +189,17 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	// Decode: with interval I = icpt + slope·ctx and resident context
 	// ctx = work/d · I per instance (Little's law), the fixed point is
 	// I = icpt / (1 - work·slope/d).
+	//
+	// The resident projection counts the context decode holds now and the
+	// context of the prompts being prefilled, which reaches the decode
+	// pool within about a TTFT: a burst of long prompts is priced on the
+	// decode side before it lands there, not after (a split that thins
+	// the decode pool for a prefill burst otherwise looks free until the
+	// burst's contexts arrive; issue 10).
 	rhoD := work * slope / float64(d)
 	rd := math.Min(rhoD, saturation)
 	model = icpt/(1-rd)/c.tpotS + 100*math.Max(0, rhoD-saturation)
-	observed := (icpt + slope*float64(resident)/float64(d)) / c.tpotS
+	observed := (icpt + slope*float64(resident+pending)/float64(d)) / c.tpotS
 	s.TPOTDemand, s.TPOTResident = model, observed
 	s.TPOT = math.Max(model, observed)
 	return s

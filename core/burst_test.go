@@ -262,3 +262,37 @@ func TestBurstyWarmUp(t *testing.T) {
 		t.Fatalf("batches of 16: warm-up ended at %v, evenly spaced at %v", bursty, even)
 	}
 }
+
+// The resident TPOT projection counts the context of the prompts being
+// prefilled (issue 10): they reach the decode pool within about a TTFT
+// with their prompts as context, so a burst of long prompts in the
+// prefill queue prices a thinner decode pool before the contexts land.
+func TestScoreSplitPendingContext(t *testing.T) {
+	c := fixtureCore(t, 8)
+	c.v.now = 100 * event.Second
+	e := DemandEstimate{Arrivals: 100, Span: 20, Rate: 1, PrefillLoad: 0.5, MeanPrefill: 0.1, MeanPrefill2: 0.02}
+	// 20,000 tokens resident in decode on two engines.
+	for _, i := range []event.Instance{4, 5} {
+		c.v.inst[i].DecodeCount, c.v.inst[i].DecodeTokens = 2, 10000
+		c.v.touch(i)
+	}
+	resident := func(p int) float64 { return ScoreSplit(c.View(), e, p).TPOTResident }
+	slope, icpt := fixture.Slope, fixture.Intercept
+	want := func(ctx float64, d int) float64 { return (icpt + slope*ctx/float64(d)) / c.v.tpotS }
+	if got := resident(4); math.Abs(got-want(20000, 4)) > 1e-12 {
+		t.Fatalf("no prompt in prefill: TPOT ratio %v, want %v", got, want(20000, 4))
+	}
+	before := resident(5) - resident(4)
+	// Six prompts of 8,000 tokens in the prefill queue.
+	for _, i := range []event.Instance{0, 1, 2} {
+		c.v.inst[i].PrefillCount, c.v.inst[i].PrefillTokens = 2, 16000
+		c.v.inst[i].PrefillWork = 2 * fixture.Prefill(8000)
+		c.v.touch(i)
+	}
+	if got := resident(4); math.Abs(got-want(68000, 4)) > 1e-12 {
+		t.Fatalf("48,000 tokens in prefill: TPOT ratio %v, want %v (resident and pending context over 4 decode engines)", got, want(68000, 4))
+	}
+	if after := resident(5) - resident(4); after <= before {
+		t.Fatalf("a decode engine fewer costs %v with the prompts in prefill, %v without: expected more", after, before)
+	}
+}

@@ -153,18 +153,19 @@ func driveRandom(t *testing.T, arm string, n int, seed uint64, steps int) {
 func checkFleetTotals(t *testing.T, v *View) {
 	t.Helper()
 	var work exact
-	var resident int64
+	var resident, pending int64
 	holders := 0
 	for i := range v.inst {
 		work = work.plus(exactOf(v.inst[i].PrefillWork))
 		resident += v.inst[i].DecodeTokens
+		pending += v.inst[i].PrefillTokens
 		if v.inst[i].DecodeTokens > 0 {
 			holders++
 		}
 	}
 	v.fleet.sync(v.inst)
-	if f := &v.fleet; f.work != work || f.resident != resident || f.holders != holders {
-		t.Fatalf("fleet totals: work %v, resident %d, holders %d; counted %v, %d, %d",
-			f.work.float(), f.resident, f.holders, work.float(), resident, holders)
+	if f := &v.fleet; f.work != work || f.resident != resident || f.holders != holders || f.pending != pending {
+		t.Fatalf("fleet totals: work %v, resident %d, holders %d, pending %d; counted %v, %d, %d, %d",
+			f.work.float(), f.resident, f.holders, f.pending, work.float(), resident, holders, pending)
 	}
 }

@@ -225,6 +225,7 @@ func (a finishTotals) minus(b finishTotals) finishTotals {
 type fleetTotals struct {
 	work     exact // Σ PrefillWork
 	resident int64 // Σ DecodeTokens
+	pending  int64 // Σ PrefillTokens: prompts whose prefill has not finished
 	holders  int   // instances with DecodeTokens > 0
 	// of is each instance's part as last counted; dirty lists the
 	// instances changed since, marked in of.
@@ -239,6 +240,7 @@ type fleetTotals struct {
 type instPart struct {
 	work     exact
 	resident int64
+	pending  int64
 	dirty    bool
 }
 
@@ -260,13 +262,14 @@ func (f *fleetTotals) sync(inst []Instance) {
 		w := exactOf(in.PrefillWork)
 		f.work = f.work.minus(old.work).plus(w)
 		f.resident += in.DecodeTokens - old.resident
+		f.pending += in.PrefillTokens - old.pending
 		if old.resident > 0 {
 			f.holders--
 		}
 		if in.DecodeTokens > 0 {
 			f.holders++
 		}
-		*old = instPart{work: w, resident: in.DecodeTokens}
+		*old = instPart{work: w, resident: in.DecodeTokens, pending: in.PrefillTokens}
 	}
 	f.dirty = f.dirty[:0]
 }
