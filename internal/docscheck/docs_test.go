@@ -18,6 +18,7 @@ var external = map[string]string{
 	"--goodput": "AIPerf's and vLLM's benchmark flag, cited in docs/report.md",
 	"--bound":   "campaigns/burstiness.py's flag (docs/controllers.md)",
 	"--traces":  "campaigns/burstiness.py's flag (docs/controllers.md)",
+	"--first":   "campaigns/seed_spread.py's flag (docs/controllers.md)",
 }
 
 var flagRE = regexp.MustCompile(`(^|[^-\w])(--[a-z][a-z0-9-]*)`)
