@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -91,8 +92,10 @@ func (p *planRuns) base(k int) (*paused, error) {
 			if next, err = newPaused(p.cfg, p.reqs, p.slo, p.steps); err != nil {
 				return nil, err
 			}
-		case p.at[p.made] == next:
-			// Kept: forks must find it as it is.
+		case p.at[p.made] == next || !slices.Equal(next.ctrl.Steps, p.steps):
+			// Kept (forks must find it as it is), or made under the plan
+			// before a change after its window: go on from a copy under
+			// the plan's schedule.
 			var err error
 			if next, err = next.fork(p.steps, -1, len(p.reqs)); err != nil {
 				return nil, err
