@@ -56,6 +56,7 @@ func neverMoves(c core.Controller) bool {
 type playedRun struct {
 	ok    int
 	moves []event.Record
+	run   *Run // the run as the sweep scores it; nil: not kept
 }
 
 // BoundWindow is the oracle's window for a trace spanning span: span/30,
@@ -75,6 +76,7 @@ type boundPlan struct {
 	starts []event.Time // window starts
 	splits []int        // prefill engines per window (a schedule)
 	arm    string       // when set, the rival arm the oracle plays instead
+	run    *Run         // with arm: that arm's run, when kept (the oracle's own is the same run)
 	ok     int          // requests qualified
 	evals  int          // replays the search made
 }
@@ -332,7 +334,11 @@ func pick(vals []int, best int) (int, int) {
 
 // bound searches the oracle's plan at one rate, on up to workers
 // goroutines (the plan does not depend on workers).
-func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, known map[string]playedRun, memo wholeReplays, workers int) (*boundPlan, error) {
+//
+// play, when not nil, plays a rival that moves roles as the sweep plays an
+// arm, scoring the whole run (the oracle then reuses the best rival's run
+// rather than playing it again); nil: with a qualifier.
+func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, known map[string]playedRun, memo wholeReplays, workers int, play func(arm string, log *moveLog) (Run, error)) (*boundPlan, error) {
 	n := len(cfg.Profiles)
 	starts := windowStarts(bounds, BoundWindow(bounds[len(bounds)-1]))
 	plan := &boundPlan{starts: starts, ok: -1}
@@ -408,6 +414,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 	// its count is then at most that, and the oracle never plays it (it
 	// plays a rival only above the search's best, which only grows).
 	played := make([]int, len(rivals))
+	rivalRuns := make([]*Run, len(rivals))
 	realised := make([][]int, len(rivals))
 	staticBar := plan.ok
 	err := s.each(len(rivals), func(i int, q *qualifier) error {
@@ -422,13 +429,21 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 				bar = staticBar
 			}
 			log := &moveLog{}
-			v, _, err := q.run(cfg, ctrl, reqs, slo, log, bar)
-			if err != nil {
-				return fmt.Errorf("rival %s: %w", rivals[i], err)
+			if play != nil && bar < 0 {
+				r, err := play(rivals[i], log)
+				if err != nil {
+					return fmt.Errorf("rival %s: %w", rivals[i], err)
+				}
+				run = playedRun{ok: r.SLOOK, moves: log.moves, run: &r}
+			} else {
+				v, _, err := q.run(cfg, ctrl, reqs, slo, log, bar)
+				if err != nil {
+					return fmt.Errorf("rival %s: %w", rivals[i], err)
+				}
+				run = playedRun{ok: v, moves: log.moves}
 			}
-			run = playedRun{ok: v, moves: log.moves}
 		}
-		played[i] = run.ok
+		played[i], rivalRuns[i] = run.ok, run.run
 		splits := score.Splits(run.moves)
 		sc := make([]int, len(starts))
 		for k, t := range starts {
@@ -446,10 +461,10 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 	if err := try(realised...); err != nil {
 		return nil, err
 	}
-	bestRival, bestRivalOK := "", -1
+	bestRival, bestRivalOK, bestRun := "", -1, (*Run)(nil)
 	for i, v := range played {
 		if v > bestRivalOK {
-			bestRival, bestRivalOK = rivals[i], v
+			bestRival, bestRivalOK, bestRun = rivals[i], v, rivalRuns[i]
 		}
 	}
 	// Coordinate descent over windows: each window's candidates (its split
@@ -562,7 +577,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 		}
 	}
 	if bestRivalOK > plan.ok {
-		plan.arm, plan.ok = bestRival, bestRivalOK
+		plan.arm, plan.ok, plan.run = bestRival, bestRivalOK, bestRun
 	}
 	return plan, nil
 }

@@ -3,6 +3,8 @@ package sweep
 import (
 	"reflect"
 	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
 // The oracle is a bound: on the test traces, at every rate and seed, no
@@ -91,6 +93,45 @@ func TestOracleForkedReplays(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got.Oracle, want.Oracle) || !reflect.DeepEqual(got.Runs, want.Runs) {
 				t.Errorf("%s seed %d, paused runs up to %d slots: oracle %+v, runs %+v; replayed from the start: %+v, %+v", c.trace, c.seed, slots, got.Oracle, got.Runs, want.Oracle, want.Runs)
+			}
+		}
+	}
+}
+
+// Where the oracle plays a rival that moves roles, it reuses the run the
+// bound's search played of that rival (or the sweep's own run of that
+// arm) instead of playing it again, unless the run is journaled: the run
+// reported must be the one a replay gives, record for record the same
+// scores, whichever way it was had.
+func TestOracleReusesTheRivalsRun(t *testing.T) {
+	tr, fl := load(t, "mixed")
+	replay := func(string, event.RunMeta) (Sink, error) { return nil, nil } // journaled: the oracle replays
+	for _, arms := range [][]string{{"oracle"}, {"arrow", "oracle"}} {
+		cfg := Config{Trace: tr, Fleet: fl, Arms: arms, Rates: []float64{6.00792}, Seed: 2, Workers: 2}
+		got, err := Execute(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if src := got.Oracle[0].Source; src != "arm arrow" {
+			t.Fatalf("arms %v: the oracle's source is %q: this test needs a case where it plays a rival that moves roles", arms, src)
+		}
+		cfg.Journal = replay
+		want, err := Execute(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Runs, want.Runs) || !reflect.DeepEqual(got.Oracle, want.Oracle) {
+			t.Errorf("arms %v: reused %+v; replayed %+v", arms, got.Runs, want.Runs)
+		}
+		o := got.Runs[len(arms)-1]
+		if o.Arm != "oracle" || o.SLOOK == 0 {
+			t.Errorf("arms %v: the oracle's run %+v", arms, o)
+		}
+		if len(arms) == 2 {
+			a := got.Runs[0]
+			a.Arm = "oracle"
+			if a != o {
+				t.Errorf("the oracle's run %+v is not arrow's %+v", o, got.Runs[0])
 			}
 		}
 	}

@@ -408,6 +408,15 @@ func Execute(cfg Config) (*Result, error) {
 						Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
 					meta.ConfigHash = hasher.hash(meta)
 					moveLogs[k] = &moveLog{}
+					if p := plans[ri]; arm == "oracle" && p != nil && p.run != nil && cfg.Journal == nil {
+						// The oracle plays a rival whose whole run the
+						// bound's search kept, and nothing is journaled:
+						// the oracle's run is that run.
+						res.Runs[k] = *p.run
+						res.Runs[k].Arm = arm
+						tick()
+						continue
+					}
 					errs[k] = guard(func() (err error) {
 						res.Runs[k], err = runOne(ctx, simCfg, arm, n, rates[ri], &workloads[ri], scoreSLO, targets[ri], plans[ri], &fold, cfg.Journal, meta, moveLogs[k])
 						return err
@@ -450,10 +459,16 @@ func Execute(cfg Config) (*Result, error) {
 			played := map[string]playedRun{}
 			for ai, a := range cfg.Arms {
 				if k := ai*len(rates) + i; slices.Contains(rivals, a) {
-					played[a] = playedRun{ok: res.Runs[k].SLOOK, moves: moveLogs[k].moves}
+					played[a] = playedRun{ok: res.Runs[k].SLOOK, moves: moveLogs[k].moves, run: &res.Runs[k]}
 				}
 			}
-			plans[i], err = bound(ctx, simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals, played, memos[i], inner)
+			// A rival that moves roles is played as an arm is, so that
+			// the oracle, when it plays that rival, reuses its run.
+			play := func(arm string, log *moveLog) (Run, error) {
+				var fold event.StreamFold
+				return runOne(ctx, simCfg, arm, n, rates[i], &workloads[i], scoreSLO, targets[i], nil, &fold, nil, event.RunMeta{}, log)
+			}
+			plans[i], err = bound(ctx, simCfg, workloads[i].reqs, cfg.Trace.Bounds(rates[i]/base), scoreSLO, targets[i], rivals, played, memos[i], inner, play)
 			return err
 		}); err != nil {
 			return nil, err
