@@ -159,6 +159,9 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 			work = math.Max(work, float64(resident)/iv)
 		}
 	}
+	if e.decodeScale > 0 {
+		work *= e.decodeScale // robust's decode work one standard error off
+	}
 
 	// Prefill: the pool as one M/G/p queue, since placement sends each
 	// prompt to the least-loaded prefill engine rather than splitting the
@@ -220,14 +223,27 @@ func arrivalSCV(e DemandEstimate) float64 {
 
 // robust reports whether split q scores better than split p at the
 // offered prefill load one standard error below and above the estimate as
-// well as at it: a move whose gain reverses within the estimate's own
-// noise (a burst's, or a short window's) is not made.
+// well as at it, and at the decode work one relative standard error below
+// and above (that of the rate of decode work measured on the requests
+// that ended in the short window): a move whose gain reverses within the
+// estimates' own noise (a burst's, or a short window's) is not made. The
+// decode side matters past saturation, where the split with one decode
+// engine fewer sits at its decode pool's saturation and its projection
+// swings from a few times the TPOT SLO to fifty times between two passes
+// (issue 10, fourth round).
 func robust(c *View, e DemandEstimate, p, q int) bool {
 	for _, k := range [2]float64{-1, 1} {
 		x := e
 		x.PrefillLoad = math.Max(0, e.PrefillLoad+k*e.PrefillSE)
 		if ScoreSplit(c, x, q).Score() >= ScoreSplit(c, x, p).Score() {
 			return false
+		}
+		if e.DecodeSteps > 0 {
+			x = e
+			x.decodeScale = math.Max(0, 1+k*e.DecodeSE/e.DecodeSteps)
+			if ScoreSplit(c, x, q).Score() >= ScoreSplit(c, x, p).Score() {
+				return false
+			}
 		}
 	}
 	return true

@@ -218,6 +218,50 @@ func TestRobustMove(t *testing.T) {
 	}
 }
 
+// The decode side's noise counts as the prefill side's: a move to a
+// split whose decode pool the decode work one standard error higher would
+// saturate is not robust (issue 10, fourth round: past saturation the
+// controller otherwise flip-flops between two splits, each at one pool's
+// saturation).
+func TestRobustMoveDecodeNoise(t *testing.T) {
+	c := fixtureCore(t, 8)
+	c.v.now = 100 * event.Second
+	e := DemandEstimate{Arrivals: 100, Span: 20, Rate: 5, PrefillLoad: 3.5, MeanPrefill: 0.7, MeanPrefill2: 0.5, PrefillSE: 0.1}
+	// Decode work that loads 5P3D's three decode engines to 85%.
+	e.DecodeSteps = 0.85 * 3 / fixture.Slope
+	if s5, s4 := ScoreSplit(c.View(), e, 5), ScoreSplit(c.View(), e, 4); s5.Score() >= s4.Score() {
+		t.Fatalf("fixture: 5P (%+v) must score better than 4P (%+v)", s5, s4)
+	}
+	e.DecodeSE = 0.01 * e.DecodeSteps
+	if !robust(c.View(), e, 4, 5) {
+		t.Fatal("a move that helps across ±1 SE of the decode work judged not robust")
+	}
+	// One standard error more decode work saturates three decode engines
+	// (0.85 × 1.2 > 0.99).
+	e.DecodeSE = 0.2 * e.DecodeSteps
+	if robust(c.View(), e, 4, 5) {
+		t.Fatal("a move to a decode pool that one standard error more decode work saturates judged robust")
+	}
+	// The standard error is that of the ended requests' decode work:
+	// sqrt(Σ steps²)/span over the window.
+	var d Demand
+	d.Span = 20 * event.Second
+	v := c.View()
+	for k := 1; k <= 4; k++ {
+		v.now = event.Time(k) * event.Second
+		d.finished(v, Request{InputTokens: 100 * k, OutputTokens: 10 * k, TTFT: event.Second, TPOT: event.Millisecond})
+	}
+	got := d.estimateSpan(5*event.Second, 0, 20*event.Second)
+	var sum, sq float64
+	for k := 1; k <= 4; k++ {
+		x := float64(10*k) * (float64(100*k) + float64(10*k)/2)
+		sum, sq = sum+x, sq+x*x
+	}
+	if math.Abs(got.DecodeSteps-sum/5) > 1e-9 || math.Abs(got.DecodeSE-math.Sqrt(sq)/5) > 1e-9 {
+		t.Fatalf("decode work %v ± %v, want %v ± %v", got.DecodeSteps, got.DecodeSE, sum/5, math.Sqrt(sq)/5)
+	}
+}
+
 // Bursty arrivals weigh less as evidence: the same 2 req/s offered in
 // batches of 16 every 8 s keeps the adaptive controller in warm-up (its
 // decisions say so) well after evenly spaced arrivals have ended it.

@@ -201,6 +201,9 @@ type DemandEstimate struct {
 	// needed: Σ output·(input+output/2) per second. Resident decode context
 	// is DecodeSteps times the decode interval (Little's law).
 	DecodeSteps float64
+	// DecodeSE is DecodeSteps' standard error: sqrt(Σ steps²)/span, as
+	// for a compound-Poisson count of endings.
+	DecodeSE float64
 	// TTFTOK and TPOTOK are the shares of ended requests meeting each SLO.
 	TTFTOK, TPOTOK float64
 	// ShortPrefill reports that a blended estimate took the prefill work
@@ -216,7 +219,8 @@ type DemandEstimate struct {
 	// estimate, the arrivals' dispersion included (0 when not blended).
 	PrefillSE float64
 
-	prefillVar float64 // squared standard error of PrefillLoad
+	prefillVar  float64 // squared standard error of PrefillLoad
+	decodeScale float64 // robust's: scales the decode work ScoreSplit projects (0: 1)
 }
 
 func (d *Demand) estimate(now event.Time, start event.Time) DemandEstimate {
@@ -264,6 +268,7 @@ func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
 	ttft, tpot := f.ttftOK, f.tpotOK
 	e.DecodeSteps = float64(f.steps2) / 2
 	e.DecodeSteps /= span
+	e.DecodeSE = math.Sqrt(math.Max(0, f.stepsSq.float())) / span
 	// A compound-Poisson sum's variance is the sum of squared marks; as a
 	// rate over span its standard error is sqrt(Σx²)/span.
 	e.prefillVar /= span * span
@@ -332,7 +337,7 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 	// Decode demand always comes from the short window: it is measured on
 	// requests that ended, so it already lags a change, and a long window
 	// would hold a finished phase's decode demand for minutes.
-	e.DecodeSteps = s.DecodeSteps
+	e.DecodeSteps, e.DecodeSE = s.DecodeSteps, s.DecodeSE
 	return e
 }
 

@@ -197,10 +197,11 @@ func (a arrivalTotals) minus(b arrivalTotals) arrivalTotals {
 type finishTotals struct {
 	n, ttftOK, tpotOK int
 	steps2            int64
+	stepsSq           exact // Σ tokenSteps²
 }
 
 func (f finishSample) totals() finishTotals {
-	t := finishTotals{n: 1, steps2: int64(2 * f.tokenSteps)}
+	t := finishTotals{n: 1, steps2: int64(2 * f.tokenSteps), stepsSq: exactOf(f.tokenSteps * f.tokenSteps)}
 	if f.ttftOK {
 		t.ttftOK = 1
 	}
@@ -211,11 +212,11 @@ func (f finishSample) totals() finishTotals {
 }
 
 func (a finishTotals) plus(b finishTotals) finishTotals {
-	return finishTotals{a.n + b.n, a.ttftOK + b.ttftOK, a.tpotOK + b.tpotOK, a.steps2 + b.steps2}
+	return finishTotals{a.n + b.n, a.ttftOK + b.ttftOK, a.tpotOK + b.tpotOK, a.steps2 + b.steps2, a.stepsSq.plus(b.stepsSq)}
 }
 
 func (a finishTotals) minus(b finishTotals) finishTotals {
-	return finishTotals{a.n - b.n, a.ttftOK - b.ttftOK, a.tpotOK - b.tpotOK, a.steps2 - b.steps2}
+	return finishTotals{a.n - b.n, a.ttftOK - b.ttftOK, a.tpotOK - b.tpotOK, a.steps2 - b.steps2, a.stepsSq.minus(b.stepsSq)}
 }
 
 // fleetTotals are the fleet's resident totals, kept for ScoreSplit so
