@@ -6,16 +6,19 @@ The burstiness campaign (burstiness.py) evaluates each case on five seeds;
 on demo a difference of one grid step on one seed moves a mean by 4-5%, so
 this script reruns every case (the same grids, arms and arrival levels) on
 a hundred seeds from --first on demo and steady (short traces), twenty on
-chatdoc, mixed and Azure. The default, 400 (seeds 400-499 and 400-419), is
-the evaluation of the controller with the pending-context TPOT projection,
-on seeds never used before it; seeds 100-199 (--first 100) evaluated the
-controller before it, and 300-399 were its development seeds
-(docs/controllers.md). Per case it prints adaptive's and the best
-static split's mean sustained rate, their ratio, the mean per-seed
-difference with a 95% interval (normal approximation: mean +- 1.96 standard
-errors) and on how many seeds adaptive sustains less, as much, or more.
+chatdoc, mixed and Azure. The default, 600 (seeds 600-699 and 600-619), is
+the evaluation of the controller with the decode-noise robustness check,
+on seeds never used before it; 400 evaluated the controller with the
+pending-context TPOT projection, 100 the controller before that, and
+300-399 were development seeds (docs/controllers.md). Per case it prints
+adaptive's and the best static split's mean sustained rate, their ratio,
+the mean per-seed difference with a 95% interval (normal approximation:
+mean +- 1.96 standard errors), on how many seeds adaptive sustains less,
+as much, or more, and adaptive's moves per hour and reversals within 60 s
+(as burstiness.py counts them: over every swept rate, and over the rates
+adaptive sustains).
 
-    python3 campaigns/seed_spread.py [--bin bin/narwhal-bench] [--out DIR] [--first 400]
+    python3 campaigns/seed_spread.py [--bin bin/narwhal-bench] [--out DIR] [--first 600]
 
 About 17 minutes on two cores. Sweeps are cached in --out by binary and
 command line, as burstiness.py caches them.
@@ -41,26 +44,38 @@ CASES += [('azure', lv) for lv in ['cv1', 'b4', 'b8']]
 AZURE = {'cv1': 'recorded arrivals', 'b4': 'recorded, in batches of mean 4', 'b8': 'recorded, in batches of mean 8'}
 
 
+def reversals(s):
+    """Reversals within 60 s over changes of the prefill pool, over every
+    swept rate and over the rates adaptive sustains (burstiness.py's)."""
+    pct = lambda n, d: f'{n}/{d} ({100 * n / d:.0f}%)' if d else '0/0'
+    return f"{pct(s['revs'], s['changes'])}; {pct(s['op_revs'], s['op_changes'])}"
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--bin', default=os.path.join(B.ROOT, 'bin', 'narwhal-bench'))
     p.add_argument('--out', default=os.path.join(B.ROOT, 'out', 'seed-spread'))
-    p.add_argument('--first', type=int, default=400, help='the first seed of each trace (default 400)')
+    p.add_argument('--first', type=int, default=600, help='the first seed of each trace (default 600)')
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     SEEDS = seeds_from(a.first)
     B.SEEDS.update(SEEDS)
     print('| trace | arrivals | seeds | best static: mean sustained, req/s | adaptive | adaptive / best static (of means) '
-          '| adaptive - best static per seed, req/s [95% interval] | seeds below / equal / above |')
-    print('|---|---|---|---|---|---|---|---|')
+          '| adaptive - best static per seed, req/s [95% interval] | seeds below / equal / above '
+          '| adaptive moves/h | reversals within 60 s / changes: all rates; rates it sustains |')
+    print('|---|---|---|---|---|---|---|---|---|---|')
     worst = []
+    tot = dict(revs=0, changes=0, op_revs=0, op_changes=0)
     for trace, level in CASES:
         d = B.sweep(a.bin, a.out, trace, level, B.STATIC + ',adaptive')
         s = B.summarise(d, 'adaptive')
         label = AZURE[level] if trace == 'azure' else B.LABEL[level]
+        for k in tot:
+            tot[k] += s[k]
         seeds = SEEDS[trace].replace('..', '-')
         if not s['best_mean']:
-            print(f"| {trace} | {label} | {seeds} | none: no split sustains the grid's lowest rate | - | - | - | - |")
+            print(f"| {trace} | {label} | {seeds} | none: no split sustains the grid's lowest rate | - | - | - | - "
+                  f"| {s['moves_h']:.0f} | {reversals(s)} |")
             continue
         sus = lambda x, arm: x['sustained'][arm] or 0.0
         diff = [sus(x, 'adaptive') - sus(x, s['best']) for x in d['per_seed']]
@@ -70,12 +85,14 @@ def main():
         below = sum(1 for x in counted if sus(x, 'adaptive') < sus(x, s['best']) - 1e-9)
         above = sum(1 for x in counted if sus(x, 'adaptive') > sus(x, s['best']) + 1e-9)
         print(f"| {trace} | {label} | {seeds} | {s['best'].removeprefix('static:')} {s['best_mean']:.2f} | {s['arm_mean']:.2f} "
-              f"| {s['ratio']:.3f} | {md:+.2f} [{md - half:+.2f}, {md + half:+.2f}] | {below} / {len(counted) - below - above} / {above} |",
+              f"| {s['ratio']:.3f} | {md:+.2f} [{md - half:+.2f}, {md + half:+.2f}] | {below} / {len(counted) - below - above} / {above} "
+              f"| {s['moves_h']:.0f} | {reversals(s)} |",
               flush=True)
         worst.append((s['ratio'], trace, label))
     r, trace, label = min(worst)
-    print(f'\nminimum adaptive / best static over {len(worst)} cases: {r:.3f} ({trace}, {label}); '
-          f'under 0.97: {", ".join(f"{t} {lb} {x:.3f}" for x, t, lb in sorted(worst) if x < 0.97) or "none"}')
+    print(f'\nminimum adaptive / best static over {len(worst)} cases: {r:.4f} ({trace}, {label}); '
+          f'under 0.97: {", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst) if x < 0.97) or "none"}')
+    print(f'reversals within 60 s / changes over every case: all rates; rates adaptive sustains: {reversals(tot)}')
 
 
 if __name__ == '__main__':
