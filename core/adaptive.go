@@ -239,6 +239,9 @@ func robust(c *View, e DemandEstimate, p, q int) bool {
 			return false
 		}
 		if e.DecodeSteps > 0 {
+			// With one request ended in the window the standard error is
+			// the whole estimate, the lower scale 0, and 0 means unscaled:
+			// that side is then checked at the estimate itself.
 			x = e
 			x.decodeScale = math.Max(0, 1+k*e.DecodeSE/e.DecodeSteps)
 			if ScoreSplit(c, x, q).Score() >= ScoreSplit(c, x, p).Score() {
