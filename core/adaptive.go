@@ -232,10 +232,11 @@ func arrivalSCV(e DemandEstimate) float64 {
 // swings from a few times the TPOT SLO to fifty times between two passes
 // (issue 10, fourth round).
 func robust(c *View, e DemandEstimate, p, q int) bool {
+	loses := func(x DemandEstimate) bool { return ScoreSplit(c, x, q).Score() >= ScoreSplit(c, x, p).Score() }
 	for _, k := range [2]float64{-1, 1} {
 		x := e
 		x.PrefillLoad = math.Max(0, e.PrefillLoad+k*e.PrefillSE)
-		if ScoreSplit(c, x, q).Score() >= ScoreSplit(c, x, p).Score() {
+		if loses(x) {
 			return false
 		}
 		if e.DecodeSteps > 0 {
@@ -244,7 +245,7 @@ func robust(c *View, e DemandEstimate, p, q int) bool {
 			// that side is then checked at the estimate itself.
 			x = e
 			x.decodeScale = math.Max(0, 1+k*e.DecodeSE/e.DecodeSteps)
-			if ScoreSplit(c, x, q).Score() >= ScoreSplit(c, x, p).Score() {
+			if loses(x) {
 				return false
 			}
 		}
