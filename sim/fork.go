@@ -72,6 +72,37 @@ func (s *Sim) Fork(rec event.Recorder, ctrl core.Controller) (*Sim, error) {
 	return &c, nil
 }
 
+// Doomed counts the requests in flight in a run paused at t (Advance)
+// that cannot qualify under slo however the run goes on: no first token
+// and sent more than slo.TTFT before t; a first token, and more time
+// since it than slo.TPOT for each token still to come after it (TPOT is
+// a whole number of nanoseconds, its mean rounded down); or an answer cut
+// at its cap. The hindsight search compares runs at a pause with it, so
+// that a backlog counts before its requests end.
+func (s *Sim) Doomed(t event.Time, slo event.SLO) int {
+	n := 0
+	s.eachDoomed(t, slo, func(int32) { n++ })
+	return n
+}
+
+// eachDoomed calls f with the index of each request Doomed counts.
+func (s *Sim) eachDoomed(t event.Time, slo event.SLO, f func(i int32)) {
+	for i := s.base; i < s.top; i++ {
+		st := &s.st[i&s.mask]
+		switch {
+		case st.ended:
+		case st.capped:
+			f(i)
+		case st.firstAt == 0:
+			if t-st.at > slo.TTFT {
+				f(i)
+			}
+		case st.want >= 2 && t-st.firstAt >= (slo.TPOT+1)*event.Time(st.want-1):
+			f(i)
+		}
+	}
+}
+
 // retick makes the pending tick the one at want, as if want had been
 // asked for when the pending tick was (see Fork).
 func (s *Sim) retick(want event.Time) error {

@@ -214,3 +214,79 @@ func TestForkRefuses(t *testing.T) {
 		t.Error("fork of a streamed source: no error")
 	}
 }
+
+// Every request Doomed counts at a pause ends without qualifying: late
+// for its first token, past its TPOT budget, or cut at its cap; and each
+// of the three is met (the hindsight search's screen compares runs by it).
+func TestDoomedNeverQualify(t *testing.T) {
+	const n = 6
+	w := 10 * event.Second
+	setups := []struct {
+		name       string
+		ttft, tpot event.Time
+		rate       float64
+	}{
+		{"overloaded", 2 * event.Second, 125 * event.Millisecond, 9},
+		{"loaded", 2 * event.Second, 125 * event.Millisecond, 5},
+		{"near-capacity", 3 * event.Second, 125 * event.Millisecond, 6},
+		{"tight-tpot", 10 * event.Second, 35 * event.Millisecond, 4},
+	}
+	kinds := map[string]int{}
+	for si, su := range setups {
+		cfg := refConfig(n)
+		cfg.SLO.TTFT, cfg.SLO.TPOT = su.ttft, su.tpot
+		reqs := burstyTrace(uint64(si+11), 800, su.rate)
+		for i := range reqs {
+			if i%7 == 0 {
+				reqs[i].OutputCap = 1 + reqs[i].OutputTokens/2
+			}
+		}
+		var fold event.Fold
+		s, err := New(cfg, &core.Scheduled{Arm: "oracle", Steps: stepsOf([]int{2, 3, 4, 2, 1, 3}, w)}, reqs, &fold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doomed := map[int32]string{}
+		for k := 1; k < 40; k++ {
+			at := event.Time(k) * 5 * event.Second
+			more, err := s.Advance(at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !more {
+				break
+			}
+			count := 0
+			s.eachDoomed(at, cfg.SLO, func(i int32) {
+				count++
+				st := s.state(i)
+				switch {
+				case st.capped:
+					doomed[i] = "capped"
+				case st.firstAt == 0:
+					doomed[i] = "ttft"
+				default:
+					doomed[i] = "tpot"
+				}
+			})
+			if got := s.Doomed(at, cfg.SLO); got != count {
+				t.Fatalf("%s at %v: Doomed %d, its requests %d", su.name, at, got, count)
+			}
+		}
+		if _, err := s.Run(); err != nil {
+			t.Fatal(err)
+		}
+		rows := fold.Rows()
+		for i, why := range doomed {
+			kinds[why]++
+			if c := event.Qualify(&rows[i], cfg.SLO); c == event.CheckOK {
+				t.Errorf("%s: request %d counted doomed (%s) qualified: TTFT %v, TPOT %v", su.name, i+1, why, rows[i].TTFT(), rows[i].TPOT())
+			}
+		}
+	}
+	for _, k := range []string{"ttft", "tpot", "capped"} {
+		if kinds[k] == 0 {
+			t.Errorf("no request doomed by %s: the test does not reach that case (%v)", k, kinds)
+		}
+	}
+}

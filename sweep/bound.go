@@ -23,7 +23,11 @@ import (
 //     constant split and the realised split of every rival arm (its prefill
 //     pool at each window start), then improved by coordinate descent over
 //     windows (each window's split +-1, or its neighbour's) until a pass
-//     finds nothing better or the budget of replays is spent; and
+//     finds nothing better or the budget of replays is spent (a candidate
+//     is first played to the end of the window after the one it changes,
+//     and dropped there when more of its requests have failed or can no
+//     longer qualify than the plan's: a screen, which can drop a candidate
+//     that would have won later); and
 //   - every online arm (the rivals: every arm the project ships with its
 //     default settings, and every arm of the sweep), played as it is.
 //
@@ -70,6 +74,10 @@ func BoundWindow(span event.Time) event.Time {
 
 // BoundBudget caps the replays of the oracle's descent per rate.
 const BoundBudget = 240
+
+// screenWindows is how many windows past the one a descent candidate
+// changes its screen looks (see screen).
+const screenWindows = 1
 
 // boundPlan is the oracle arm's policy at one rate.
 type boundPlan struct {
@@ -185,6 +193,21 @@ func (q *qualifier) fork() *qualifier {
 	return c
 }
 
+// advance runs s, q's run, up to t (sim.Sim.Advance), or until q stops
+// it (stopped).
+func (q *qualifier) advance(s *sim.Sim, t event.Time) (stopped bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(stopReplay); !ok {
+				panic(r)
+			}
+			stopped = true
+		}
+	}()
+	_, err = s.Advance(t)
+	return false, err
+}
+
 // finish runs s, q's run of total requests, to its end, or until q stops
 // it: it returns the requests that qualified, or bar with stopped set.
 func (q *qualifier) finish(s *sim.Sim, total, bar int) (v int, stopped bool, err error) {
@@ -266,10 +289,28 @@ func (s *searcher) each(n int, f func(i int, q *qualifier) error) error {
 	})
 }
 
+// screen is the descent's first look at a candidate that changes window
+// j: it is played to the start of window j+1+screenWindows (at), and
+// played on only when by then no more of its requests have failed or can
+// no longer qualify (sim.Sim.Doomed) than the plan's run had (failed).
+// Most candidates lose at once and stop within two windows instead of
+// late in the trace (a candidate replayed against the bar stops only once
+// its failures pass the plan's total); a candidate that passes is played
+// to the end against the bar, so every count the search keeps is exact.
+// The price: a change whose gain shows only later (a backlog that pays
+// off windows after, or a run that drifts apart from the plan's by
+// chance) is dropped (docs/decisions/0011-screened-descent.md).
+type screen struct {
+	at     event.Time
+	failed int
+}
+
 // replay returns the requests qualified under the schedule steps, at most
 // bar when it cannot beat bar (>= 0), from memo when it was replayed
-// whole before.
-func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int, from *paused) (int, error) {
+// whole before. With scr, a replay that by scr.at has failed, or can no
+// longer qualify, more than scr.failed requests stops there and returns
+// bar: not better.
+func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int, from *paused, scr *screen) (int, error) {
 	key := stepsKey(steps)
 	s.mu.Lock()
 	v, ok := s.memo[key]
@@ -280,13 +321,31 @@ func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int, from
 	var stopped bool
 	var err error
 	switch {
-	case from == nil:
-		v, stopped, err = q.run(s.cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, s.reqs, s.slo, nil, bar)
-	case bar >= len(s.reqs):
+	case bar >= len(s.reqs) && bar >= 0:
 		v, stopped = bar, true // nothing can qualify more
+	case from == nil && scr == nil:
+		v, stopped, err = q.run(s.cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, s.reqs, s.slo, nil, bar)
 	default:
-		var f *paused
-		if f, err = from.fork(steps, bar, len(s.reqs)); err == nil {
+		f := &paused{q: q}
+		if from == nil {
+			q.reset(s.slo, nil, len(s.reqs)+1)
+			if bar >= 0 {
+				q.stopAt = len(s.reqs) - bar
+			}
+			f.s, err = sim.New(s.cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, s.reqs, q)
+		} else {
+			f, err = from.fork(steps, bar, len(s.reqs))
+		}
+		if err == nil && scr != nil {
+			stopped, err = f.q.advance(f.s, scr.at)
+			if err == nil && !stopped && f.q.failed+f.s.Doomed(scr.at, s.slo) > scr.failed {
+				stopped = true
+			}
+			if stopped {
+				v = bar
+			}
+		}
+		if err == nil && !stopped {
 			v, stopped, err = f.q.finish(f.s, len(s.reqs), bar)
 		}
 	}
@@ -302,14 +361,18 @@ func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int, from
 // schedule i from the paused run from[i] when from is given and that is
 // not nil (it shares from[i]'s schedule up to the pause), else from the
 // start.
-func (s *searcher) replayAll(scheds [][]core.ScheduleStep, bar int, from ...*paused) ([]int, error) {
+func (s *searcher) replayAll(scheds [][]core.ScheduleStep, bar int, from []*paused, scr []*screen) ([]int, error) {
 	out := make([]int, len(scheds))
 	err := s.each(len(scheds), func(i int, q *qualifier) (err error) {
 		var f *paused
 		if from != nil {
 			f = from[i]
 		}
-		out[i], err = s.replay(q, scheds[i], bar, f)
+		var sc *screen
+		if scr != nil {
+			sc = scr[i]
+		}
+		out[i], err = s.replay(q, scheds[i], bar, f, sc)
 		return err
 	})
 	if err == nil {
@@ -361,7 +424,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 			steps = append(steps, scheduleOf(starts, sc))
 		}
 		plan.evals += len(fresh)
-		vals, err := s.replayAll(steps, plan.ok)
+		vals, err := s.replayAll(steps, plan.ok, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -507,7 +570,9 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 	// A candidate of window j shares the plan's run up to window j's
 	// start, so it is replayed from the plan's run paused there (runs),
 	// not from the start: the same count, at the cost of the windows from
-	// j on.
+	// j on. It is screened first (screen), against the plan's run's count
+	// at the start of window j+1+screenWindows, which the plan's run
+	// reaches before the batch replays.
 	target := 1
 	if s.n > 1 {
 		target = 2 * s.n
@@ -522,6 +587,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 			var batches [][][]int
 			var steps [][]core.ScheduleStep
 			var from []*paused
+			var scrs []*screen
 			pending := map[string]bool{}
 			known := func(key string) bool {
 				_, ok := seen[key]
@@ -534,10 +600,19 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 				if err != nil {
 					return nil, err
 				}
+				var scr *screen
+				if h := j + 1 + screenWindows; h < len(starts) {
+					f, err := runs.failedAt(h)
+					if err != nil {
+						return nil, err
+					}
+					scr = &screen{at: starts[h], failed: f}
+				}
 				for _, sc := range fresh {
 					pending[fmt.Sprint(sc)] = true
 					steps = append(steps, scheduleOf(starts, sc))
 					from = append(from, base)
+					scrs = append(scrs, scr)
 				}
 				evals += len(fresh)
 				count += len(fresh)
@@ -549,8 +624,8 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 			go func(j int) {
 				_, err := runs.base(j)
 				ahead <- err
-			}(min(k+len(batches)+1, len(starts)-1))
-			vals, err := s.replayAll(steps, plan.ok, from...)
+			}(min(k+2*len(batches)+1+screenWindows, len(starts)-1))
+			vals, err := s.replayAll(steps, plan.ok, from, scrs)
 			if aerr := <-ahead; err == nil {
 				err = aerr
 			}

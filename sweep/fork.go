@@ -41,6 +41,10 @@ type planRuns struct {
 	cur    *paused             // the plan's run paused at starts[made] (nil: made is 0 or the run ended); at[made] when kept
 	slots  int                 // request slots the paused runs hold
 	off    bool                // forking is not possible for this configuration
+	// failed[k]: the requests the plan's run had failed (ended without
+	// qualifying) by starts[k], or could no longer qualify then
+	// (sim.Sim.Doomed); known for k <= made.
+	failed []int
 }
 
 // maxPausedSlots caps the request slots of the paused runs kept per rate
@@ -53,7 +57,7 @@ var forkReplays = true
 
 func newPlanRuns(cfg sim.Config, reqs []sim.Request, slo event.SLO, starts []event.Time, steps []core.ScheduleStep) *planRuns {
 	return &planRuns{cfg: cfg, reqs: reqs, slo: slo, starts: starts, steps: steps, at: make([]*paused, len(starts)),
-		off: !forkReplays || cfg.Admission.Mode != core.AdmitOpen}
+		off: !forkReplays || cfg.Admission.Mode != core.AdmitOpen, failed: make([]int, len(starts))}
 }
 
 // changed makes steps the plan, which shares the old plan's schedule
@@ -75,14 +79,18 @@ func (p *planRuns) changed(k int, steps []core.ScheduleStep) {
 			}
 		}
 	}
+	if p.off && p.cur != nil {
+		// The run cannot be copied under the new plan: it starts again
+		// from the first request (the counts before window k stay).
+		p.made, p.cur = 0, nil
+	}
 }
 
 // base returns the latest paused run at or before window k, making the
 // plan's paused runs up to window k first (nil: replay from the start).
+// With forking off it still plays the plan's run up to window k, for its
+// failure counts (failedAt), and keeps none.
 func (p *planRuns) base(k int) (*paused, error) {
-	if p.off {
-		return nil, nil
-	}
 	for p.made < k {
 		j := p.made + 1
 		next := p.cur
@@ -107,17 +115,34 @@ func (p *planRuns) base(k int) (*paused, error) {
 		}
 		if !more {
 			// Every request ended before window j: nothing to fork from
-			// here on, and later windows fork from an earlier run.
+			// here on, and later windows fork from an earlier run; the
+			// failures are final.
+			for i := j; i < len(p.starts); i++ {
+				p.failed[i] = next.q.failed
+			}
 			p.made, p.cur = len(p.starts)-1, nil
 			break
 		}
 		p.made, p.cur = j, next
-		if p.slots+next.s.Slots() <= maxPausedSlots {
+		p.failed[j] = next.q.failed + next.s.Doomed(p.starts[j], p.slo)
+		if !p.off && p.slots+next.s.Slots() <= maxPausedSlots {
 			p.at[j] = next
 			p.slots += next.s.Slots()
 		}
 	}
+	if p.off {
+		return nil, nil
+	}
 	return p.latest(k), nil
+}
+
+// failedAt returns the requests the plan's run had failed by window k's
+// start, playing it there first.
+func (p *planRuns) failedAt(k int) (int, error) {
+	if _, err := p.base(k); err != nil {
+		return 0, err
+	}
+	return p.failed[k], nil
 }
 
 // newPaused starts a replay of reqs under steps, to be advanced (its

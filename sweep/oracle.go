@@ -195,7 +195,7 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 		for i, sc := range scheds {
 			steps[i] = stepsOf(sc)
 		}
-		return s.replayAll(steps, bar)
+		return s.replayAll(steps, bar, nil, nil)
 	}
 	// 2. Never below the best constant split.
 	v, err := whole([][]int{sched}, -1)
@@ -236,7 +236,7 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 					from = append(from, base)
 				}
 			}
-			vals, err := s.replayAll(steps, bestOK, from...)
+			vals, err := s.replayAll(steps, bestOK, from, nil)
 			if err != nil {
 				return nil, err
 			}
