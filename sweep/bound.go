@@ -321,7 +321,7 @@ func (s *searcher) replay(q *qualifier, steps []core.ScheduleStep, bar int, from
 	var stopped bool
 	var err error
 	switch {
-	case bar >= len(s.reqs) && bar >= 0:
+	case bar >= len(s.reqs):
 		v, stopped = bar, true // nothing can qualify more
 	case from == nil && scr == nil:
 		v, stopped, err = q.run(s.cfg, &core.Scheduled{Arm: "oracle", Steps: steps}, s.reqs, s.slo, nil, bar)
@@ -618,8 +618,9 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 				count += len(fresh)
 				batches = append(batches, fresh)
 			}
-			// While the batch replays, the plan's run goes on to the next
-			// batch's windows (dropped if this batch changes the plan).
+			// While the batch replays, the plan's run goes on through the
+			// next batch's windows and their screens, if it is as long as
+			// this one (dropped if this batch changes the plan).
 			ahead := make(chan error, 1)
 			go func(j int) {
 				_, err := runs.base(j)
