@@ -3,6 +3,7 @@ package sweep
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -20,7 +21,8 @@ import (
 //     (windows of BoundWindow(span), cut at the trace's phase bounds too),
 //     moves free and instant, placement Algorithm 1, searched with the
 //     simulator: warm-started by the per-phase oracle (phase-oracle), every
-//     constant split and the realised split of every rival arm (its prefill
+//     constant split (on a fleet of more than ExhaustiveSplits+1 instances,
+//     those of splitGrid) and the realised split of every rival arm (its prefill
 //     pool at each window start), then improved by coordinate descent over
 //     windows (each window's split +-1, or its neighbour's) until a pass
 //     finds nothing better or the budget of replays is spent (a candidate
@@ -29,7 +31,9 @@ import (
 //     longer qualify than the plan's: a screen, which can drop a candidate
 //     that would have won later); and
 //   - every online arm (the rivals: every arm the project ships with its
-//     default settings, and every arm of the sweep), played as it is.
+//     default settings, the static splits among them those of splitGrid
+//     on a fleet of more than ExhaustiveSplits+1 instances, and every arm
+//     of the sweep), played as it is.
 //
 // Because the rivals are in the class, the oracle's attainment is at least
 // every rival's at every rate and seed, by construction; the search decides
@@ -39,10 +43,71 @@ import (
 // bound over every possible controller (docs/controllers-figures.md).
 
 // BoundRivals are the arms, besides the sweep's own, that the oracle must
-// be at least: every shipped arm with its defaults, for a fleet of n.
+// be at least: every shipped arm with its defaults, for a fleet of n (on
+// a fleet of more than ExhaustiveSplits+1 instances, the static splits of
+// splitGrid only).
 func BoundRivals(n int) []string {
-	out := core.StaticArms(n)
+	var out []string
+	for _, p := range splitGrid(n) {
+		out = append(out, fmt.Sprintf("static:%dP%dD", p, n-p))
+	}
 	return append(out, "aggregated", "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray")
+}
+
+// ExhaustiveSplits is the most split counts the hindsight searches try
+// one by one: a fleet of up to ExhaustiveSplits+1 instances has every
+// split 1..n-1 tried (and every static split among the bound's rivals); a
+// larger one a grid of this many splits (splitGrid), refined around the
+// best (refineSplits). Without it the searches cost O(instances) replays
+// per phase and rate: on fleet512 a single rate of steady took 160 s and
+// 4.3 GB.
+const ExhaustiveSplits = 32
+
+// splitGrid is the prefill counts the searches try first on a fleet of n:
+// every one of 1..n-1 up to ExhaustiveSplits of them, else
+// ExhaustiveSplits spread evenly from 1 to n-1.
+func splitGrid(n int) []int {
+	var out []int
+	if n-1 <= ExhaustiveSplits {
+		for p := 1; p < n; p++ {
+			out = append(out, p)
+		}
+		return out
+	}
+	for i := range ExhaustiveSplits {
+		p := 1 + int(math.Round(float64(i)*float64(n-2)/float64(ExhaustiveSplits-1)))
+		if len(out) == 0 || p != out[len(out)-1] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// refineSplits returns the splits around best, at spacings shrinking by
+// four from the grid's down to 1 (best +-1..3 spacings at each), that
+// tried does not hold: the rounds after the grid on a fleet larger than
+// ExhaustiveSplits+1 (none on a smaller one). Each round is searched
+// before the next is asked for, around the best found so far.
+func refineSplits(n, best, spacing int, tried func(p int) bool) (next []int, nextSpacing int) {
+	for spacing > 1 && len(next) == 0 {
+		spacing = max(1, (spacing+3)/4)
+		for k := 1; k <= 3; k++ {
+			for _, p := range []int{best - k*spacing, best + k*spacing} {
+				if p >= 1 && p < n && !tried(p) && !slices.Contains(next, p) {
+					next = append(next, p)
+				}
+			}
+		}
+	}
+	return next, spacing
+}
+
+// gridSpacing is splitGrid(n)'s step (1 when it tries every split).
+func gridSpacing(n int) int {
+	if n-1 <= ExhaustiveSplits {
+		return 1
+	}
+	return (n - 2 + ExhaustiveSplits - 2) / (ExhaustiveSplits - 1)
 }
 
 // neverMoves reports whether a controller sets its roles at the start and
@@ -452,7 +517,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 		}
 		warm = append(warm, sc)
 	}
-	for p := 1; p < n; p++ {
+	for _, p := range splitGrid(n) {
 		warm = append(warm, slices.Repeat([]int{p}, len(starts)))
 	}
 	// The per-phase oracle's schedule first, on its own: the constant

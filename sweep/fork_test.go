@@ -154,3 +154,86 @@ func TestDescentScreen(t *testing.T) {
 	}
 	t.Logf("dropped %d, passed %d, of which %d above the plan", dropped, passed+won, won)
 }
+
+// On a fleet larger than ExhaustiveSplits+1 the searches try a grid of
+// split counts and refine around the best instead of every count: the
+// grid spans 1..n-1 in ExhaustiveSplits steps, the refinement ends with
+// the best's neighbours, and on a one-phase workload the per-phase
+// oracle's split (128 instances, a grid step of 5) qualifies within 1% of
+// the best constant split found by trying every one (issue 12: the bound's search scales to 1,000
+// instances).
+func TestLargeFleetSplitSearch(t *testing.T) {
+	for _, n := range []int{2, 8, 33} {
+		if g := splitGrid(n); len(g) != n-1 || g[0] != 1 || g[len(g)-1] != n-1 {
+			t.Errorf("n %d: grid %v: expected every split 1..%d", n, g, n-1)
+		}
+	}
+	for _, n := range []int{34, 48, 512, 1024} {
+		g := splitGrid(n)
+		if len(g) != ExhaustiveSplits || g[0] != 1 || g[len(g)-1] != n-1 {
+			t.Errorf("n %d: grid of %d from %d to %d: expected %d from 1 to %d", n, len(g), g[0], g[len(g)-1], ExhaustiveSplits, n-1)
+		}
+		for i := 1; i < len(g); i++ {
+			if d := g[i] - g[i-1]; d < 1 || d > gridSpacing(n) {
+				t.Errorf("n %d: grid step %d between %d and %d: expected 1..%d", n, d, g[i-1], g[i], gridSpacing(n))
+			}
+		}
+		// Refining around a split between two grid points reaches its
+		// neighbours.
+		best := g[len(g)/2] + gridSpacing(n)/2
+		tried := map[int]bool{}
+		for _, p := range g {
+			tried[p] = true
+		}
+		for sp := gridSpacing(n); ; {
+			var more []int
+			more, sp = refineSplits(n, best, sp, func(p int) bool { return tried[p] })
+			if len(more) == 0 {
+				break
+			}
+			for _, p := range more {
+				tried[p] = true
+			}
+		}
+		if !tried[best-1] || !tried[best+1] {
+			t.Errorf("n %d: refining around %d never tried its neighbours", n, best)
+		}
+		if len(tried) > 4*ExhaustiveSplits {
+			t.Errorf("n %d: %d splits tried: expected O(ExhaustiveSplits)", n, len(tried))
+		}
+	}
+
+	const n = 128
+	ps := make([]timing.Profile, n)
+	for i := range ps {
+		ps[i] = timing.Reference
+	}
+	slo := event.SLO{TTFT: 3 * event.Second, TPOT: 60 * event.Millisecond}
+	cfg := sim.Config{Profiles: ps, SLO: slo, KV: timing.FlatKV, Batch: sim.DefaultBatch}
+	rng := rand.New(rand.NewPCG(9, 10))
+	var reqs []sim.Request
+	for at := 0.0; at < 60; at += rng.ExpFloat64() / 75 {
+		reqs = append(reqs, sim.Request{At: event.Seconds(at), InputTokens: 50 + rng.IntN(4000), OutputTokens: 2 + rng.IntN(300)})
+	}
+	q := &qualifier{}
+	count := func(p int) int {
+		v, _, err := q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: []core.ScheduleStep{{At: 0, Prefill: p}}}, reqs, slo, nil, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	bestAll := 0
+	for p := 1; p < n; p++ {
+		bestAll = max(bestAll, count(p))
+	}
+	targets, err := oracle(context.Background(), cfg, reqs, []event.Time{0, event.Seconds(60)}, slo, wholeReplays{}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := count(targets[0].Prefill)
+	if float64(got) < 0.99*float64(bestAll) {
+		t.Errorf("128 instances: the per-phase oracle's split %d qualifies %d, the best constant split %d", targets[0].Prefill, got, bestAll)
+	}
+	t.Logf("128 instances, %d requests: split %d qualifies %d; the best of every constant split %d", len(reqs), targets[0].Prefill, got, bestAll)
+}

@@ -36,6 +36,11 @@ func (m *moveLog) Record(r *event.Record) {
 //     phase in turn, every other split for that phase with the rest fixed,
 //     keeping any that qualifies more requests.
 //
+// On a fleet of more than ExhaustiveSplits+1 instances "every split" is
+// the grid of splitGrid (and, in step 1, the previous phase's split, then
+// rounds of refineSplits around the best so far; in step 3, the phase's
+// split's neighbours too): O(1) replays per phase, not O(instances).
+//
 // Moves happen exactly at phase starts and cost nothing. It bounds what one
 // split per phase can do (as well as this search finds); it is the yardstick
 // of the controllers' regret.
@@ -95,92 +100,111 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 				}
 			}
 			total := ends[k]
-			order := candidateOrder(n, prev)
-			runs := make([]*paused, n)
-			probe := bounds[k] + (bounds[k+1]-bounds[k])/16
-			err := s.each(len(order), func(i int, _ *qualifier) error {
-				p := order[i]
-				steps := stepsOf(append(slices.Clip(sched), p))
-				var r *paused
-				var err error
-				if base == nil {
-					r, err = newPaused(cfg, reqs[:total], slo, steps)
-				} else {
-					r, err = base.fork(steps, -1, total)
-				}
-				if err != nil {
-					return err
-				}
-				// The phase's requests arrive after the phase starts: every
-				// one of them ends in the run.
-				r.q.lo, r.q.hi, r.q.ratios = lo, total, make([]float64, total-lo)
-				runs[p] = r
-				_, err = r.s.Advance(probe)
-				return err
-			})
-			if err == nil {
-				err = context.Cause(ctx)
+			for p := range oks {
+				oks[p] = -1 // not tried, or stopped: never chosen
 			}
-			if err != nil {
-				return nil, err
-			}
-			slices.SortStableFunc(order, func(a, b int) int { return runs[a].q.failed - runs[b].q.failed })
-			exact := -1 // the best count of the batches so far
-			for b := 0; b < len(order); b += s.n {
-				batch := order[b:min(b+s.n, len(order))]
-				bar := exact - 1
-				err := s.each(len(batch), func(i int, _ *qualifier) error {
-					p := batch[i]
-					r := runs[p]
-					runs[p] = nil
-					r.q.stopAt = total + 1
-					if bar >= 0 {
-						r.q.stopAt = total - bar
+			// search plays the candidates in order, exact being the best
+			// count of the rounds before (-1: none).
+			search := func(order []int, exact int) error {
+				runs := make([]*paused, n)
+				probe := bounds[k] + (bounds[k+1]-bounds[k])/16
+				err := s.each(len(order), func(i int, _ *qualifier) error {
+					p := order[i]
+					steps := stepsOf(append(slices.Clip(sched), p))
+					var r *paused
+					var err error
+					if base == nil {
+						r, err = newPaused(cfg, reqs[:total], slo, steps)
+					} else {
+						r, err = base.fork(steps, -1, total)
 					}
-					if r.q.failed >= r.q.stopAt {
-						oks[p] = -1 // stopped already: fewer than the best, never chosen
-						return nil
-					}
-					v, stopped, err := r.q.finish(r.s, total, bar)
 					if err != nil {
 						return err
 					}
-					if stopped {
-						oks[p] = -1
-						return nil
-					}
-					oks[p] = v
-					if total == len(reqs) && memo != nil { // a whole replay
-						s.mu.Lock()
-						memo[stepsKey(r.ctrl.Steps)] = v
-						s.mu.Unlock()
-					}
-					sum := 0.0 // in request order, as the tie-break always summed
-					for _, w := range r.q.ratios {
-						sum += w
-					}
-					ratios[p] = sum / float64(len(r.q.ratios))
-					return nil
+					// The phase's requests arrive after the phase starts: every
+					// one of them ends in the run.
+					r.q.lo, r.q.hi, r.q.ratios = lo, total, make([]float64, total-lo)
+					runs[p] = r
+					_, err = r.s.Advance(probe)
+					return err
 				})
 				if err == nil {
 					err = context.Cause(ctx)
 				}
 				if err != nil {
+					return err
+				}
+				slices.SortStableFunc(order, func(a, b int) int { return runs[a].q.failed - runs[b].q.failed })
+				for b := 0; b < len(order); b += s.n {
+					batch := order[b:min(b+s.n, len(order))]
+					bar := exact - 1
+					err := s.each(len(batch), func(i int, _ *qualifier) error {
+						p := batch[i]
+						r := runs[p]
+						runs[p] = nil
+						r.q.stopAt = total + 1
+						if bar >= 0 {
+							r.q.stopAt = total - bar
+						}
+						if r.q.failed >= r.q.stopAt {
+							oks[p] = -1 // stopped already: fewer than the best, never chosen
+							return nil
+						}
+						v, stopped, err := r.q.finish(r.s, total, bar)
+						if err != nil {
+							return err
+						}
+						if stopped {
+							oks[p] = -1
+							return nil
+						}
+						oks[p] = v
+						if total == len(reqs) && memo != nil { // a whole replay
+							s.mu.Lock()
+							memo[stepsKey(r.ctrl.Steps)] = v
+							s.mu.Unlock()
+						}
+						sum := 0.0 // in request order, as the tie-break always summed
+						for _, w := range r.q.ratios {
+							sum += w
+						}
+						ratios[p] = sum / float64(len(r.q.ratios))
+						return nil
+					})
+					if err == nil {
+						err = context.Cause(ctx)
+					}
+					if err != nil {
+						return err
+					}
+					for _, p := range batch {
+						exact = max(exact, oks[p])
+					}
+				}
+				return nil
+			}
+			order := candidateOrder(n, prev)
+			if err := search(order, -1); err != nil {
+				return nil, err
+			}
+			// On a large fleet the grid's best is refined (refineSplits).
+			for spacing := gridSpacing(n); ; {
+				at := bestSplit(oks, ratios, prev)
+				if at < 0 {
+					break
+				}
+				var more []int
+				more, spacing = refineSplits(n, at, spacing, func(p int) bool { return slices.Contains(order, p) })
+				if len(more) == 0 {
+					break
+				}
+				order = append(order, more...)
+				if err := search(more, oks[at]); err != nil {
 					return nil, err
 				}
-				for _, p := range batch {
-					exact = max(exact, oks[p])
-				}
 			}
-			bestOK, bestDist, bestRatio := -1, 0, math.Inf(1)
-			for p := 1; p < n; p++ {
-				ok, ratio, dist := oks[p], ratios[p], abs(p-prev)
-				if ok < 0 {
-					continue
-				}
-				if ok > bestOK || (ok == bestOK && (ratio < bestRatio || (ratio == bestRatio && dist < bestDist))) {
-					best, bestOK, bestDist, bestRatio = p, ok, dist, ratio
-				}
+			if at := bestSplit(oks, ratios, prev); at >= 0 {
+				best = at
 			}
 		}
 		sched = append(sched, best)
@@ -204,7 +228,7 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 	}
 	bestOK := v[0]
 	var consts [][]int
-	for p := 1; p < n; p++ {
+	for _, p := range splitGrid(n) {
 		consts = append(consts, slices.Repeat([]int{p}, phases))
 	}
 	vals, err := whole(consts, bestOK)
@@ -227,7 +251,7 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 			if err != nil {
 				return nil, err
 			}
-			for p := 1; p < n; p++ {
+			for _, p := range descentSplits(n, sched[k]) {
 				if p != sched[k] {
 					sc := slices.Clone(sched)
 					sc[k] = p
@@ -253,17 +277,56 @@ func oracle(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []ev
 	return out, nil
 }
 
-// candidateOrder lists the splits 1..n-1 nearest prev first (prev, then
-// prev-1, prev+1, prev-2, ...).
+// candidateOrder lists the splits of splitGrid(n), and prev, nearest prev
+// first (prev, then prev-1, prev+1, prev-2, ...).
 func candidateOrder(n, prev int) []int {
-	out := make([]int, 0, n-1)
-	for d := 0; len(out) < n-1 && d < n; d++ {
+	in := make([]bool, n)
+	for _, p := range splitGrid(n) {
+		in[p] = true
+	}
+	if prev >= 1 && prev < n {
+		in[prev] = true
+	}
+	var out []int
+	for d := 0; d < n; d++ {
 		for _, p := range []int{prev - d, prev + d} {
-			if p >= 1 && p < n && !slices.Contains(out, p) {
+			if p >= 1 && p < n && in[p] {
+				in[p] = false
 				out = append(out, p)
 			}
 		}
 	}
+	return out
+}
+
+// bestSplit is the split the greedy step keeps among those with a count
+// (oks[p] >= 0): the most requests qualified, then the lower mean worst
+// SLO ratio, then the nearest prev, then the lower; -1 when none has one.
+func bestSplit(oks []int, ratios []float64, prev int) int {
+	best, bestOK, bestDist, bestRatio := -1, -1, 0, math.Inf(1)
+	for p := 1; p < len(oks); p++ {
+		ok, ratio, dist := oks[p], ratios[p], abs(p-prev)
+		if ok < 0 {
+			continue
+		}
+		if ok > bestOK || (ok == bestOK && (ratio < bestRatio || (ratio == bestRatio && dist < bestDist))) {
+			best, bestOK, bestDist, bestRatio = p, ok, dist, ratio
+		}
+	}
+	return best
+}
+
+// descentSplits is the splits the per-phase descent tries for a phase
+// whose split is cur, in increasing order: splitGrid(n) and cur's
+// neighbours (every split on a fleet of up to ExhaustiveSplits+1).
+func descentSplits(n, cur int) []int {
+	out := splitGrid(n)
+	for _, p := range []int{cur - 1, cur + 1} {
+		if p >= 1 && p < n && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 
