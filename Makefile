@@ -84,7 +84,8 @@ lint: fmtcheck vet
 ## process, journal appends and export, report)
 ## and the production-scale ones (adaptive on 8 to 4,096 instances, the
 ## day-long trace on eval8, steady on fleet512 and fleet1024, the oracle's
-## search; NWB_ORACLE_REQUESTS=1000000 for the issue-12 oracle figure); the
+## search on eval8 and on fleet512; NWB_ORACLE_REQUESTS=1000000 for the
+## issue-12 oracle figure); the
 ## 1M-request ones take a minute.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./sim/ ./traces/ ./sweep/

@@ -51,6 +51,30 @@ func BenchmarkBuiltinScale(b *testing.B) {
 	}
 }
 
+// BenchmarkOracleFleet512 runs the oracle arm on fleet512: steady's chat
+// traffic at 64x (384 req/s) for 120 s, about 46,000 requests, where the
+// searches try a grid of split counts (docs/decisions/0012-split-grid.md).
+func BenchmarkOracleFleet512(b *testing.B) {
+	spec, err := os.ReadFile(filepath.Join("..", "traces", "steady.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := strings.Replace(string(spec), "duration: 600s", "duration: 120s", 1)
+	path := filepath.Join(b.TempDir(), "steady-short.yaml")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	tr, err := traces.Open(path, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fl, err := fleet.Load("fleet512")
+	if err != nil {
+		b.Fatal(err)
+	}
+	runReport(b, Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Rates: []float64{64 * tr.MeanRate()}, Seed: tr.Seed}, "s/run")
+}
+
 // BenchmarkOracle runs the oracle arm (the hindsight bound's search, its
 // rivals and the per-phase oracle it starts from) on steady's chat
 // traffic on eval8 at 6 req/s, NWB_ORACLE_REQUESTS requests long
