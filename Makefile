@@ -85,8 +85,7 @@ lint: fmtcheck vet
 ## and the production-scale ones (adaptive on 8 to 4,096 instances, the
 ## day-long trace on eval8, steady on fleet512 and fleet1024, the oracle's
 ## search on eval8 and on fleet512; NWB_ORACLE_REQUESTS=1000000 for the
-## issue-12 oracle figure); the
-## 1M-request ones take a minute.
+## issue-12 oracle figure); the 1M-request ones take a minute.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./sim/ ./traces/ ./sweep/
 	$(GO) test -run '^$$' -bench DemoSweepProcess -benchtime 30x ./cmd/narwhal-sim/
