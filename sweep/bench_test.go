@@ -55,24 +55,9 @@ func BenchmarkBuiltinScale(b *testing.B) {
 // traffic at 64x (384 req/s) for 120 s, about 46,000 requests, where the
 // searches try a grid of split counts (docs/decisions/0012-split-grid.md).
 func BenchmarkOracleFleet512(b *testing.B) {
-	spec, err := os.ReadFile(filepath.Join("..", "traces", "steady.yaml"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	src := strings.Replace(string(spec), "duration: 600s", "duration: 120s", 1)
-	path := filepath.Join(b.TempDir(), "steady-short.yaml")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	tr, err := traces.Open(path, "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	fl, err := fleet.Load("fleet512")
-	if err != nil {
-		b.Fatal(err)
-	}
-	runReport(b, Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Rates: []float64{64 * tr.MeanRate()}, Seed: tr.Seed}, "s/run")
+	cfg := steadyOracle(b, 120, "fleet512")
+	cfg.Rates = []float64{64 * cfg.Trace.MeanRate()}
+	runReport(b, cfg, "s/run")
 }
 
 // BenchmarkOracle runs the oracle arm (the hindsight bound's search, its
@@ -87,12 +72,18 @@ func BenchmarkOracle(b *testing.B) {
 			b.Fatalf("NWB_ORACLE_REQUESTS=%q: expected a count of at least 100", v)
 		}
 	}
+	runReport(b, steadyOracle(b, n/6, "eval8"), "s/run")
+}
+
+// steadyOracle is a sweep of the oracle arm alone on steady's chat
+// traffic lasting seconds, on the named fleet, at the trace's own rate.
+func steadyOracle(b *testing.B, seconds int, fleetName string) Config {
 	spec, err := os.ReadFile(filepath.Join("..", "traces", "steady.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	src := strings.Replace(string(spec), "duration: 600s", fmt.Sprintf("duration: %ds", n/6), 1)
-	path := filepath.Join(b.TempDir(), "steady-long.yaml")
+	src := strings.Replace(string(spec), "duration: 600s", fmt.Sprintf("duration: %ds", seconds), 1)
+	path := filepath.Join(b.TempDir(), "steady.yaml")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -100,11 +91,11 @@ func BenchmarkOracle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fl, err := fleet.Load("eval8")
+	fl, err := fleet.Load(fleetName)
 	if err != nil {
 		b.Fatal(err)
 	}
-	runReport(b, Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Seed: tr.Seed}, "s/run")
+	return Config{Trace: tr, Fleet: fl, Arms: []string{"oracle"}, Seed: tr.Seed}
 }
 
 // runReport runs cfg b.N times and reports seconds per run (as unit) and

@@ -688,7 +688,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 			// this one (dropped if this batch changes the plan).
 			ahead := make(chan error, 1)
 			go func(j int) {
-				_, err := runs.base(j)
+				err := runs.playTo(j)
 				ahead <- err
 			}(min(k+2*len(batches)+1+screenWindows, len(starts)-1))
 			vals, err := s.replayAll(steps, plan.ok, from, scrs)

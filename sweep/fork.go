@@ -88,9 +88,29 @@ func (p *planRuns) changed(k int, steps []core.ScheduleStep) {
 
 // base returns the latest paused run at or before window k, making the
 // plan's paused runs up to window k first (nil: replay from the start).
-// With forking off it still plays the plan's run up to window k, for its
-// failure counts (failedAt), and keeps none.
 func (p *planRuns) base(k int) (*paused, error) {
+	if p.off {
+		return nil, nil
+	}
+	if err := p.playTo(k); err != nil {
+		return nil, err
+	}
+	return p.latest(k), nil
+}
+
+// failedAt returns the requests the plan's run had failed by window k's
+// start, playing it there first.
+func (p *planRuns) failedAt(k int) (int, error) {
+	if err := p.playTo(k); err != nil {
+		return 0, err
+	}
+	return p.failed[k], nil
+}
+
+// playTo plays the plan's run up to window k's start, pausing it at each
+// window on the way (kept, room allowing, unless forking is off) and
+// counting its failures there.
+func (p *planRuns) playTo(k int) error {
 	for p.made < k {
 		j := p.made + 1
 		next := p.cur
@@ -98,7 +118,7 @@ func (p *planRuns) base(k int) (*paused, error) {
 		case next == nil:
 			var err error
 			if next, err = newPaused(p.cfg, p.reqs, p.slo, p.steps); err != nil {
-				return nil, err
+				return err
 			}
 		case p.at[p.made] == next || !slices.Equal(next.ctrl.Steps, p.steps):
 			// Kept (forks must find it as it is), or made under the plan
@@ -106,12 +126,12 @@ func (p *planRuns) base(k int) (*paused, error) {
 			// the plan's schedule.
 			var err error
 			if next, err = next.fork(p.steps, -1, len(p.reqs)); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		more, err := next.s.Advance(p.starts[j])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !more {
 			// Every request ended before window j: nothing to fork from
@@ -130,19 +150,7 @@ func (p *planRuns) base(k int) (*paused, error) {
 			p.slots += next.s.Slots()
 		}
 	}
-	if p.off {
-		return nil, nil
-	}
-	return p.latest(k), nil
-}
-
-// failedAt returns the requests the plan's run had failed by window k's
-// start, playing it there first.
-func (p *planRuns) failedAt(k int) (int, error) {
-	if _, err := p.base(k); err != nil {
-		return 0, err
-	}
-	return p.failed[k], nil
+	return nil
 }
 
 // newPaused starts a replay of reqs under steps, to be advanced (its

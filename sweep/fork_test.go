@@ -18,22 +18,9 @@ import (
 // what its whole replay counts.
 func TestPlanRunsFollowAChange(t *testing.T) {
 	defer func(slots int) { maxPausedSlots = slots }(maxPausedSlots)
-	ps := make([]timing.Profile, 6)
-	for i := range ps {
-		ps[i] = timing.Reference
-	}
 	slo := event.SLO{TTFT: 10 * event.Second, TPOT: 125 * event.Millisecond}
-	cfg := sim.Config{Profiles: ps, SLO: slo, KV: timing.FlatKV, Batch: sim.DefaultBatch}
-	rng := rand.New(rand.NewPCG(3, 4))
-	var reqs []sim.Request
-	for at := 0.0; at < 200; at += rng.ExpFloat64() / 3 {
-		reqs = append(reqs, sim.Request{At: event.Seconds(at), InputTokens: 50 + rng.IntN(4000), OutputTokens: 1 + rng.IntN(300)})
-	}
-	w := 20 * event.Second
-	starts := make([]event.Time, 10)
-	for k := range starts {
-		starts[k] = event.Time(k) * w
-	}
+	cfg, reqs := refWorkload(6, slo, 3, 3, 200, 1)
+	starts := windowStarts([]event.Time{0, 200 * event.Second}, 20*event.Second)
 	a := []int{3, 3, 3, 2, 2, 4, 4, 4, 3, 3}
 	b := []int{3, 3, 3, 5, 5, 1, 1, 4, 2, 2} // the plan from window 3 on
 	c := []int{3, 3, 3, 5, 5, 1, 2, 2, 2, 2} // a candidate of b's at window 6
@@ -77,22 +64,9 @@ func TestPlanRunsFollowAChange(t *testing.T) {
 // its exact count returned when it beats the bar. Played from the plan's
 // paused runs and from the start alike.
 func TestDescentScreen(t *testing.T) {
-	ps := make([]timing.Profile, 6)
-	for i := range ps {
-		ps[i] = timing.Reference
-	}
 	slo := event.SLO{TTFT: 3 * event.Second, TPOT: 60 * event.Millisecond}
-	cfg := sim.Config{Profiles: ps, SLO: slo, KV: timing.FlatKV, Batch: sim.DefaultBatch}
-	rng := rand.New(rand.NewPCG(5, 6))
-	var reqs []sim.Request
-	for at := 0.0; at < 200; at += rng.ExpFloat64() / 4 {
-		reqs = append(reqs, sim.Request{At: event.Seconds(at), InputTokens: 50 + rng.IntN(4000), OutputTokens: 2 + rng.IntN(300)})
-	}
-	w := 20 * event.Second
-	starts := make([]event.Time, 10)
-	for k := range starts {
-		starts[k] = event.Time(k) * w
-	}
+	cfg, reqs := refWorkload(6, slo, 5, 4, 200, 2)
+	starts := windowStarts([]event.Time{0, 200 * event.Second}, 20*event.Second)
 	plan := slices.Repeat([]int{3}, len(starts))
 	q := &qualifier{}
 	ok, _, err := q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: scheduleOf(starts, plan)}, reqs, slo, nil, -1)
@@ -204,17 +178,8 @@ func TestLargeFleetSplitSearch(t *testing.T) {
 	}
 
 	const n = 128
-	ps := make([]timing.Profile, n)
-	for i := range ps {
-		ps[i] = timing.Reference
-	}
 	slo := event.SLO{TTFT: 3 * event.Second, TPOT: 60 * event.Millisecond}
-	cfg := sim.Config{Profiles: ps, SLO: slo, KV: timing.FlatKV, Batch: sim.DefaultBatch}
-	rng := rand.New(rand.NewPCG(9, 10))
-	var reqs []sim.Request
-	for at := 0.0; at < 60; at += rng.ExpFloat64() / 75 {
-		reqs = append(reqs, sim.Request{At: event.Seconds(at), InputTokens: 50 + rng.IntN(4000), OutputTokens: 2 + rng.IntN(300)})
-	}
+	cfg, reqs := refWorkload(n, slo, 9, 75, 60, 2)
 	q := &qualifier{}
 	count := func(p int) int {
 		v, _, err := q.run(cfg, &core.Scheduled{Arm: "oracle", Steps: []core.ScheduleStep{{At: 0, Prefill: p}}}, reqs, slo, nil, -1)
@@ -236,4 +201,21 @@ func TestLargeFleetSplitSearch(t *testing.T) {
 		t.Errorf("128 instances: the per-phase oracle's split %d qualifies %d, the best constant split %d", targets[0].Prefill, got, bestAll)
 	}
 	t.Logf("128 instances, %d requests: split %d qualifies %d; the best of every constant split %d", len(reqs), targets[0].Prefill, got, bestAll)
+}
+
+// refWorkload is a fleet of n engines of the reference profile under slo,
+// and Poisson arrivals at rate req/s for span seconds drawn from
+// PCG(seed, seed+1): prompts of 50-4,049 tokens, answers of minOut to
+// minOut+299.
+func refWorkload(n int, slo event.SLO, seed uint64, rate, span float64, minOut int) (sim.Config, []sim.Request) {
+	ps := make([]timing.Profile, n)
+	for i := range ps {
+		ps[i] = timing.Reference
+	}
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	var reqs []sim.Request
+	for at := 0.0; at < span; at += rng.ExpFloat64() / rate {
+		reqs = append(reqs, sim.Request{At: event.Seconds(at), InputTokens: 50 + rng.IntN(4000), OutputTokens: minOut + rng.IntN(300)})
+	}
+	return sim.Config{Profiles: ps, SLO: slo, KV: timing.FlatKV, Batch: sim.DefaultBatch}, reqs
 }
