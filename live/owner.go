@@ -150,6 +150,23 @@ func (o *owner) run(ctx context.Context) {
 // shutdown ends every request still in flight, so the journal holds each
 // admitted request's end exactly once, and answers handlers still waiting.
 func (o *owner) shutdown() {
+	// Facts already queued come first: a request whose end is in the
+	// inbox (its handler answered the client, then the router was told to
+	// stop, and the owner's select took the stop) ends as it did, not as
+	// an engine error. What needs an answer is answered below.
+	var rest []msg
+	for drained := false; !drained; {
+		select {
+		case m := <-o.r.inbox:
+			if m.kind == msgEnd || m.kind == msgFirstToken {
+				o.handle(m)
+			} else {
+				rest = append(rest, m)
+			}
+		default:
+			drained = true
+		}
+	}
 	ids := make([]event.RequestID, 0, len(o.active))
 	for id := range o.active {
 		ids = append(ids, id)
@@ -176,15 +193,21 @@ func (o *owner) shutdown() {
 	}
 	// Handlers blocked on a reply give up on their context; drain what is
 	// queued so none waits forever.
+	refuse := func(m msg) {
+		if m.f != nil && (m.kind == msgArrive || m.kind == msgPrefilled) {
+			m.f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
+		}
+		if m.state != nil {
+			close(m.state)
+		}
+	}
+	for _, m := range rest {
+		refuse(m)
+	}
 	for {
 		select {
 		case m := <-o.r.inbox:
-			if m.f != nil && (m.kind == msgArrive || m.kind == msgPrefilled) {
-				m.f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
-			}
-			if m.state != nil {
-				close(m.state)
-			}
+			refuse(m)
 		default:
 			return
 		}
