@@ -84,10 +84,19 @@ type Node struct {
 	// which this node's lease surely holds on the server.
 	validUntil atomic.Int64
 	leader     atomic.Bool
-	epoch      uint64
+	epoch      atomic.Uint64
 	lost       chan struct{}
 	lostOnce   sync.Once
 	cancel     context.CancelFunc
+	// mu serialises the election's own state (etcd's Election is not safe
+	// for concurrent use): Campaign holds it while it campaigns, Close
+	// while it resigns; key and rev are the leader key this node won,
+	// which Publish fences its writes on.
+	mu      sync.Mutex
+	key     string
+	rev     int64
+	closing chan struct{}
+	closed  sync.Once
 }
 
 // Dial connects to etcd and opens this node's lease (not yet a candidate).
@@ -113,7 +122,7 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ha: etcd %v: %w", cfg.Endpoints, err)
 	}
-	n := &Node{cfg: cfg, cli: cli, base: time.Now(), lost: make(chan struct{})}
+	n := &Node{cfg: cfg, cli: cli, base: time.Now(), lost: make(chan struct{}), closing: make(chan struct{})}
 	gctx, gcancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	sent := n.now()
 	lease, err := cli.Grant(gctx, int64(cfg.Lease/time.Second))
@@ -188,13 +197,18 @@ func (n *Node) lose() {
 	})
 }
 
-// Campaign blocks until this node leads, and returns its epoch.
+// Campaign blocks until this node leads, and returns its epoch. Close
+// ends a campaign in progress.
 func (n *Node) Campaign(ctx context.Context) (uint64, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
 		case <-n.lost:
+			cancel()
+		case <-n.closing:
 			cancel()
 		case <-cctx.Done():
 		}
@@ -205,9 +219,10 @@ func (n *Node) Campaign(ctx context.Context) (uint64, error) {
 		}
 		return 0, fmt.Errorf("ha: campaign: %w", err)
 	}
-	n.epoch = uint64(n.el.Rev())
+	n.key, n.rev = n.el.Key(), n.el.Rev()
+	n.epoch.Store(uint64(n.rev))
 	n.leader.Store(true)
-	return n.epoch, nil
+	return uint64(n.rev), nil
 }
 
 // Admitting is the fence the router asks before each admission: true
@@ -217,7 +232,7 @@ func (n *Node) Admitting() bool {
 }
 
 // Epoch is the epoch this node leads under (0 before it leads).
-func (n *Node) Epoch() uint64 { return n.epoch }
+func (n *Node) Epoch() uint64 { return n.epoch.Load() }
 
 // Done is closed when this node lost its lease: a leader must then stop.
 func (n *Node) Done() <-chan struct{} { return n.lost }
@@ -252,12 +267,18 @@ func (n *Node) stateKey() string { return n.cfg.Prefix + "state" }
 // Publish writes s for standbys, only while this node's election key
 // still stands (a deposed leader's write is refused by etcd).
 func (n *Node) Publish(ctx context.Context, s live.State) error {
-	doc, err := json.Marshal(Doc{Version: DocVersion, Epoch: n.epoch, Leader: n.cfg.Name, AtUnixNano: time.Now().UnixNano(), State: s})
+	n.mu.Lock()
+	key, rev := n.key, n.rev
+	n.mu.Unlock()
+	if key == "" {
+		return errors.New("ha: publish: not the leader")
+	}
+	doc, err := json.Marshal(Doc{Version: DocVersion, Epoch: uint64(rev), Leader: n.cfg.Name, AtUnixNano: time.Now().UnixNano(), State: s})
 	if err != nil {
 		return err
 	}
 	resp, err := n.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(n.el.Key()), "=", n.el.Rev())).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpPut(n.stateKey(), string(doc))).Commit()
 	if err != nil {
 		return fmt.Errorf("ha: publish: %w", err)
@@ -316,14 +337,18 @@ func (n *Node) PublishEvery(ctx context.Context, rt *live.Router, period time.Du
 	}
 }
 
-// Close resigns (a standby then takes over at once, without waiting for
-// the lease) and closes the connection.
+// Close ends a campaign in progress, resigns (a standby then takes over
+// at once, without waiting for the lease) and closes the connection. It
+// is safe while Publish or PublishEvery still run: their writes then fail.
 func (n *Node) Close() error {
 	n.leader.Store(false)
 	n.cancel()
+	n.closed.Do(func() { close(n.closing) })
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if n.epoch != 0 {
+	if n.key != "" {
 		_ = n.el.Resign(ctx)
 	}
 	_ = n.sess.Close()

@@ -280,3 +280,66 @@ func admissions(t *testing.T, jr *memJournal, epoch uint64) (first, last time.Ti
 	}
 	return first, last
 }
+
+// TestCloseWhileBusy closes a leader while it is still publishing and a
+// standby while it is still campaigning, as serve's deferred Close does
+// when it returns: Close must end the campaign and make later writes
+// fail, without a data race on the election (run under -race).
+func TestCloseWhileBusy(t *testing.T) {
+	ep := etcdtest.Start(t)
+	cfg := Config{Endpoints: []string{"http://" + ep}, Prefix: "/nwb-test/close", Lease: 2 * time.Second}
+	ctx := context.Background()
+	cfg.Name = "a"
+	a, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publish(ctx, live.State{}); err != nil {
+		t.Fatalf("the leader's first publish: %v", err)
+	}
+	cfg.Name = "b"
+	b, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, live.State{}); err == nil {
+		t.Fatal("a standby published")
+	}
+	campaigned := make(chan error, 1)
+	go func() { _, err := b.Campaign(ctx); campaigned <- err }()
+	publishing := make(chan int, 1)
+	go func() {
+		n := 0
+		for a.Publish(ctx, live.State{}) == nil {
+			n++
+		}
+		publishing <- n
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := b.Close(); err != nil {
+		t.Errorf("closing the standby: %v", err)
+	}
+	select {
+	case err := <-campaigned:
+		if err == nil {
+			t.Fatal("the closed standby's campaign succeeded while a led")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the standby's campaign")
+	}
+	_ = a.Close()
+	select {
+	case n := <-publishing:
+		if n == 0 {
+			t.Error("the leader never published before Close")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leader's publishes still succeed after Close")
+	}
+	if err := a.Publish(ctx, live.State{}); err == nil {
+		t.Fatal("a closed node published")
+	}
+}
