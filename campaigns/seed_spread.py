@@ -85,12 +85,9 @@ def main():
         diff = [sus(x, 'adaptive') - sus(x, s['best']) for x in d['per_seed']]
         md = statistics.mean(diff)
         half = 1.96 * statistics.stdev(diff) / math.sqrt(len(diff))
-        g = s['alg1']
-        counted = [x for x in d['per_seed'] if sus(x, s['best']) > 0]
-        below = sum(1 for x in counted if sus(x, 'adaptive') < sus(x, s['best']) - 1e-9)
-        above = sum(1 for x in counted if sus(x, 'adaptive') > sus(x, s['best']) + 1e-9)
+        g, t = s['alg1'], B.versus(d, 'adaptive')
         print(f"| {trace} | {label} | {seeds} | {s['best'].removeprefix('static:')} {s['best_mean']:.2f} | {s['arm_mean']:.2f} "
-              f"| {s['ratio']:.3f} | {md:+.2f} [{md - half:+.2f}, {md + half:+.2f}] | {below} / {len(counted) - below - above} / {above} "
+              f"| {s['ratio']:.3f} | {md:+.2f} [{md - half:+.2f}, {md + half:+.2f}] | {t['below']} / {t['equal']} / {t['above']} "
               f"| {g['best'].removeprefix('static:')} {g['mean']:.2f} | {g['ratio']:.3f}; {g['below']} / {g['equal']} / {g['above']} "
               f"| {s['moves_h']:.0f} | {reversals(s)} |",
               flush=True)
