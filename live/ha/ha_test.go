@@ -29,6 +29,17 @@ func TestParseEndpoints(t *testing.T) {
 	}
 }
 
+// dialAs joins the group of cfg as name (not yet a candidate).
+func dialAs(t *testing.T, cfg Config, name string) *Node {
+	t.Helper()
+	cfg.Name = name
+	n, err := Dial(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // memJournal keeps a router's records, each with the wall time it was
 // written (the records' own clocks are per router).
 type memJournal struct {
@@ -118,11 +129,7 @@ func TestFailoverNoOverlap(t *testing.T) {
 	spec, urls := stubFleet(t)
 	cfg := Config{Endpoints: []string{"http://" + ep}, Prefix: "/nwb-test/hatest", Lease: 2 * time.Second}
 	ctx := context.Background()
-	cfg.Name = "a"
-	a, err := Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := dialAs(t, cfg, "a")
 	defer a.cli.Close()
 	epA, err := a.Campaign(ctx)
 	if err != nil {
@@ -132,11 +139,7 @@ func TestFailoverNoOverlap(t *testing.T) {
 	// visibly resumes it.
 	split := []event.Role{event.RolePrefill, event.RolePrefill, event.RolePrefill, event.RoleDecode}
 	ma := lead(t, a, spec, urls, &live.Resume{Roles: split})
-	cfg.Name = "b"
-	b, err := Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := dialAs(t, cfg, "b")
 	defer b.Close()
 	if l := b.Leader(ctx); l != "a" {
 		t.Fatalf("leader %q, want a", l)
@@ -289,22 +292,14 @@ func TestCloseWhileBusy(t *testing.T) {
 	ep := etcdtest.Start(t)
 	cfg := Config{Endpoints: []string{"http://" + ep}, Prefix: "/nwb-test/close", Lease: 2 * time.Second}
 	ctx := context.Background()
-	cfg.Name = "a"
-	a, err := Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := dialAs(t, cfg, "a")
 	if _, err := a.Campaign(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Publish(ctx, live.State{}); err != nil {
 		t.Fatalf("the leader's first publish: %v", err)
 	}
-	cfg.Name = "b"
-	b, err := Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := dialAs(t, cfg, "b")
 	if err := b.Publish(ctx, live.State{}); err == nil {
 		t.Fatal("a standby published")
 	}
