@@ -48,12 +48,24 @@ type AdaptiveConfig struct {
 	ThrashWindow event.Time
 	// MinPrefill and MinDecode are pool floors (default 1 each).
 	MinPrefill, MinDecode int
+	// Attainment is the delivered-attainment check (default 0.9, the
+	// goodput target; 0 turns it off): when fewer than this share of the
+	// requests that ended in the estimate's window met an SLO, while the
+	// current split's projection of that SLO is under 1, the projection is
+	// wrong about the split the fleet is on, and that SLO's projections,
+	// the current split's and every candidate's, are scaled up by the one
+	// factor that brings the current split's to 1. The ordering of the
+	// candidates on that SLO is kept; what changes is that the missed SLO
+	// can now decide the score, and a move away from a split projected at
+	// 1 is a crossing (issue 10, fifth round).
+	Attainment float64
 }
 
 // DefaultAdaptive is the adaptive arm's configuration.
 var DefaultAdaptive = AdaptiveConfig{Step: 2 * event.Second, Window: 20 * event.Second, MinArrivals: 10,
 	Margin: 0.05, RelMargin: 0.10, Confirmations: 3, TransientConfirmations: 10, Evidence: 4 * event.Second,
-	ThrashWindow: 60 * event.Second, MinPrefill: 1, MinDecode: 1, LongWindow: 120 * event.Second}
+	ThrashWindow: 60 * event.Second, MinPrefill: 1, MinDecode: 1, LongWindow: 120 * event.Second,
+	Attainment: ttftQuantile}
 
 // Adaptive is the role controller narwhal-bench is built around. Every Step
 // it scores the current split and each adjacent split one engine away. A
@@ -205,7 +217,37 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	observed := (icpt + slope*float64(resident+pending)/float64(d)) / c.tpotS
 	s.TPOTDemand, s.TPOTResident = model, observed
 	s.TPOT = math.Max(model, observed)
+	if e.ttftScale > 0 {
+		s.TTFT *= e.ttftScale
+	}
+	if e.tpotScale > 0 {
+		s.TPOT *= e.tpotScale
+	}
 	return s
+}
+
+// attainmentScales applies the delivered-attainment check (see
+// AdaptiveConfig.Attainment) to e for the current split p: it sets the
+// factor of each SLO that fewer than floor of the window's ended requests
+// met while p's projection of it is under 1, so ScoreSplit projects that
+// SLO at 1 on p and scales every other split's by the same factor. It
+// reports the factors set (1 where none).
+func attainmentScales(c *View, e *DemandEstimate, p int, floor float64) (ttft, tpot float64) {
+	e.ttftScale, e.tpotScale = 0, 0
+	ttft, tpot = 1, 1
+	if floor <= 0 || e.Finishes == 0 {
+		return
+	}
+	cur := ScoreSplit(c, *e, p)
+	if e.TTFTOK < floor && cur.TTFT > 0 && cur.TTFT < 1 {
+		ttft = 1 / cur.TTFT
+		e.ttftScale = ttft
+	}
+	if e.TPOTOK < floor && cur.TPOT > 0 && cur.TPOT < 1 {
+		tpot = 1 / cur.TPOT
+		e.tpotScale = tpot
+	}
+	return
 }
 
 // arrivalSCV is c_a², the arrivals' squared coefficient of variation that
@@ -290,8 +332,9 @@ func (a *Adaptive) pass(c *View) {
 	rec := AdaptiveDecision{Controller: "adaptive", Split: splitName(p, n-p), Rate: Ratio(e.Rate),
 		PrefillLoad: Ratio(e.PrefillLoad), DecodeSteps: Ratio(e.DecodeSteps), ShortWindow: e.ShortPrefill,
 		Candidates: []SplitCandidate{}}
+	scaled := ""
 	decide := func(choice, why string) {
-		rec.Choice, rec.Why = choice, why
+		rec.Choice, rec.Why = choice, why+scaled
 		c.Decide(rec)
 	}
 	if e.Arrivals < a.Cfg.MinArrivals {
@@ -307,6 +350,12 @@ func (a *Adaptive) pass(c *View) {
 		decide("stay", fmt.Sprintf("warm-up: %d bursty arrivals (c_a² %.1f) weigh %.1f, need %d",
 			e.LongArrivals, ca2, float64(e.LongArrivals)/ca2, a.Cfg.MinArrivals))
 		return
+	}
+	if e.Finishes >= a.Cfg.MinArrivals {
+		ts, ps := attainmentScales(c, &e, p, a.Cfg.Attainment)
+		if ts != 1 || ps != 1 {
+			scaled = fmt.Sprintf("; delivered attainment (ttft %.2f, tpot %.2f) scales projections ×%.2f ttft, ×%.2f tpot", e.TTFTOK, e.TPOTOK, ts, ps)
+		}
 	}
 	cur := ScoreSplit(c, e, p)
 	best := cur

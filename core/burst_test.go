@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/timing"
 )
 
 // Erlang C against values worked by hand: one server waits with
@@ -338,5 +340,125 @@ func TestScoreSplitPendingContext(t *testing.T) {
 	}
 	if after := resident(5) - resident(4); after <= before {
 		t.Fatalf("a decode engine fewer costs %v with the prompts in prefill, %v without: expected more", after, before)
+	}
+}
+
+// decodeCore is fixtureCore's 4P4D with a decode intercept of 30 ms (a
+// TPOT of 0.6 SLO with no context) and tokens of context resident on each
+// of its four decode engines, at 100 s.
+func decodeCore(t *testing.T, tokens int64) *Core {
+	t.Helper()
+	prof := fixture
+	prof.Intercept = 0.03
+	ps := make([]timing.Profile, 8)
+	for i := range ps {
+		ps[i] = prof
+	}
+	c, err := New(Config{Profiles: ps, SLO: event.SLO{TTFT: event.Second, TPOT: 50 * event.Millisecond}}, &Static{Prefill: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.v.now = 100 * event.Second
+	for _, i := range []event.Instance{4, 5, 6, 7} {
+		c.v.inst[i].DecodeCount, c.v.inst[i].DecodeTokens = 2, tokens
+		c.v.touch(i)
+	}
+	return c
+}
+
+// The delivered-attainment check (issue 10, fifth round): an SLO that
+// fewer than 90% of the window's ended requests met, on a split projected
+// under 1 for it, is projected at exactly 1 on that split, every split's
+// projection of that SLO by the same factor, the other SLO untouched.
+func TestAttainmentScales(t *testing.T) {
+	c := decodeCore(t, 1200)
+	e := DemandEstimate{Arrivals: 100, Span: 20, Rate: 5, PrefillLoad: 1.5, MeanPrefill: 0.3, MeanPrefill2: 0.1,
+		Finishes: 50, TTFTOK: 0.95, TPOTOK: 0.6}
+	plain := map[int]SplitScore{}
+	for p := 3; p <= 5; p++ {
+		plain[p] = ScoreSplit(c.View(), e, p)
+	}
+	if plain[4].TPOT >= 1 || plain[4].TTFT >= 1 {
+		t.Fatalf("fixture: 4P4D must project both SLOs met, got %+v", plain[4])
+	}
+	s := e
+	ttft, tpot := attainmentScales(c.View(), &s, 4, 0.9)
+	if ttft != 1 || math.Abs(tpot-1/plain[4].TPOT) > 1e-12 {
+		t.Fatalf("factors (%v, %v), want (1, %v)", ttft, tpot, 1/plain[4].TPOT)
+	}
+	if got := ScoreSplit(c.View(), s, 4); math.Abs(got.TPOT-1) > 1e-12 || got.TTFT != plain[4].TTFT {
+		t.Fatalf("current split after the check: %+v, want TPOT 1 and TTFT %v", got, plain[4].TTFT)
+	}
+	for _, p := range []int{3, 5} {
+		got := ScoreSplit(c.View(), s, p)
+		if math.Abs(got.TPOT-plain[p].TPOT*tpot) > 1e-12 || got.TTFT != plain[p].TTFT {
+			t.Fatalf("%dP after the check: %+v, want TPOT %v × %v and TTFT %v", p, got, plain[p].TPOT, tpot, plain[p].TTFT)
+		}
+	}
+	// No scaling: an SLO met by the target share, a projection already at
+	// or above 1, the check off, or no request ended.
+	for name, mod := range map[string]func(*DemandEstimate) float64{
+		"attainment at the floor": func(e *DemandEstimate) float64 { e.TPOTOK = 0.9; return 0.9 },
+		"check off":               func(e *DemandEstimate) float64 { return 0 },
+		"nothing ended":           func(e *DemandEstimate) float64 { e.Finishes, e.TTFTOK, e.TPOTOK = 0, 0, 0; return 0.9 },
+		"projection already broken": func(e *DemandEstimate) float64 {
+			e.DecodeSteps = 4 / fixture.Slope // saturates four decode engines
+			return 0.9
+		},
+	} {
+		s := e
+		floor := mod(&s)
+		want := ScoreSplit(c.View(), s, 4)
+		if ttft, tpot := attainmentScales(c.View(), &s, 4, floor); ttft != 1 || tpot != 1 {
+			t.Errorf("%s: factors (%v, %v), want none", name, ttft, tpot)
+		}
+		if got := ScoreSplit(c.View(), s, 4); got != want {
+			t.Errorf("%s: score moved %+v -> %+v", name, want, got)
+		}
+	}
+}
+
+// Through a scoring pass: the decode side projects 0.9 of the TPOT SLO
+// on 4P4D and 0.84 on 3P5D, a gain above the absolute margin but under
+// the relative one, so the controller stays; with most of the ended
+// requests missing the TPOT SLO the check puts 4P4D at 1, the move is a
+// crossing (1 -> 0.93) and needs only the absolute margin.
+func TestAttainmentCheckCrossing(t *testing.T) {
+	decide := func(attainment float64) AdaptiveDecision {
+		// (0.03 + slope × 4,800/4) / 0.05 = 0.9 on 4P4D, 0.84 on 3P5D.
+		c := decodeCore(t, 1200)
+		a := &Adaptive{Cfg: DefaultAdaptive}
+		a.Cfg.Attainment = attainment
+		a.demand.Span = a.Cfg.LongWindow
+		v := c.View()
+		for k := 0; k <= 100; k++ { // one light prompt a second, evenly
+			a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
+		}
+		for k := 0; k < 20; k++ { // 14 of 20 ended requests missed the TPOT SLO
+			v.now = event.Seconds(90 + float64(k)/2)
+			tpot := 10 * event.Millisecond
+			if k%10 < 7 {
+				tpot = 80 * event.Millisecond
+			}
+			a.demand.finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 100 * event.Millisecond, TPOT: tpot})
+		}
+		v.now = 100 * event.Second
+		n := len(v.records)
+		a.pass(v)
+		if len(v.records) != n+1 {
+			t.Fatalf("pass recorded %d decisions", len(v.records)-n)
+		}
+		var d AdaptiveDecision
+		if err := json.Unmarshal([]byte(v.records[n].Text), &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := decide(0); d.Choice != "stay" || !strings.Contains(d.Why, "below the margins") {
+		t.Fatalf("check off: %s (%s), want stay below the margins", d.Choice, d.Why)
+	}
+	d := decide(DefaultAdaptive.Attainment)
+	if d.Choice != "propose 3P5D" || !strings.Contains(d.Why, "score 1.000 -> 0.933") || !strings.Contains(d.Why, "delivered attainment (ttft 1.00, tpot 0.30)") {
+		t.Fatalf("check on: %s (%s), want a proposal of 3P5D scored 1.000 -> 0.933, naming the attainment", d.Choice, d.Why)
 	}
 }

@@ -221,6 +221,9 @@ type DemandEstimate struct {
 
 	prefillVar  float64 // squared standard error of PrefillLoad
 	decodeScale float64 // robust's: scales the decode work ScoreSplit projects (0: 1)
+	// The delivered-attainment check's factors on the projected TTFT and
+	// TPOT ratios (0: 1); see AdaptiveConfig.Attainment.
+	ttftScale, tpotScale float64
 }
 
 func (d *Demand) estimate(now event.Time, start event.Time) DemandEstimate {
