@@ -41,8 +41,11 @@ TRACES = {
     'azure': ['--trace', 'traces/azure/code.csv+traces/azure/conv.csv', '--fleet', 'eval8'],
 }
 # Rate grids that run until every compared arm fails (checked: the table's
-# last column says so per case).
-GRID = {'demo': '0.25x..4x/0.25x', 'chatdoc': '0.1x..2x/0.1x', 'steady': '0.3x..2x/0.1x',
+# last column says so per case), each in steps of a tenth of the trace's
+# base rate. Demo's was a quarter (0.6 req/s) until issue 10's fifth round:
+# one seed a step lower then moved a five-seed mean ratio by about 5%, more
+# than the 3% the 0.97 figure resolves (docs/controllers.md).
+GRID = {'demo': '0.2x..4x/0.1x', 'chatdoc': '0.1x..2x/0.1x', 'steady': '0.3x..2x/0.1x',
         'mixed': '0.1x..2.5x/0.1x', 'azure': '0.3x..3x/0.1x'}
 SEEDS = {'demo': '22..26', 'chatdoc': '16..20', 'steady': '16..20', 'mixed': '16..20', 'azure': '16..20'}
 LEVELS = {'cv1': [], 'cv2': ['--arrival-cv', '2'], 'cv3': ['--arrival-cv', '3'], 'cv4': ['--arrival-cv', '4'],
@@ -154,7 +157,7 @@ def main():
     sep += '---|---|---|'
     print(head)
     print(sep)
-    worst = worst_alg1 = worst_bound = 9.0
+    worst = worst_alg1 = worst_bound = (9.0, '')
     above = []
     for t in a.traces.split(','):
         for lv in a.levels.split(','):
@@ -166,11 +169,11 @@ def main():
             r = summarise(d, 'adaptive', 'oracle' if a.bound else None)
             g = r['alg1']
             if r['best_mean'] > 0:  # a case no arm sustains at any rate has no ratio
-                worst = min(worst, r['ratio'])
+                worst = min(worst, (r['ratio'], f'{t} {lv}'))
             if g['mean'] > 0:
-                worst_alg1 = min(worst_alg1, g['ratio'])
+                worst_alg1 = min(worst_alg1, (g['ratio'], f'{t} {lv}'))
             if a.bound and r['bound_mean'] > 0:
-                worst_bound = min(worst_bound, r['bound_ratio'])
+                worst_bound = min(worst_bound, (r['bound_ratio'], f'{t} {lv}'))
                 above += [f'{t} {lv}: {x}' for x in r['above']]
             label = 'recorded arrivals' if (t, lv) == ('azure', 'cv1') else LABEL[lv]
             if t == 'azure' and lv.startswith('b'):
@@ -186,10 +189,12 @@ def main():
             row += (f" {r['moves_h']:.0f} | {r['revs']}/{r['changes']} ({share:.0f}%); "
                     f"{r['op_revs']}/{r['op_changes']} ({op:.0f}%) | {'yes' if r['topfail'] else 'no'} |")
             print(row, flush=True)
-    print(f'\nminimum adaptive / best static (of means) over the cases: {worst:.2f}')
-    print(f'minimum adaptive / best static placed as adaptive places (/alg1), of means: {worst_alg1:.2f}')
+    # Three decimals: the table's two can round a ratio under 0.97 up to it.
+    print(f'\nminimum adaptive / best static (of means) over the cases: {worst[0]:.3f} ({worst[1]})')
+    print(f'minimum adaptive / best static placed as adaptive places (/alg1), of means: '
+          f'{worst_alg1[0]:.3f} ({worst_alg1[1]})')
     if a.bound:
-        print(f'minimum adaptive / bound (of means) over the cases: {worst_bound:.2f}')
+        print(f'minimum adaptive / bound (of means) over the cases: {worst_bound[0]:.3f} ({worst_bound[1]})')
         print(f'arms above the bound at a seed: {", ".join(above) or "none"}')
 
 
