@@ -93,10 +93,9 @@ def versus(d, arm, alg1=False):
 
 def summarise(d, arm, bound=None):
     sus = lambda s, a: s['sustained'][a] or 0.0
-    statics = [a for a in d['arms'] if a.startswith('static:') and '/' not in a]
     mean = lambda a: d['sustained'][a]['mean'] or 0.0
-    best = max(statics, key=mean)
-    ratios = [sus(s, arm) / sus(s, best) for s in d['per_seed'] if sus(s, best) > 0]
+    tok = versus(d, arm)  # the best split placed by token count
+    best = tok['best']
     moves = revs = changes = op_revs = op_changes = 0
     hours = 0.0
     for s in d['per_seed']:
@@ -115,10 +114,9 @@ def summarise(d, arm, bound=None):
     out = dict(best=best, best_mean=mean(best), best_lo=d['sustained'][best]['min'],
                best_hi=d['sustained'][best]['max'], arm_mean=mean(arm),
                arm_lo=d['sustained'][arm]['min'], arm_hi=d['sustained'][arm]['max'],
-               ratio=mean(arm) / mean(best) if mean(best) else float('nan'),
-               seed_min=min(ratios) if ratios else float('nan'),
+               ratio=tok['ratio'], seed_min=tok['seed_min'],
                moves_h=moves / hours if hours else 0.0, revs=revs, changes=changes,
-               op_revs=op_revs, op_changes=op_changes, topfail=topfail, alg1=versus(d, arm, alg1=True))
+               op_revs=op_revs, op_changes=op_changes, topfail=topfail, tok=tok, alg1=versus(d, arm, alg1=True))
     if bound:
         out['bound_mean'] = mean(bound)
         out['bound_ratio'] = mean(arm) / mean(bound) if mean(bound) else float('nan')

@@ -86,7 +86,7 @@ def main():
         diff = [sus(x, 'adaptive') - sus(x, s['best']) for x in d['per_seed']]
         md = statistics.mean(diff)
         half = 1.96 * statistics.stdev(diff) / math.sqrt(len(diff))
-        g, t = s['alg1'], B.versus(d, 'adaptive')
+        g, t = s['alg1'], s['tok']
         print(f"| {trace} | {label} | {seeds} | {s['best'].removeprefix('static:')} {s['best_mean']:.2f} | {s['arm_mean']:.2f} "
               f"| {s['ratio']:.3f} | {md:+.2f} [{md - half:+.2f}, {md + half:+.2f}] | {t['below']} / {t['equal']} / {t['above']} "
               f"| {g['best'].removeprefix('static:')} {g['mean']:.2f} | {g['ratio']:.3f}; {g['below']} / {g['equal']} / {g['above']} "
