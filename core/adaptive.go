@@ -57,7 +57,9 @@ type AdaptiveConfig struct {
 	// factor that brings the current split's to 1. The ordering of the
 	// candidates on that SLO is kept; what changes is that the missed SLO
 	// can now decide the score, and a move away from a split projected at
-	// 1 is a crossing (issue 10, fifth round).
+	// 1 is a crossing (issue 10, fifth round). Within the long window of
+	// a move, only requests that arrived after the move count: the others
+	// were served in part by the split before it (sixth round).
 	Attainment float64
 }
 
@@ -88,6 +90,11 @@ type Adaptive struct {
 	lastMove event.Time
 	lastDir  int // +1 toward prefill, -1 toward decode, 0 none yet
 	moved    bool
+	// since counts the requests that ended since the last move and
+	// arrived after it, and how many of them met each SLO: the
+	// delivered-attainment check's evidence about the split the fleet is
+	// on (see AdaptiveConfig.Attainment).
+	since struct{ n, ttftOK, tpotOK int }
 }
 
 // Name implements Controller.
@@ -112,7 +119,28 @@ func (a *Adaptive) Init(c *View) error {
 func (a *Adaptive) Arrived(c *View, r Request) { a.demand.arrived(c, r) }
 
 // Finished feeds the demand estimator.
-func (a *Adaptive) Finished(c *View, r Request) { a.demand.finished(c, r) }
+func (a *Adaptive) Finished(c *View, r Request) {
+	a.demand.finished(c, r)
+	if !a.moved || r.TTFT == event.Never {
+		return
+	}
+	// The request's arrival: its end less its first-token time and its
+	// later tokens' mean interval times their count (TPOT's definition).
+	arr := c.now - r.TTFT
+	if r.TPOT != event.Never && r.OutputTokens > 1 {
+		arr -= r.TPOT * event.Time(r.OutputTokens-1)
+	}
+	if arr < a.lastMove {
+		return // served in part by the split before the last move
+	}
+	a.since.n++
+	if r.TTFT != event.Never && r.TTFT <= c.slo.TTFT {
+		a.since.ttftOK++
+	}
+	if r.TPOT == event.Never || r.TPOT <= c.slo.TPOT {
+		a.since.tpotOK++
+	}
+}
 
 // NextTick implements Controller.
 func (a *Adaptive) NextTick() event.Time { return a.next }
@@ -351,6 +379,16 @@ func (a *Adaptive) pass(c *View) {
 			e.LongArrivals, ca2, float64(e.LongArrivals)/ca2, a.Cfg.MinArrivals))
 		return
 	}
+	if a.moved && c.now-a.lastMove < a.Cfg.LongWindow {
+		// Within the long window of a move, the window's endings mix the
+		// split before it with the one after: only requests that arrived
+		// after the move, served by this split alone, are evidence of
+		// what it delivers (the check waits for MinArrivals of them).
+		e.Finishes = a.since.n
+		if n := a.since.n; n > 0 {
+			e.TTFTOK, e.TPOTOK = float64(a.since.ttftOK)/float64(n), float64(a.since.tpotOK)/float64(n)
+		}
+	}
 	if e.Finishes >= a.Cfg.MinArrivals {
 		ts, ps := attainmentScales(c, &e, p, a.Cfg.Attainment)
 		if ts != 1 || ps != 1 {
@@ -457,6 +495,7 @@ func (a *Adaptive) pass(c *View) {
 	}
 	a.proposal, a.confirms = 0, 0
 	a.lastMove, a.lastDir, a.moved = c.now, dir, true
+	a.since.n, a.since.ttftOK, a.since.tpotOK = 0, 0, 0
 	decide("move "+target, why)
 }
 

@@ -462,3 +462,48 @@ func TestAttainmentCheckCrossing(t *testing.T) {
 		t.Fatalf("check on: %s (%s), want a proposal of 3P5D scored 1.000 -> 0.933, naming the attainment", d.Choice, d.Why)
 	}
 }
+
+// After a move, the delivered-attainment check counts only requests that
+// arrived after it (issue 10, sixth round): the endings of requests the
+// split before the move served in part say nothing about the split the
+// fleet is on, and read as its misses they pushed a second move the same
+// way (steady at gamma CV 5). The same twenty endings, the same demand:
+// arrived after the move, the check scales the projections; arrived
+// before it and ended after it, the check waits.
+func TestAttainmentCheckAfterMove(t *testing.T) {
+	decide := func(moveAt event.Time) AdaptiveDecision {
+		c := decodeCore(t, 1200)
+		a := &Adaptive{Cfg: DefaultAdaptive}
+		a.demand.Span = a.Cfg.LongWindow
+		a.moved, a.lastMove = true, moveAt
+		v := c.View()
+		for k := 0; k <= 100; k++ {
+			a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
+		}
+		for k := 0; k < 20; k++ { // 14 of 20 missed the TPOT SLO; each arrived ~0.95 s before its end
+			v.now = 90*event.Second + event.Time(k)*20*event.Millisecond
+			tpot := 10 * event.Millisecond
+			if k%10 < 7 {
+				tpot = 80 * event.Millisecond
+			}
+			a.Finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 900 * event.Millisecond, TPOT: tpot})
+		}
+		v.now = 100 * event.Second
+		n := len(v.records)
+		a.pass(v)
+		if len(v.records) != n+1 {
+			t.Fatalf("pass recorded %d decisions", len(v.records)-n)
+		}
+		var d AdaptiveDecision
+		if err := json.Unmarshal([]byte(v.records[n].Text), &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := decide(80 * event.Second); d.Choice != "propose 3P5D" || !strings.Contains(d.Why, "delivered attainment (ttft 1.00, tpot 0.30)") {
+		t.Fatalf("arrived after the move: %s (%s), want a proposal of 3P5D naming the attainment", d.Choice, d.Why)
+	}
+	if d := decide(89500 * event.Millisecond); d.Choice != "stay" || strings.Contains(d.Why, "delivered attainment") {
+		t.Fatalf("arrived before the move: %s (%s), want stay without the check", d.Choice, d.Why)
+	}
+}
