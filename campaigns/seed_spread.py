@@ -9,7 +9,8 @@ a hundred seeds from --first on demo and steady (short traces), twenty on
 chatdoc, mixed and Azure. The default, 600 (seeds 600-699 and 600-619), is
 the evaluation of the controller with the decode-noise robustness check,
 on seeds never used before it; 800 evaluated the delivered-attainment
-check after it (docs/controllers.md, fifth round); 400 evaluated the controller with the
+check after it (docs/controllers.md, fifth round), 1000 the check
+counting only the split's own requests after a move (sixth round); 400 evaluated the controller with the
 pending-context TPOT projection, 100 the controller before that, and
 300-399 were development seeds (docs/controllers.md). Per case it prints
 adaptive's and the best static split's mean sustained rate, their ratio,
