@@ -134,7 +134,7 @@ func (a *Adaptive) Finished(c *View, r Request) {
 		return // served in part by the split before the last move
 	}
 	a.since.n++
-	if r.TTFT != event.Never && r.TTFT <= c.slo.TTFT {
+	if r.TTFT <= c.slo.TTFT {
 		a.since.ttftOK++
 	}
 	if r.TPOT == event.Never || r.TPOT <= c.slo.TPOT {
