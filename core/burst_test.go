@@ -443,16 +443,7 @@ func TestAttainmentCheckCrossing(t *testing.T) {
 			a.demand.finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 100 * event.Millisecond, TPOT: tpot})
 		}
 		v.now = 100 * event.Second
-		n := len(v.records)
-		a.pass(v)
-		if len(v.records) != n+1 {
-			t.Fatalf("pass recorded %d decisions", len(v.records)-n)
-		}
-		var d AdaptiveDecision
-		if err := json.Unmarshal([]byte(v.records[n].Text), &d); err != nil {
-			t.Fatal(err)
-		}
-		return d
+		return passDecision(t, a, v)
 	}
 	if d := decide(0); d.Choice != "stay" || !strings.Contains(d.Why, "below the margins") {
 		t.Fatalf("check off: %s (%s), want stay below the margins", d.Choice, d.Why)
@@ -489,16 +480,7 @@ func TestAttainmentCheckAfterMove(t *testing.T) {
 			a.Finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 900 * event.Millisecond, TPOT: tpot})
 		}
 		v.now = 100 * event.Second
-		n := len(v.records)
-		a.pass(v)
-		if len(v.records) != n+1 {
-			t.Fatalf("pass recorded %d decisions", len(v.records)-n)
-		}
-		var d AdaptiveDecision
-		if err := json.Unmarshal([]byte(v.records[n].Text), &d); err != nil {
-			t.Fatal(err)
-		}
-		return d
+		return passDecision(t, a, v)
 	}
 	if d := decide(80 * event.Second); d.Choice != "propose 3P5D" || !strings.Contains(d.Why, "delivered attainment (ttft 1.00, tpot 0.30)") {
 		t.Fatalf("arrived after the move: %s (%s), want a proposal of 3P5D naming the attainment", d.Choice, d.Why)
@@ -506,4 +488,20 @@ func TestAttainmentCheckAfterMove(t *testing.T) {
 	if d := decide(89500 * event.Millisecond); d.Choice != "stay" || strings.Contains(d.Why, "delivered attainment") {
 		t.Fatalf("arrived before the move: %s (%s), want stay without the check", d.Choice, d.Why)
 	}
+}
+
+// passDecision runs one scoring pass of a and returns the one decision it
+// records.
+func passDecision(t *testing.T, a *Adaptive, v *View) AdaptiveDecision {
+	t.Helper()
+	n := len(v.records)
+	a.pass(v)
+	if len(v.records) != n+1 {
+		t.Fatalf("pass recorded %d decisions", len(v.records)-n)
+	}
+	var d AdaptiveDecision
+	if err := json.Unmarshal([]byte(v.records[n].Text), &d); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
