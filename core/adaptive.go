@@ -434,9 +434,13 @@ func (a *Adaptive) pass(c *View) {
 	}
 	// The relative margin keeps noise on a loaded fleet's steep scores from
 	// moving engines; a move that brings a split breaking an SLO back under
-	// it needs only the absolute margin.
+	// it needs only the absolute margin, and so does one away from a split
+	// that misses an SLO by both accounts, delivered and projected, toward
+	// one that projects that SLO lower and the other unbroken (issue 10,
+	// seventh round: the relative margin held a fleet on a split failing
+	// every request's TPOT for five minutes).
 	crossing := cur.Score() >= 1 && best.Score() < 1
-	if gain < margin || (!crossing && best.Score() > cur.Score()*(1-rel)) {
+	if gain < margin || (!crossing && !a.confirmedMiss(e, cur, best) && best.Score() > cur.Score()*(1-rel)) {
 		a.proposal, a.confirms = 0, 0
 		decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, below the margins (%.2f, %.0f%%)",
 			best.Prefill, cur.Score(), best.Score(), margin, 100*rel))
@@ -497,6 +501,22 @@ func (a *Adaptive) pass(c *View) {
 	a.lastMove, a.lastDir, a.moved = c.now, dir, true
 	a.since.n, a.since.ttftOK, a.since.tpotOK = 0, 0, 0
 	decide("move "+target, why)
+}
+
+// confirmedMiss reports whether the current split misses an SLO by both
+// accounts (fewer than Attainment of the requests the check counts met it,
+// and its projection is at least 1) while split best projects that SLO
+// lower and the other one under 1. The delivered side is the check's
+// count (since the last move, within LongWindow of it), and it needs
+// MinArrivals endings, as the check does.
+func (a *Adaptive) confirmedMiss(e DemandEstimate, cur, best SplitScore) bool {
+	if e.Finishes < a.Cfg.MinArrivals || a.Cfg.Attainment <= 0 {
+		return false
+	}
+	if e.TPOTOK < a.Cfg.Attainment && cur.TPOT >= 1 && best.TPOT < cur.TPOT && best.TTFT < 1 {
+		return true
+	}
+	return e.TTFTOK < a.Cfg.Attainment && cur.TTFT >= 1 && best.TTFT < cur.TTFT && best.TPOT < 1
 }
 
 // candidateSplits are the prefill pool sizes a pass scores: the
