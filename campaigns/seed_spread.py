@@ -10,7 +10,9 @@ chatdoc, mixed and Azure. The default, 600 (seeds 600-699 and 600-619), is
 the evaluation of the controller with the decode-noise robustness check,
 on seeds never used before it; 800 evaluated the delivered-attainment
 check after it (docs/controllers.md, fifth round), 1000 the check
-counting only the split's own requests after a move (sixth round); 400 evaluated the controller with the
+counting only the split's own requests after a move (sixth round), 1200
+the relative margin waived for a split missing an SLO by both accounts
+(seventh round); 400 evaluated the controller with the
 pending-context TPOT projection, 100 the controller before that, and
 300-399 were development seeds (docs/controllers.md). Per case it prints
 adaptive's and the best static split's mean sustained rate, their ratio,
