@@ -440,7 +440,13 @@ func (a *Adaptive) pass(c *View) {
 	// seventh round: the relative margin held a fleet on a split failing
 	// every request's TPOT for five minutes).
 	crossing := cur.Score() >= 1 && best.Score() < 1
-	if gain < margin || (!crossing && !a.confirmedMiss(e, cur, best) && best.Score() > cur.Score()*(1-rel)) {
+	if !crossing && best.Score() > cur.Score()*(1-rel) && gain >= margin {
+		if slo := a.confirmedMiss(e, cur, best); slo != "" {
+			crossing = true
+			scaled += "; relative margin waived: " + slo
+		}
+	}
+	if gain < margin || (!crossing && best.Score() > cur.Score()*(1-rel)) {
 		a.proposal, a.confirms = 0, 0
 		decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, below the margins (%.2f, %.0f%%)",
 			best.Prefill, cur.Score(), best.Score(), margin, 100*rel))
@@ -503,20 +509,24 @@ func (a *Adaptive) pass(c *View) {
 	decide("move "+target, why)
 }
 
-// confirmedMiss reports whether the current split misses an SLO by both
+// confirmedMiss names the SLO (with its delivered attainment and projected
+// ratio; "" for none) when the current split misses it by both
 // accounts (fewer than Attainment of the requests the check counts met it,
 // and its projection is at least 1) while split best projects that SLO
 // lower and the other one under 1. The delivered side is the check's
 // count (since the last move, within LongWindow of it), and it needs
 // MinArrivals endings, as the check does.
-func (a *Adaptive) confirmedMiss(e DemandEstimate, cur, best SplitScore) bool {
+func (a *Adaptive) confirmedMiss(e DemandEstimate, cur, best SplitScore) string {
 	if e.Finishes < a.Cfg.MinArrivals || a.Cfg.Attainment <= 0 {
-		return false
+		return ""
 	}
 	if e.TPOTOK < a.Cfg.Attainment && cur.TPOT >= 1 && best.TPOT < cur.TPOT && best.TTFT < 1 {
-		return true
+		return fmt.Sprintf("tpot missed as delivered (%.2f) and projected (%.2f)", e.TPOTOK, cur.TPOT)
 	}
-	return e.TTFTOK < a.Cfg.Attainment && cur.TTFT >= 1 && best.TTFT < cur.TTFT && best.TPOT < 1
+	if e.TTFTOK < a.Cfg.Attainment && cur.TTFT >= 1 && best.TTFT < cur.TTFT && best.TPOT < 1 {
+		return fmt.Sprintf("ttft missed as delivered (%.2f) and projected (%.2f)", e.TTFTOK, cur.TTFT)
+	}
+	return ""
 }
 
 // candidateSplits are the prefill pool sizes a pass scores: the

@@ -489,8 +489,12 @@ func TestConfirmedMissMove(t *testing.T) {
 	if d := decide(0); d.Choice != "stay" || !strings.Contains(d.Why, "best neighbour 3P improves 1.160 -> 1.048, below the margins") {
 		t.Fatalf("delivered: %s (%s), want stay below the margins, 1.160 -> 1.048", d.Choice, d.Why)
 	}
-	if d := decide(14); d.Choice != "propose 3P5D" || !strings.Contains(d.Why, "score 1.160 -> 1.048") || strings.Contains(d.Why, "delivered attainment") {
+	d := decide(14)
+	if d.Choice != "propose 3P5D" || !strings.Contains(d.Why, "score 1.160 -> 1.048") || strings.Contains(d.Why, "delivered attainment") {
 		t.Fatalf("missed by both accounts: %s (%s), want a proposal of 3P5D scored 1.160 -> 1.048, no projection scaled", d.Choice, d.Why)
+	}
+	if !strings.Contains(d.Why, "relative margin waived: tpot missed as delivered (0.30) and projected (1.16)") {
+		t.Fatalf("missed by both accounts: why %q does not name the waiver", d.Why)
 	}
 }
 
