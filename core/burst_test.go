@@ -434,16 +434,8 @@ func TestAttainmentCheckCrossing(t *testing.T) {
 		for k := 0; k <= 100; k++ { // one light prompt a second, evenly
 			a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
 		}
-		for k := 0; k < 20; k++ { // 14 of 20 ended requests missed the TPOT SLO
-			v.now = event.Seconds(90 + float64(k)/2)
-			tpot := 10 * event.Millisecond
-			if k%10 < 7 {
-				tpot = 80 * event.Millisecond
-			}
-			a.demand.finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 100 * event.Millisecond, TPOT: tpot})
-		}
-		v.now = 100 * event.Second
-		return passDecision(t, a, v)
+		// 14 of 20 ended requests missed the TPOT SLO.
+		return passAfterEndings(t, a, v, func(k int) bool { return k%10 < 7 })
 	}
 	if d := decide(0); d.Choice != "stay" || !strings.Contains(d.Why, "below the margins") {
 		t.Fatalf("check off: %s (%s), want stay below the margins", d.Choice, d.Why)
@@ -475,16 +467,7 @@ func TestConfirmedMissMove(t *testing.T) {
 		for k := 0; k <= 100; k++ { // one light prompt a second, evenly
 			a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
 		}
-		for k := 0; k < 20; k++ {
-			v.now = event.Seconds(90 + float64(k)/2)
-			tpot := 10 * event.Millisecond
-			if k < missed {
-				tpot = 80 * event.Millisecond
-			}
-			a.demand.finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 100 * event.Millisecond, TPOT: tpot})
-		}
-		v.now = 100 * event.Second
-		return passDecision(t, a, v)
+		return passAfterEndings(t, a, v, func(k int) bool { return k < missed })
 	}
 	if d := decide(0); d.Choice != "stay" || !strings.Contains(d.Why, "best neighbour 3P improves 1.160 -> 1.048, below the margins") {
 		t.Fatalf("delivered: %s (%s), want stay below the margins, 1.160 -> 1.048", d.Choice, d.Why)
@@ -532,6 +515,23 @@ func TestAttainmentCheckAfterMove(t *testing.T) {
 	if d := decide(89500 * event.Millisecond); d.Choice != "stay" || strings.Contains(d.Why, "delivered attainment") {
 		t.Fatalf("arrived before the move: %s (%s), want stay without the check", d.Choice, d.Why)
 	}
+}
+
+// passAfterEndings ends twenty light requests, one every half second from
+// 90 s, each missing the TPOT SLO (80 ms a token, else 10 ms) when
+// missed(k), then runs one scoring pass at 100 s and returns its decision.
+func passAfterEndings(t *testing.T, a *Adaptive, v *View, missed func(k int) bool) AdaptiveDecision {
+	t.Helper()
+	for k := 0; k < 20; k++ {
+		v.now = event.Seconds(90 + float64(k)/2)
+		tpot := 10 * event.Millisecond
+		if missed(k) {
+			tpot = 80 * event.Millisecond
+		}
+		a.demand.finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 100 * event.Millisecond, TPOT: tpot})
+	}
+	v.now = 100 * event.Second
+	return passDecision(t, a, v)
 }
 
 // passDecision runs one scoring pass of a and returns the one decision it
