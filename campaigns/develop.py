@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The held-out protocol's development runs (docs/controllers.md, "Held-out
+protocol for tuning the adaptive controller"): the adaptive arm alone, on
+the development seeds, over every burstiness case of campaigns/burstiness.py
+(five traces, arrival CV 1-4 and batches of mean 4 and 8), so that a change
+of the controller can be compared with the controller before it, seed by
+seed, without spending the evaluation seeds.
+
+Usage:
+  campaigns/develop.py run --bin BIN --out DIR [--cases demo:cv1,steady:b8,...]
+  campaigns/develop.py compare DIR_A DIR_B
+
+`run` sweeps BIN's adaptive arm once per case (`BIN sim ... --arms adaptive
+--rates GRID --seeds DEV --json`) and keeps each sweep's JSON in DIR as
+TRACE-LEVEL.json; a case whose file exists is not run again. Environment
+variables reach BIN unchanged, so a variant gated by one runs the same way.
+Two sweeps at a time (the machine's two cores).
+
+`compare` prints one line per case found in both directories: the mean
+sustained rate of A and of B (a seed that sustains nothing counts 0), how
+many seeds B sustains less and more than A, and reversals within 60 s
+over split changes, summed over every seed and rate.
+
+The development seeds: demo 300-399, steady 300-339, chatdoc and mixed
+300-309, the Azure traces 300 (one seed: a seed there takes minutes).
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import burstiness as B  # noqa: E402  (the traces, levels and grids)
+
+DEV_SEEDS = {'demo': '300..399', 'steady': '300..339', 'chatdoc': '300..309', 'mixed': '300..309',
+             'azure': '300..300'}
+CASES = [(t, lv) for t in ('demo', 'steady', 'chatdoc', 'mixed', 'azure') for lv in B.LEVELS]
+
+
+def parse_cases(text):
+    if not text:
+        return CASES
+    out = []
+    for c in text.split(','):
+        t, _, lv = c.partition(':')
+        if t not in B.TRACES or lv not in B.LEVELS:
+            sys.exit(f'develop.py: --cases: {c!r}: expected TRACE:LEVEL with TRACE one of '
+                     f'{", ".join(B.TRACES)} and LEVEL one of {", ".join(B.LEVELS)}')
+        out.append((t, lv))
+    return out
+
+
+def run_case(binary, out, trace, level):
+    path = os.path.join(out, f'{trace}-{level}.json')
+    if os.path.exists(path):
+        return path
+    args = [binary, 'sim'] + B.TRACES[trace] + B.LEVELS[level] + [
+        '--arms', 'adaptive', '--rates', B.GRID[trace], '--seeds', DEV_SEEDS[trace], '--json']
+    r = subprocess.run(args, cwd=B.ROOT, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f'{trace} {level}: {" ".join(args)}: exit {r.returncode}: {r.stderr.strip()}')
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        f.write(r.stdout)
+    os.replace(tmp, path)  # a killed run leaves no partial result behind
+    return path
+
+
+def load(path):
+    with open(path) as f:
+        d = json.load(f)
+    per = {s['seed']: (s['sustained'].get('adaptive') or 0) for s in d['per_seed']}
+    runs = [r for s in d['per_seed'] for r in s['runs'] if r['arm'] == 'adaptive']
+    return per, sum(r['reversals_60s'] for r in runs), sum(r['split_changes'] for r in runs)
+
+
+def compare(a_dir, b_dir):
+    lines = 0
+    for t, lv in CASES:
+        pa, pb = (os.path.join(x, f'{t}-{lv}.json') for x in (a_dir, b_dir))
+        if not (os.path.exists(pa) and os.path.exists(pb)):
+            continue
+        (a, ra, ca), (b, rb, cb) = load(pa), load(pb)
+        if set(a) != set(b):
+            sys.exit(f'develop.py: {t} {lv}: the two runs have different seeds')
+        ma, mb = sum(a.values()) / len(a), sum(b.values()) / len(b)
+        lower = sum(1 for s in a if b[s] < a[s])
+        higher = sum(1 for s in a if b[s] > a[s])
+        print(f'{t:8s} {lv:4s} {ma:7.3f} -> {mb:7.3f}  seeds lower/higher {lower}/{higher}  '
+              f'reversals {ra}/{ca} -> {rb}/{cb}')
+        lines += 1
+    if lines == 0:
+        sys.exit(f'develop.py: no case is in both {a_dir} and {b_dir}')
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    sub = ap.add_subparsers(dest='cmd', required=True)
+    r = sub.add_parser('run', help='sweep a binary\'s adaptive arm on the development seeds')
+    r.add_argument('--bin', default=os.path.join(B.ROOT, 'bin', 'narwhal-bench'))
+    r.add_argument('--out', required=True)
+    r.add_argument('--cases', default='')
+    c = sub.add_parser('compare', help='compare two run directories case by case')
+    c.add_argument('a')
+    c.add_argument('b')
+    args = ap.parse_args()
+    if args.cmd == 'compare':
+        compare(args.a, args.b)
+        return
+    binary = os.path.abspath(args.bin)
+    if not os.access(binary, os.X_OK):
+        sys.exit(f'develop.py: --bin {args.bin}: not an executable file (build it: make build)')
+    os.makedirs(args.out, exist_ok=True)
+    cases = parse_cases(args.cases)
+    with cf.ThreadPoolExecutor(2) as ex:
+        jobs = {ex.submit(run_case, binary, args.out, t, lv): (t, lv) for t, lv in cases}
+        for j in cf.as_completed(jobs):
+            t, lv = jobs[j]
+            try:
+                print(f'{t} {lv}: {j.result()}', flush=True)
+            except RuntimeError as e:
+                sys.exit(f'develop.py: {e}')
+
+
+if __name__ == '__main__':
+    main()
