@@ -207,4 +207,18 @@ func TestDuckDBReadsExport(t *testing.T) {
 	if rows[0]["column_type"] != "UBIGINT" {
 		t.Errorf("runs.seed: DuckDB type %v, want UBIGINT", rows[0]["column_type"])
 	}
+	// A live run's load-generator fields: a degraded or interrupted load
+	// is visible from the export alone.
+	rows = duckQuery(t, root, fmt.Sprintf(`SELECT run, target, interrupted, planned::INTEGER AS planned,
+		sent::INTEGER AS sent, lag_p99_s, degraded FROM %s WHERE driver = 'live'`, file(RunsFile)))
+	if len(rows) != 1 {
+		t.Fatalf("live runs in runs.parquet: %v, want the one", rows)
+	}
+	lag, _ := rows[0]["lag_p99_s"].(json.Number).Float64()
+	planned, _ := rows[0]["planned"].(json.Number).Int64()
+	sent, _ := rows[0]["sent"].(json.Number).Int64()
+	if r := rows[0]; r["run"] != "aggregated_r2.4" || r["target"] != "http://127.0.0.1:8000" || r["interrupted"] != true ||
+		planned != 2400 || sent != 2000 || lag != 0.7 || r["degraded"] != true {
+		t.Errorf("live run's fields as DuckDB reads them: %v", r)
+	}
 }

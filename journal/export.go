@@ -104,6 +104,20 @@ type runRow struct {
 	Records       int64   `parquet:"records,delta"`
 	Offered       int64   `parquet:"offered,delta"`
 	Partial       string  `parquet:"partial"` // why the run is partial; "" for a whole run
+	// The live load generator's fields (event.RunMeta; zero in
+	// simulations), so an export says what a journal says about how the
+	// load was delivered: the endpoint (--target) or the journal a replay
+	// re-drove, whether the load stopped before the whole trace was sent,
+	// the requests planned and sent, and the schedule lag.
+	Target      string  `parquet:"target"`
+	Replay      string  `parquet:"replay"`
+	Interrupted bool    `parquet:"interrupted"`
+	Planned     int64   `parquet:"planned,delta"`
+	Sent        int64   `parquet:"sent,delta"`
+	LagP50s     float64 `parquet:"lag_p50_s"`
+	LagP90s     float64 `parquet:"lag_p90_s"`
+	LagP99s     float64 `parquet:"lag_p99_s"`
+	Degraded    bool    `parquet:"degraded"`
 }
 
 // Table file names, in the order Export writes them.
@@ -491,7 +505,9 @@ func (e *exporter) run(dir string) (err error) {
 	if err := e.runs.add(runRow{Run: name, Arm: m.Arm, Rate: m.Rate, Seed: m.Seed, Trace: m.Trace, TraceHash: m.TraceHash,
 		Fleet: m.Fleet, ConfigHash: m.ConfigHash, Version: m.Version, Driver: m.Driver,
 		Instances: int64(m.Instances), GPUs: int64(m.GPUs), TTFTSLOs: m.TTFTSLO, TPOTSLOs: m.TPOTSLO,
-		StartUnixNano: m.StartUnixNano, Records: records, Offered: int64(e.fold.Len()), Partial: partial}); err != nil {
+		StartUnixNano: m.StartUnixNano, Records: records, Offered: int64(e.fold.Len()), Partial: partial,
+		Target: m.Target, Replay: m.Replay, Interrupted: m.Partial, Planned: int64(m.Planned), Sent: int64(m.Sent),
+		LagP50s: m.LagP50, LagP90s: m.LagP90, LagP99s: m.LagP99, Degraded: m.Degraded}); err != nil {
 		return fmt.Errorf("run %s: %w", name, err)
 	}
 	for _, end := range []func() error{e.requests.endRun, e.roleMoves.endRun, e.decisions.endRun, e.faults.endRun} {

@@ -121,7 +121,9 @@ func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) e
 		run.Meta = event.RunMeta{Schema: event.SchemaVersion, Version: rr.Version, Driver: rr.Driver, Arm: rr.Arm,
 			Rate: rr.Rate, Seed: rr.Seed, Trace: rr.Trace, TraceHash: rr.TraceHash, Fleet: rr.Fleet,
 			ConfigHash: rr.ConfigHash, Instances: int(rr.Instances), GPUs: int(rr.GPUs),
-			TTFTSLO: rr.TTFTSLOs, TPOTSLO: rr.TPOTSLOs, StartUnixNano: rr.StartUnixNano}
+			TTFTSLO: rr.TTFTSLOs, TPOTSLO: rr.TPOTSLOs, StartUnixNano: rr.StartUnixNano,
+			Target: rr.Target, Replay: rr.Replay, Partial: rr.Interrupted, Planned: int(rr.Planned), Sent: int(rr.Sent),
+			LagP50: rr.LagP50s, LagP90: rr.LagP90s, LagP99: rr.LagP99s, Degraded: rr.Degraded}
 		run.Moves = moves[rr.Run]
 		clear(run.Rows)
 		run.Rows = run.Rows[:0]
