@@ -59,7 +59,8 @@ type qualityAcc struct {
 func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, moves []event.Record) error {
 	slo := b.sloOf(m)
 	rr := RunReport{Run: name, Partial: partial, Arm: m.Arm, Rate: m.Rate, Trace: m.Trace, Fleet: m.Fleet, Instances: m.Instances, GPUs: m.GPUs,
-		TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(), Offered: len(rows)}
+		TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(), Offered: len(rows),
+		Degraded: m.Degraded, LoadLagP99: m.LagP99}
 	// Counts and the four groups come from the one scoring rule.
 	sum := Summarize(rows, slo)
 	rr.Completed, rr.Refused, rr.Expired, rr.Failed = sum.Completed, sum.Refused, sum.Expired, sum.Failed

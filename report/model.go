@@ -60,6 +60,11 @@ type RunReport struct {
 	GPUs      int     `json:"gpus"`       // 0: unknown
 	TTFTSLO   float64 `json:"ttft_slo_s"` // the SLOs the run was judged by
 	TPOTSLO   float64 `json:"tpot_slo_s"`
+	// Degraded: a live run whose load generator fell behind its schedule
+	// (its p99 lag, LoadLagP99, over 0.5 s; event.RunMeta), so the rate
+	// it offered was not Rate. Both are zero for simulations.
+	Degraded   bool    `json:"degraded,omitempty"`
+	LoadLagP99 float64 `json:"load_lag_p99_s,omitempty"`
 
 	Offered        int     `json:"offered"`
 	Completed      int     `json:"completed"` // finished, naturally or at the cap

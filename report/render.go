@@ -269,6 +269,9 @@ func (r *Report) header() []string {
 		if x := &r.Runs[i]; x.Partial != "" {
 			lines = append(lines, fmt.Sprintf("PARTIAL: run %s is not whole (%s): requests that had not ended count as not completed", x.Run, x.Partial))
 		}
+		if x := &r.Runs[i]; x.Degraded {
+			lines = append(lines, fmt.Sprintf("DEGRADED: run %s's load generator fell behind its schedule (p99 lag %.3f s, over 0.5 s): it did not offer %s req/s as planned, and TTFT counts the lag", x.Run, x.LoadLagP99, fmtRate(x.Rate)))
+		}
 	}
 	return lines
 }

@@ -622,3 +622,43 @@ func TestPartialRun(t *testing.T) {
 		}
 	}
 }
+
+// TestDegradedLiveRun: a live run whose load generator fell behind its
+// schedule is flagged, with its p99 lag, from the journal and from its
+// export alike; a run on schedule is not.
+func TestDegradedLiveRun(t *testing.T) {
+	root := t.TempDir()
+	writeQualityRun(t, filepath.Join(root, "a-sim"))
+	m := fixtureMeta("static:2P6D", 2, 8)
+	m.Driver, m.Planned, m.Sent, m.LagP50, m.LagP90, m.LagP99, m.Degraded = "live", 1, 1, 0.2, 0.5, 0.75, true
+	f := newFixtureRun(t, filepath.Join(root, "b-late"), m)
+	f.roles(2, 6, false)
+	f.req(reqSpec{class: "qa", sched: 0, ttft: 0.2, dur: 0.5, in: 100, want: 10, out: 6, term: event.KindFinish, cause: event.CauseStop})
+	f.close()
+	out := filepath.Join(root, "parquet")
+	if _, err := journal.Export(root, out); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{root, out} {
+		rep, err := Load(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range rep.Runs {
+			if want := x.Run == "b-late"; x.Degraded != want || (want && x.LoadLagP99 != 0.75) || (!want && x.LoadLagP99 != 0) {
+				t.Errorf("%s: run %s: degraded %v, p99 lag %v", dir, x.Run, x.Degraded, x.LoadLagP99)
+			}
+		}
+		var b strings.Builder
+		if err := rep.Write(&b, FormatText); err != nil {
+			t.Fatal(err)
+		}
+		text := b.String()
+		if !strings.Contains(text, "DEGRADED: run b-late's load generator fell behind its schedule (p99 lag 0.750 s") {
+			t.Errorf("%s: no DEGRADED line:\n%s", dir, text)
+		}
+		if strings.Contains(text, "run a-sim's load generator") {
+			t.Errorf("%s: a simulation flagged degraded:\n%s", dir, text)
+		}
+	}
+}
