@@ -137,6 +137,7 @@ func TestDuckDBReadsExport(t *testing.T) {
 	type perRun struct{ offered, ok int64 }
 	goRuns := map[string]perRun{}
 	var ttft []float64
+	var preempted int64
 	for _, dir := range runs {
 		r, err := Open(dir)
 		if err != nil {
@@ -152,6 +153,7 @@ func TestDuckDBReadsExport(t *testing.T) {
 			if row.SLOOK {
 				pr.ok++
 			}
+			preempted += folded[i].Preemptions
 			if row.Terminal == "finish" {
 				ttft = append(ttft, float64(row.TTFTNs))
 			}
@@ -171,6 +173,12 @@ func TestDuckDBReadsExport(t *testing.T) {
 		if g := goRuns[name]; g.offered != off || g.ok != ok {
 			t.Errorf("run %s: DuckDB offered=%d ok=%d, Go offered=%d ok=%d", name, off, ok, g.offered, g.ok)
 		}
+	}
+
+	// Preemptions for KV capacity, summed.
+	rows = duckQuery(t, root, fmt.Sprintf(`SELECT sum(preemptions)::INTEGER AS n FROM %s`, file(RequestsFile)))
+	if n, _ := rows[0]["n"].(json.Number).Int64(); n != preempted || preempted == 0 {
+		t.Errorf("preemptions: DuckDB %v, Go %d (want them equal and some)", rows[0]["n"], preempted)
 	}
 
 	// The 95th percentile of TTFT over finished requests.
@@ -195,13 +203,14 @@ func TestDuckDBReadsExport(t *testing.T) {
 	}
 	for col, typ := range map[string]string{"run": "VARCHAR", "rate": "DOUBLE", "req": "BIGINT", "class": "VARCHAR",
 		"admit_ns": "BIGINT", "prefill_inst": "INTEGER", "crossed": "BOOLEAN", "ttft_ns": "BIGINT",
-		"terminal": "VARCHAR", "slo_ok": "BOOLEAN", "first_failed_check": "VARCHAR", "reference": "VARCHAR", "response": "VARCHAR"} {
+		"terminal": "VARCHAR", "slo_ok": "BOOLEAN", "first_failed_check": "VARCHAR", "reference": "VARCHAR", "response": "VARCHAR",
+		"preemptions": "BIGINT"} {
 		if types[col] != typ {
 			t.Errorf("requests.%s: DuckDB type %q, want %s", col, types[col], typ)
 		}
 	}
-	if len(types) != 26 {
-		t.Errorf("requests has %d columns, want 26: %v", len(types), types)
+	if len(types) != 27 {
+		t.Errorf("requests has %d columns, want 27: %v", len(types), types)
 	}
 	rows = duckQuery(t, root, fmt.Sprintf(`SELECT column_type FROM (DESCRIBE SELECT seed FROM %s)`, file(RunsFile)))
 	if rows[0]["column_type"] != "UBIGINT" {

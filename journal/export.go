@@ -47,8 +47,9 @@ type requestRow struct {
 	Cause            string  `parquet:"cause,dict"`
 	SLOOK            bool    `parquet:"slo_ok"`
 	FirstFailedCheck string  `parquet:"first_failed_check,dict"`
-	Reference        string  `parquet:"reference"` // the trace's reference answer; "" when none
-	Response         string  `parquet:"response"`  // the response text (live runs); "" when none
+	Reference        string  `parquet:"reference"`         // the trace's reference answer; "" when none
+	Response         string  `parquet:"response"`          // the response text (live runs); "" when none
+	Preemptions      int64   `parquet:"preemptions,delta"` // times its decode stream was preempted for KV capacity
 }
 
 type roleMoveRow struct {
@@ -543,6 +544,6 @@ func requestRowOf(name string, m event.RunMeta, slo event.SLO, r *event.Row) req
 		InputTokens: r.InputTokens, WantTokens: r.WantOutput, OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens,
 		Terminal: r.Terminal.String(), Cause: r.Cause.String(),
 		SLOOK: check == event.CheckOK, FirstFailedCheck: check.String(),
-		Reference: r.Reference, Response: r.Response,
+		Reference: r.Reference, Response: r.Response, Preemptions: r.Preemptions,
 	}
 }

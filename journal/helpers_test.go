@@ -106,6 +106,13 @@ func synth(n int, seed uint64, emit func(*event.Record)) {
 			r.Cause = event.CauseCrossed
 		}
 		put(r)
+		if i%37 == 0 { // preempted for KV capacity, twice at every 111th (no draw: the rest stays as it was)
+			for k := 0; k < 1+btoi(i%111 == 0); k++ {
+				r = base(event.KindPreempt, dat+event.Time(k+1)*event.Microsecond, req)
+				r.Inst, r.Tokens = d, in
+				put(r)
+			}
+		}
 		end := dat + event.Time(want)*event.Time(10+rng.IntN(60))*event.Millisecond
 		if rng.IntN(100) < 2 {
 			r = base(event.KindFail, end, req)
@@ -153,4 +160,11 @@ func writeSynthRoot(t testing.TB) string {
 	writeSynth(t, filepath.Join(root, "aggregated_r2.4"), live, 2000, 2, Options{Sync: SyncOnClose})
 	writeSynth(t, filepath.Join(root, "static-3P5D_r6.4"), testMeta("static:3P5D", 6.4), 1000, 3, Options{BatchRecords: 100})
 	return root
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

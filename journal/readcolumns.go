@@ -29,6 +29,10 @@ var requestColumnNames = []string{"run", "req", "class", "scheduled_ns", "arriva
 	"crossed", "first_token_ns", "end_ns", "input_tokens", "want_tokens", "output_tokens", "cached_tokens",
 	"terminal", "cause", "reference", "response"}
 
+// optionalColumnNames are columns an export may lack: those added after
+// the export format's first release (preemptions), read as 0 when absent.
+var optionalColumnNames = []string{"preemptions"}
+
 func openRequestColumns(path string) (*requestColumns, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -50,6 +54,17 @@ func openRequestColumns(path string) (*requestColumns, error) {
 		if !ok {
 			f.Close()
 			return nil, fmt.Errorf("%s: no column %q", RequestsFile, name)
+		}
+		if leaf.Node.Optional() || leaf.Node.Repeated() {
+			f.Close()
+			return nil, fmt.Errorf("%s: column %q is not required", RequestsFile, name)
+		}
+		rc.col[name] = leaf.ColumnIndex
+	}
+	for _, name := range optionalColumnNames {
+		leaf, ok := pf.Schema().Lookup(name)
+		if !ok {
+			continue
 		}
 		if leaf.Node.Optional() || leaf.Node.Repeated() {
 			f.Close()
@@ -109,8 +124,12 @@ func (rc *requestColumns) appendRun(rows []event.Row, run string, partial bool) 
 		{"cached_tokens", func(x *event.Row, v int64) { x.CachedTokens = v }},
 		{"prefill_inst", func(x *event.Row, v int64) { x.PrefillInst = event.Instance(v) }},
 		{"decode_inst", func(x *event.Row, v int64) { x.DecodeInst = event.Instance(v) }},
+		{"preemptions", func(x *event.Row, v int64) { x.Preemptions = v }},
 	}
 	for _, c := range ints {
+		if _, ok := rc.col[c.name]; !ok {
+			continue // an optional column this export lacks: 0
+		}
 		if err := rc.ints(rg, c.name, func(i int, v int64) { c.set(&r[i], v) }); err != nil {
 			return rows, err
 		}

@@ -96,3 +96,36 @@ func TestReadExportBadInput(t *testing.T) {
 		t.Fatalf("unended request in a partial run: %+v %v", r, err)
 	}
 }
+
+// An export written before requests.parquet had its preemptions column and
+// runs.parquet its live load-generator columns (testdata/export-v1: demo,
+// static:4P4D at 0.3 req/s, seed 1, by the build of 2026-12-01) still
+// reads: the columns it lacks read as zero, and nothing else changes.
+func TestReadExportWithoutLaterColumns(t *testing.T) {
+	n := 0
+	err := ReadExport(filepath.Join("testdata", "export-v1"), func(run *ExportedRun) error {
+		n++
+		if run.Name != "static-4P4D@0.3" || run.Meta.Arm != "static:4P4D" || run.Meta.Trace != "demo" || run.Partial != "" {
+			t.Errorf("run %s: %+v", run.Name, run.Meta)
+		}
+		if m := run.Meta; m.Target != "" || m.Planned != 0 || m.Sent != 0 || m.LagP99 != 0 || m.Degraded || m.Partial {
+			t.Errorf("live fields of a simulation: %+v", m)
+		}
+		finished := 0
+		for _, r := range run.Rows {
+			if r.Preemptions != 0 {
+				t.Errorf("request %d: %d preemptions from an export without the column", r.Req, r.Preemptions)
+			}
+			if r.Terminal == event.KindFinish {
+				finished++
+			}
+		}
+		if len(run.Rows) != 23 || finished != 23 {
+			t.Errorf("%d requests, %d finished: want 23 and 23 (what the sweep reported)", len(run.Rows), finished)
+		}
+		return nil
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("ReadExport: %v after %d runs", err, n)
+	}
+}

@@ -84,6 +84,10 @@ type RunReport struct {
 	Refusals []CauseCount `json:"refusals"` // by cause, sorted by name
 	Expiries []CauseCount `json:"expiries"`
 	Failures []CauseCount `json:"failures"`
+	// Preemptions counts decode streams preempted for KV capacity (vLLM's
+	// num_preemptions; a stream preempted twice counts twice); omitted
+	// when none.
+	Preemptions int `json:"preemptions,omitempty"`
 
 	Goodput Goodput `json:"goodput"`
 

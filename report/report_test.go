@@ -662,3 +662,41 @@ func TestDegradedLiveRun(t *testing.T) {
 		}
 	}
 }
+
+// TestPreemptionsReported: the report counts KV-capacity preemptions per
+// run, from the journal and from its export alike.
+func TestPreemptionsReported(t *testing.T) {
+	root := t.TempDir()
+	w, err := journal.Create(filepath.Join(root, "a-kv"), fixtureMeta("static:2P6D", 1, 8), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(kind event.Kind, at event.Time, inst event.Instance) {
+		w.Record(&event.Record{At: at, Kind: kind, Req: 1, Tokens: 10, Want: 5, Inst: inst, Peer: event.NoInstance, Cause: event.CauseNone})
+	}
+	ms := event.Millisecond
+	rec(event.KindArrival, 0, event.NoInstance)
+	rec(event.KindAdmit, ms, 0)
+	rec(event.KindPrefillStart, ms, 0)
+	rec(event.KindPrefillDone, 5*ms, 0)
+	rec(event.KindDecodeStart, 5*ms, 0)
+	rec(event.KindPreempt, 8*ms, 0)
+	rec(event.KindPreempt, 9*ms, 0)
+	w.Record(&event.Record{At: 20 * ms, Kind: event.KindFinish, Req: 1, Tokens: 5, Inst: 0, Peer: event.NoInstance, Cause: event.CauseStop})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "parquet")
+	if _, err := journal.Export(root, out); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{root, out} {
+		rep, err := Load(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Runs) != 1 || rep.Runs[0].Preemptions != 2 || rep.Runs[0].Completed != 1 {
+			t.Fatalf("%s: runs %+v, want one with 2 preemptions", dir, rep.Runs)
+		}
+	}
+}
