@@ -49,24 +49,16 @@ func openRequestColumns(path string) (*requestColumns, error) {
 		return nil, fmt.Errorf("%s: %w", RequestsFile, err)
 	}
 	rc := &requestColumns{f: f, pf: pf, rgs: pf.RowGroups(), col: map[string]int{}, dict: map[parquet.Dictionary][]string{}}
-	for _, name := range requestColumnNames {
+	names := append(append([]string(nil), requestColumnNames...), optionalColumnNames...)
+	for i, name := range names {
 		leaf, ok := pf.Schema().Lookup(name)
-		if !ok {
+		switch {
+		case !ok && i >= len(requestColumnNames):
+			continue // an optional column this export lacks
+		case !ok:
 			f.Close()
 			return nil, fmt.Errorf("%s: no column %q", RequestsFile, name)
-		}
-		if leaf.Node.Optional() || leaf.Node.Repeated() {
-			f.Close()
-			return nil, fmt.Errorf("%s: column %q is not required", RequestsFile, name)
-		}
-		rc.col[name] = leaf.ColumnIndex
-	}
-	for _, name := range optionalColumnNames {
-		leaf, ok := pf.Schema().Lookup(name)
-		if !ok {
-			continue
-		}
-		if leaf.Node.Optional() || leaf.Node.Repeated() {
+		case leaf.Node.Optional() || leaf.Node.Repeated():
 			f.Close()
 			return nil, fmt.Errorf("%s: column %q is not required", RequestsFile, name)
 		}
