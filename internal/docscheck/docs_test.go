@@ -20,6 +20,7 @@ var external = map[string]string{
 	"--traces":  "campaigns/burstiness.py's flag (docs/controllers.md)",
 	"--first":   "campaigns/seed_spread.py's flag (docs/controllers.md)",
 	"--bin":     "campaigns/develop.py's flag (docs/controllers.md)",
+	"--pool":    "campaigns/seed_spread.py's flag (docs/controllers.md)",
 }
 
 var flagRE = regexp.MustCompile(`(^|[^-\w])(--[a-z][a-z0-9-]*)`)
