@@ -440,13 +440,14 @@ func (a *Adaptive) pass(c *View) {
 	// seventh round: the relative margin held a fleet on a split failing
 	// every request's TPOT for five minutes).
 	crossing := cur.Score() >= 1 && best.Score() < 1
-	if !crossing && best.Score() > cur.Score()*(1-rel) && gain >= margin {
+	underRel := best.Score() > cur.Score()*(1-rel) // the gain is under the relative margin
+	if !crossing && underRel && gain >= margin {
 		if slo := a.confirmedMiss(e, cur, best); slo != "" {
 			crossing = true
 			scaled += "; relative margin waived: " + slo
 		}
 	}
-	if gain < margin || (!crossing && best.Score() > cur.Score()*(1-rel)) {
+	if gain < margin || (!crossing && underRel) {
 		a.proposal, a.confirms = 0, 0
 		decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, below the margins (%.2f, %.0f%%)",
 			best.Prefill, cur.Score(), best.Score(), margin, 100*rel))
