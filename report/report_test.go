@@ -40,6 +40,24 @@ func load(t *testing.T, dir string, opts Options) *Report {
 	return r
 }
 
+// loadedBothWays is a report loaded from a journal root or from its export.
+type loadedBothWays struct {
+	dir string
+	rep *Report
+}
+
+// bothWays exports the journals under root to root/parquet (with eo) and
+// loads the report from the journals and from the export (with opts),
+// in that order: the two must agree on whatever a test checks.
+func bothWays(t *testing.T, root string, eo journal.ExportOptions, opts Options) []loadedBothWays {
+	t.Helper()
+	out := filepath.Join(root, "parquet")
+	if _, err := journal.ExportWith(root, out, eo); err != nil {
+		t.Fatal(err)
+	}
+	return []loadedBothWays{{root, load(t, root, opts)}, {out, load(t, out, opts)}}
+}
+
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join("testdata", name)
@@ -586,15 +604,8 @@ func TestPartialRun(t *testing.T) {
 	if _, err := Load(root, Options{}); err == nil || !strings.Contains(err.Error(), "b-cut") || !strings.Contains(err.Error(), "marked partial (interrupted)") {
 		t.Fatalf("Load of a partial run without Partial: %v", err)
 	}
-	out := filepath.Join(root, "parquet")
-	if _, err := journal.ExportWith(root, out, journal.ExportOptions{Partial: true}); err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{root, out} {
-		rep, err := Load(dir, Options{Partial: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, x := range bothWays(t, root, journal.ExportOptions{Partial: true}, Options{Partial: true}) {
+		dir, rep := x.dir, x.rep
 		if !rep.Partial {
 			t.Fatalf("%s: Report.Partial is false", dir)
 		}
@@ -635,15 +646,8 @@ func TestDegradedLiveRun(t *testing.T) {
 	f.roles(2, 6, false)
 	f.req(reqSpec{class: "qa", sched: 0, ttft: 0.2, dur: 0.5, in: 100, want: 10, out: 6, term: event.KindFinish, cause: event.CauseStop})
 	f.close()
-	out := filepath.Join(root, "parquet")
-	if _, err := journal.Export(root, out); err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{root, out} {
-		rep, err := Load(dir, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, both := range bothWays(t, root, journal.ExportOptions{}, Options{}) {
+		dir, rep := both.dir, both.rep
 		for _, x := range rep.Runs {
 			if want := x.Run == "b-late"; x.Degraded != want || (want && x.LoadLagP99 != 0.75) || (!want && x.LoadLagP99 != 0) {
 				t.Errorf("%s: run %s: degraded %v, p99 lag %v", dir, x.Run, x.Degraded, x.LoadLagP99)
@@ -686,15 +690,8 @@ func TestPreemptionsReported(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(root, "parquet")
-	if _, err := journal.Export(root, out); err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{root, out} {
-		rep, err := Load(dir, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, x := range bothWays(t, root, journal.ExportOptions{}, Options{}) {
+		dir, rep := x.dir, x.rep
 		if len(rep.Runs) != 1 || rep.Runs[0].Preemptions != 2 || rep.Runs[0].Completed != 1 {
 			t.Fatalf("%s: runs %+v, want one with 2 preemptions", dir, rep.Runs)
 		}
