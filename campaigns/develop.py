@@ -14,7 +14,10 @@ Usage:
 --rates GRID --seeds DEV --json`) and keeps each sweep's JSON in DIR as
 TRACE-LEVEL.json; a case whose file exists is not run again. Environment
 variables reach BIN unchanged, so a variant gated by one runs the same way.
-Two sweeps at a time (the machine's two cores).
+DIR is stamped with BIN's SHA-256 and the NB_* variables of the first run;
+a run of another build or environment into it is refused, so a directory
+never mixes two controllers. Two sweeps at a time (the machine's two
+cores).
 
 `compare` prints one line per case found in both directories: the mean
 sustained rate of A and of B (a seed that sustains nothing counts 0), how
@@ -26,6 +29,7 @@ The development seeds: demo 300-399, steady 300-339, chatdoc and mixed
 """
 import argparse
 import concurrent.futures as cf
+import hashlib
 import json
 import os
 import subprocess
@@ -50,6 +54,25 @@ def parse_cases(text):
                      f'{", ".join(B.TRACES)} and LEVEL one of {", ".join(B.LEVELS)}')
         out.append((t, lv))
     return out
+
+
+def stamp_dir(out, binary):
+    """Stamps out with the build and the NB_* environment of its sweeps,
+    or exits when it holds another's."""
+    with open(binary, 'rb') as f:
+        build = hashlib.sha256(f.read()).hexdigest()
+    env = ' '.join(f'{k}={v}' for k, v in sorted(os.environ.items()) if k.startswith('NB_'))
+    stamp = f'{build} {env}'.strip() + '\n'
+    path = os.path.join(out, 'STAMP')
+    if os.path.exists(path):
+        with open(path) as f:
+            have = f.read()
+        if have != stamp:
+            sys.exit(f'develop.py: {out} holds sweeps of another build or environment '
+                     f'({have.strip()}; this run: {stamp.strip()}): use another --out')
+        return
+    with open(path, 'w') as f:
+        f.write(stamp)
 
 
 def run_case(binary, out, trace, level):
@@ -113,6 +136,7 @@ def main():
     if not os.access(binary, os.X_OK):
         sys.exit(f'develop.py: --bin {args.bin}: not an executable file (build it: make build)')
     os.makedirs(args.out, exist_ok=True)
+    stamp_dir(args.out, binary)
     cases = parse_cases(args.cases)
     with cf.ThreadPoolExecutor(2) as ex:
         jobs = {ex.submit(run_case, binary, args.out, t, lv): (t, lv) for t, lv in cases}
