@@ -61,13 +61,26 @@ type AdaptiveConfig struct {
 	// a move, only requests that arrived after the move count: the others
 	// were served in part by the split before it (sixth round).
 	Attainment float64
+	// BurstZ turns on the burst insurance (see Adaptive.insure; default 2,
+	// 0 turns it off): when every split scored meets both SLOs, a split is
+	// judged by its headroom, the multiple of the offered load it still
+	// meets them at, and the fleet moves toward the split that rides the
+	// busiest BurstHorizon BurstZ standard deviations above the mean
+	// arrivals (issue 10, ninth round).
+	BurstZ float64
+	// BurstHorizon is the span of the bursts insured against (default 60 s,
+	// the thrash window: a move must pay for itself over it).
+	BurstHorizon event.Time
+	// Memory is how long the insurance remembers the traffic's mixes and
+	// the requests that missed each SLO (default 600 s).
+	Memory event.Time
 }
 
 // DefaultAdaptive is the adaptive arm's configuration.
 var DefaultAdaptive = AdaptiveConfig{Step: 2 * event.Second, Window: 20 * event.Second, MinArrivals: 10,
 	Margin: 0.05, RelMargin: 0.10, Confirmations: 3, TransientConfirmations: 10, Evidence: 4 * event.Second,
 	ThrashWindow: 60 * event.Second, MinPrefill: 1, MinDecode: 1, LongWindow: 120 * event.Second,
-	Attainment: ttftQuantile}
+	Attainment: ttftQuantile, BurstZ: 2, BurstHorizon: 60 * event.Second, Memory: 600 * event.Second}
 
 // Adaptive is the role controller narwhal-bench is built around. Every Step
 // it scores the current split and each adjacent split one engine away. A
@@ -90,6 +103,11 @@ type Adaptive struct {
 	lastMove event.Time
 	lastDir  int // +1 toward prefill, -1 toward decode, 0 none yet
 	moved    bool
+	// mem is the burst insurance's memory (see insure).
+	mem memory
+	// mixSeen and lastMix: a change of mix was seen, and when last.
+	mixSeen bool
+	lastMix event.Time
 	// since counts the requests that ended since the last move and
 	// arrived after it, and how many of them met each SLO: the
 	// delivered-attainment check's evidence about the split the fleet is
@@ -121,6 +139,9 @@ func (a *Adaptive) Arrived(c *View, r Request) { a.demand.arrived(c, r) }
 // Finished feeds the demand estimator.
 func (a *Adaptive) Finished(c *View, r Request) {
 	a.demand.finished(c, r)
+	if a.Cfg.Memory > 0 {
+		a.mem.ended(c.now, r.TTFT == event.Never || r.TTFT > c.slo.TTFT, r.TPOT != event.Never && r.TPOT > c.slo.TPOT)
+	}
 	if !a.moved || r.TTFT == event.Never {
 		return
 	}
@@ -175,11 +196,40 @@ const saturation = 0.99
 // ScoreSplit projects the SLO ratios of p prefill and n-p decode instances
 // under the demand e and the fleet's resident work.
 func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
+	m, ok := newSplitModel(c, e, p)
+	s := SplitScore{Prefill: p, TTFT: math.Inf(1), TPOT: math.Inf(1)}
+	if !ok {
+		return s
+	}
+	s.TTFTDemand, s.TTFTBacklog = m.ttftDemand(1), m.drain
+	s.TTFT = math.Max(s.TTFTDemand, s.TTFTBacklog)
+	s.TPOTDemand, s.TPOTResident = m.tpotDemand(1), m.observed
+	s.TPOT = math.Max(s.TPOTDemand, s.TPOTResident)
+	if e.ttftScale > 0 {
+		s.TTFT *= e.ttftScale
+	}
+	if e.tpotScale > 0 {
+		s.TPOT *= e.tpotScale
+	}
+	return s
+}
+
+// splitModel is ScoreSplit's projection of one split, kept so that its
+// demand terms can be evaluated at a multiple of the offered load (the
+// headroom below) as well as at the load itself.
+type splitModel struct {
+	p, d              int
+	load, mean, v     float64 // offered prefill load, mean prefill time, (c_a² + c_s²)·E[T]
+	work, slope, icpt float64 // decode work and the decode profile
+	drain, observed   float64 // the transient ratios, from work resident now
+	ttftS, tpotS      float64
+}
+
+func newSplitModel(c *View, e DemandEstimate, p int) (splitModel, bool) {
 	n := len(c.inst)
 	d := n - p
-	s := SplitScore{Prefill: p, TTFT: math.Inf(1), TPOT: math.Inf(1)}
 	if p < 1 || d < 1 {
-		return s
+		return splitModel{}, false
 	}
 	// Fleet totals, kept by the core as instances change (O(1) here): the
 	// mean decode profile, resident prefill work (an exact sum, rounded
@@ -202,56 +252,101 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 	if e.decodeScale > 0 {
 		work *= e.decodeScale // robust's decode work one standard error off
 	}
-
-	// Prefill: the pool as one M/G/p queue, since placement sends each
-	// prompt to the least-loaded prefill engine rather than splitting the
-	// arrivals blindly (Allen-Cunneen: the M/M/p wait, Erlang C, scaled by
-	// (c_a² + c_s²)/2; its mean at p = 1 and c_a² = 1 is
-	// Pollaczek-Khinchine's), priced at a quantile below; or the resident
-	// backlog spread over the pool, whichever is worse.
-	rho := e.PrefillLoad / float64(p)
-	r := math.Min(rho, saturation)
-	wait := 0.0
+	m := splitModel{p: p, d: d, load: e.PrefillLoad, mean: e.MeanPrefill, work: work, slope: slope, icpt: icpt,
+		ttftS: c.ttftS, tpotS: c.tpotS}
 	if e.MeanPrefill > 0 {
 		// (c_a² + c_s²)·E[T] = c_a²·E[T] + E[T²]/E[T] - E[T].
-		v := arrivalSCV(e)*e.MeanPrefill + e.MeanPrefill2/e.MeanPrefill - e.MeanPrefill
-		// The SLO is met request by request, so the projection is a
-		// quantile of the wait, not its mean: an arrival waits with
-		// probability C, and then about exponentially with mean theta,
-		// so the wait's q-quantile is theta·ln(C/(1-q)) when C > 1-q.
-		theta := v / (2 * float64(p) * (1 - r))
-		if cw := erlangC(p, r*float64(p)); cw > 1-ttftQuantile {
-			wait = theta * math.Log(cw/(1-ttftQuantile))
-		}
+		m.v = arrivalSCV(e)*e.MeanPrefill + e.MeanPrefill2/e.MeanPrefill - e.MeanPrefill
 	}
-	model := (e.MeanPrefill+wait)/c.ttftS + 100*math.Max(0, rho-saturation)
-	drain := (backlog/float64(p) + e.MeanPrefill) / c.ttftS
-	s.TTFTDemand, s.TTFTBacklog = model, drain
-	s.TTFT = math.Max(model, drain)
-
-	// Decode: with interval I = icpt + slope·ctx and resident context
-	// ctx = work/d · I per instance (Little's law), the fixed point is
-	// I = icpt / (1 - work·slope/d).
-	//
+	m.drain = (backlog/float64(p) + e.MeanPrefill) / c.ttftS
 	// The resident projection counts the context decode holds now and the
 	// context of the prompts being prefilled, which reaches the decode
 	// pool within about a TTFT: a burst of long prompts is priced on the
 	// decode side before it lands there, not after (a split that thins
 	// the decode pool for a prefill burst otherwise looks free until the
 	// burst's contexts arrive; issue 10).
-	rhoD := work * slope / float64(d)
+	m.observed = (icpt + slope*float64(resident+pending)/float64(d)) / c.tpotS
+	return m, true
+}
+
+// ttftDemand is the steady-state TTFT ratio at k times the offered
+// prefill load. The pool is one M/G/p queue, since placement sends each
+// prompt to the least-loaded prefill engine rather than splitting the
+// arrivals blindly (Allen-Cunneen: the M/M/p wait, Erlang C, scaled by
+// (c_a² + c_s²)/2; its mean at p = 1 and c_a² = 1 is
+// Pollaczek-Khinchine's), priced at a quantile: the SLO is met request by
+// request, so the projection is a quantile of the wait, not its mean: an
+// arrival waits with probability C, and then about exponentially with
+// mean theta, so the wait's q-quantile is theta·ln(C/(1-q)) when C > 1-q.
+func (m splitModel) ttftDemand(k float64) float64 {
+	rho := k * m.load / float64(m.p)
+	r := math.Min(rho, saturation)
+	wait := 0.0
+	if m.mean > 0 {
+		theta := m.v / (2 * float64(m.p) * (1 - r))
+		if cw := erlangC(m.p, r*float64(m.p)); cw > 1-ttftQuantile {
+			wait = theta * math.Log(cw/(1-ttftQuantile))
+		}
+	}
+	return (m.mean+wait)/m.ttftS + 100*math.Max(0, rho-saturation)
+}
+
+// tpotDemand is the steady-state TPOT ratio at k times the offered decode
+// work: with interval I = icpt + slope·ctx and resident context
+// ctx = work/d · I per instance (Little's law), the fixed point is
+// I = icpt / (1 - work·slope/d).
+func (m splitModel) tpotDemand(k float64) float64 {
+	rhoD := k * m.work * m.slope / float64(m.d)
 	rd := math.Min(rhoD, saturation)
-	model = icpt/(1-rd)/c.tpotS + 100*math.Max(0, rhoD-saturation)
-	observed := (icpt + slope*float64(resident+pending)/float64(d)) / c.tpotS
-	s.TPOTDemand, s.TPOTResident = model, observed
-	s.TPOT = math.Max(model, observed)
+	return m.icpt/(1-rd)/m.tpotS + 100*math.Max(0, rhoD-saturation)
+}
+
+// Headroom is the largest multiple k of the offered load (prefill load
+// and decode work together, at most limit) at which split p still
+// projects both SLOs under 1, the work resident now and the
+// delivered-attainment factors included; 0 when it breaks one at the
+// load itself or cannot be formed. A split's headroom is the burst it
+// rides: among splits that all meet the SLOs at the mean load, the one
+// with the most headroom is the one a burst of a given size breaks last.
+func Headroom(c *View, e DemandEstimate, p int, limit float64) float64 {
+	m, ok := newSplitModel(c, e, p)
+	if !ok {
+		return 0
+	}
+	ts, ps := 1.0, 1.0
 	if e.ttftScale > 0 {
-		s.TTFT *= e.ttftScale
+		ts = e.ttftScale
 	}
 	if e.tpotScale > 0 {
-		s.TPOT *= e.tpotScale
+		ps = e.tpotScale
 	}
-	return s
+	if m.drain*ts >= 1 || m.observed*ps >= 1 {
+		return 0
+	}
+	return math.Min(largestUnder(func(k float64) float64 { return ts * m.ttftDemand(k) }, limit),
+		largestUnder(func(k float64) float64 { return ps * m.tpotDemand(k) }, limit))
+}
+
+// largestUnder is the largest k in [0, limit] with f(k) < 1, for f
+// increasing in k, by bisection to a thousandth of limit; 0 when f(0)
+// is not under 1, limit when f(limit) is.
+func largestUnder(f func(float64) float64, limit float64) float64 {
+	if f(0) >= 1 {
+		return 0
+	}
+	if f(limit) < 1 {
+		return limit
+	}
+	lo, hi := 0.0, limit
+	for hi-lo > limit/1024 {
+		mid := (lo + hi) / 2
+		if f(mid) < 1 {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // attainmentScales applies the delivered-attainment check (see
@@ -407,6 +502,18 @@ func (a *Adaptive) pass(c *View) {
 			best = s
 		}
 	}
+	a.mem.remember(c.now, e, a.Cfg.Memory)
+	if e.mixShift {
+		a.mixSeen, a.lastMix = true, c.now
+	}
+	// Not within the long window of a change of mix: a phase boundary is
+	// not a burst, and the pool a phase starved may be the next one's.
+	settled := !a.mixSeen || c.now-a.lastMix >= a.Cfg.LongWindow
+	if a.Cfg.BurstZ > 0 && e.Rate > 0 && settled && cur.Score() < 1 && e.ttftScale == 0 && e.tpotScale == 0 {
+		// Every SLO projected met, and delivered: insure against bursts.
+		a.insure(c, e, p, n, cur, decide)
+		return
+	}
 	if best.Prefill == p {
 		a.proposal, a.confirms = 0, 0
 		decide("stay", fmt.Sprintf("current split scores best (%.3f)", cur.Score()))
@@ -490,11 +597,18 @@ func (a *Adaptive) pass(c *View) {
 		decide("propose "+target, fmt.Sprintf("score %.3f -> %.3f, waiting for evidence of the last move", cur.Score(), best.Score()))
 		return
 	}
+	a.move(c, p, best.Prefill, n, fmt.Sprintf("score %.3f -> %.3f (ttft %.3f, tpot %.3f)", cur.Score(), best.Score(), best.TTFT, best.TPOT), decide)
+}
+
+// move relabels engines so the fleet goes from p prefill engines to q,
+// and records the decision.
+func (a *Adaptive) move(c *View, p, q, n int, why string, decide func(string, string)) {
+	dir := q - p
+	target := fmt.Sprintf("%dP%dD", q, n-q)
 	to := event.RolePrefill
 	if dir < 0 {
 		to = event.RoleDecode
 	}
-	why := fmt.Sprintf("score %.3f -> %.3f (ttft %.3f, tpot %.3f)", cur.Score(), best.Score(), best.TTFT, best.TPOT)
 	moved := 0
 	for _, mover := range pickMovers(c, to, abs(dir)) {
 		c.Move(mover, to, c.now, event.CauseController, why)
@@ -508,6 +622,189 @@ func (a *Adaptive) pass(c *View) {
 	a.lastMove, a.lastDir, a.moved = c.now, dir, true
 	a.since.n, a.since.ttftOK, a.since.tpotOK = 0, 0, 0
 	decide("move "+target, why)
+}
+
+// memory is what the burst insurance remembers of the last
+// AdaptiveConfig.Memory: the long window's mix at each pass, and how many
+// of the requests that ended missed each SLO.
+type memory struct {
+	mixes              []mixSample
+	ends               []endSample
+	ttftMiss, tpotMiss int // among ends
+}
+
+type mixSample struct {
+	at                  event.Time
+	mean, mean2, decode float64 // mean prefill time and its square per arrival, decode work per ended request
+}
+
+type endSample struct {
+	at                 event.Time
+	ttftMiss, tpotMiss bool
+}
+
+// remember records the long window's mix at a pass and forgets what is
+// older than span.
+func (m *memory) remember(now event.Time, e DemandEstimate, span event.Time) {
+	if span <= 0 {
+		return
+	}
+	m.mixes = append(m.mixes, mixSample{now, e.longMean, e.longMean2, e.longDecode})
+	k := 0
+	for k < len(m.mixes) && now-m.mixes[k].at > span {
+		k++
+	}
+	m.mixes = m.mixes[k:]
+	m.forget(now, span)
+}
+
+// ended records a request's misses.
+func (m *memory) ended(now event.Time, ttftMiss, tpotMiss bool) {
+	m.ends = append(m.ends, endSample{now, ttftMiss, tpotMiss})
+	if ttftMiss {
+		m.ttftMiss++
+	}
+	if tpotMiss {
+		m.tpotMiss++
+	}
+}
+
+func (m *memory) forget(now, span event.Time) {
+	k := 0
+	for ; k < len(m.ends) && now-m.ends[k].at > span; k++ {
+		if m.ends[k].ttftMiss {
+			m.ttftMiss--
+		}
+		if m.ends[k].tpotMiss {
+			m.tpotMiss--
+		}
+	}
+	m.ends = m.ends[k:]
+}
+
+// envelope is e with the heaviest mix remembered on each side: the
+// largest mean prefill time (and square) per arrival and the largest
+// decode work per request, at e's arrival rate (at least e's own load).
+func (m *memory) envelope(e DemandEstimate) DemandEstimate {
+	x := e
+	for _, s := range m.mixes {
+		x.MeanPrefill, x.MeanPrefill2 = math.Max(x.MeanPrefill, s.mean), math.Max(x.MeanPrefill2, s.mean2)
+		x.DecodeSteps = math.Max(x.DecodeSteps, e.Rate*s.decode)
+	}
+	x.PrefillLoad = math.Max(e.PrefillLoad, e.Rate*x.MeanPrefill)
+	return x
+}
+
+// needed is the headroom a burst calls for: 1 + z·c_a/sqrt(rate·horizon),
+// the load of the busiest horizon z standard deviations above the mean
+// (arrivals with index of dispersion c_a² over horizon seconds count
+// rate·horizon on average with variance c_a²·rate·horizon).
+func (a *Adaptive) needed(e DemandEstimate) float64 {
+	return 1 + a.Cfg.BurstZ*math.Sqrt(arrivalSCV(e)/(e.Rate*a.Cfg.BurstHorizon.Seconds()))
+}
+
+// insure decides among splits that all meet both SLOs at the offered load
+// (issue 10, ninth round). The score's margins keep such a fleet where it
+// is, but the splits differ in the burst they ride: the current split
+// stays when its headroom is the burst's (needed), and otherwise the
+// neighbour with the most headroom, up to that, is proposed when
+//   - the side receiving the engine missed its SLO more often than the
+//     side giving it up, over the memory (the insurance answers bursts
+//     seen to hurt; with no misses on either side it does nothing);
+//   - under the envelope of the remembered mixes the neighbour has at
+//     least the current split's headroom (an engine is not given away
+//     from a side a recent phase needed);
+//   - the gain holds at the offered prefill load and decode work ± one
+//     standard error, as a scored move's must (robust);
+//   - it reaches the needed headroom or improves on the current one by the
+//     relative margin (widened for bursts, doubled for a reversal);
+//
+// and then the confirmations and the evidence wait apply as for any move.
+func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, decide func(string, string)) {
+	lim := a.needed(e)
+	hc := Headroom(c, e, p, lim)
+	bh, bp := hc, p
+	for _, q := range candidateSplits(p, n) {
+		if q < a.Cfg.MinPrefill || n-q < a.Cfg.MinDecode || q < 1 || q >= n || q == p {
+			continue
+		}
+		if h := Headroom(c, e, q, lim); h > bh {
+			bh, bp = h, q
+		}
+	}
+	stay := func(why string) {
+		a.proposal, a.confirms = 0, 0
+		decide("stay", why)
+	}
+	if bp == p {
+		stay(fmt.Sprintf("every SLO met (score %.3f); current split has the most headroom (%.2fx the load, %.2fx needed)", cur.Score(), hc, lim))
+		return
+	}
+	gain := fmt.Sprintf("neighbour %dP has more headroom (%.2fx -> %.2fx the load, %.2fx needed)", bp, hc, bh, lim)
+	give, take := a.mem.ttftMiss, a.mem.tpotMiss // the misses of the side giving an engine up and of the side receiving it
+	if bp > p {
+		give, take = take, give
+	}
+	if give >= take {
+		stay(fmt.Sprintf("%s, but the side receiving the engine missed no more often in the last %.0f s (%d <= %d)",
+			gain, a.Cfg.Memory.Seconds(), take, give))
+		return
+	}
+	env := a.mem.envelope(e)
+	if hb, hp := Headroom(c, env, bp, lim), Headroom(c, env, p, lim); hb < hp {
+		stay(fmt.Sprintf("%s, but less under the remembered mixes' envelope (%.2fx < %.2fx)", gain, hb, hp))
+		return
+	}
+	if e.PrefillSE > 0 {
+		for _, k := range [2]float64{-1, 1} {
+			x := e
+			x.PrefillLoad = math.Max(0, e.PrefillLoad+k*e.PrefillSE)
+			if Headroom(c, x, bp, 2*lim) <= Headroom(c, x, p, 2*lim) {
+				stay(gain + ", but not at the offered prefill load ± one standard error")
+				return
+			}
+			if e.DecodeSteps > 0 {
+				x = e
+				x.decodeScale = math.Max(0, 1+k*e.DecodeSE/e.DecodeSteps)
+				if Headroom(c, x, bp, 2*lim) <= Headroom(c, x, p, 2*lim) {
+					stay(gain + ", but not at the decode work ± one standard error")
+					return
+				}
+			}
+		}
+	}
+	rel := a.Cfg.RelMargin
+	if ca2 := arrivalSCV(e); ca2 > 1 {
+		rel *= math.Min(math.Sqrt(ca2), 2)
+	}
+	dir := bp - p
+	reversal := a.moved && sign(dir) == -sign(a.lastDir) && c.now-a.lastMove < a.Cfg.ThrashWindow
+	if reversal {
+		rel *= 2
+	}
+	if bh < math.Min(lim, hc*(1+rel)) {
+		stay(fmt.Sprintf("%s, below the margin (%.0f%%)", gain, 100*rel))
+		return
+	}
+	if a.proposal != bp {
+		a.proposal, a.confirms = bp, 0
+	}
+	a.confirms++
+	target := fmt.Sprintf("%dP%dD", bp, n-bp)
+	need := a.Cfg.Confirmations
+	if reversal {
+		need = max(need, a.Cfg.TransientConfirmations)
+	}
+	if a.confirms < need {
+		decide("propose "+target, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx, confirmation %d of %d", hc, bh, a.confirms, need))
+		return
+	}
+	if a.moved && c.now-a.lastMove < a.Cfg.Evidence {
+		decide("propose "+target, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx, waiting for evidence of the last move", hc, bh))
+		return
+	}
+	a.move(c, p, bp, n, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx the load (%.2fx needed; score %.3f); misses in the last %.0f s: %d ttft, %d tpot",
+		hc, bh, lim, cur.Score(), a.Cfg.Memory.Seconds(), a.mem.ttftMiss, a.mem.tpotMiss), decide)
 }
 
 // confirmedMiss names the SLO (with its delivered attainment and projected

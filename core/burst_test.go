@@ -176,16 +176,16 @@ func TestBlendBurstAndMix(t *testing.T) {
 		feed(&d, at, x)
 		return d.blend(120*event.Second, 20*event.Second)
 	}
-	if e := build(false, 0.5, 60); !e.ShortPrefill {
-		t.Error("60 extra arrivals under Poisson dispersion should count as a change")
+	if e := build(false, 0.5, 60); !e.ShortPrefill || e.mixShift {
+		t.Errorf("60 extra arrivals under Poisson dispersion should count as a change of load, not of mix (short %v, mix %v)", e.ShortPrefill, e.mixShift)
 	}
 	if e := build(true, 0.5, 60); e.ShortPrefill {
 		t.Errorf("60 extra arrivals among batches of 8 counted as a change (load %v)", e.PrefillLoad)
 	}
 	for _, batchy := range []bool{false, true} {
 		e := build(batchy, 2.0, 0)
-		if !e.ShortPrefill || e.MeanPrefill < 1.5 {
-			t.Errorf("batchy %v: a fourfold change of mix not followed (mean %v, short %v)", batchy, e.MeanPrefill, e.ShortPrefill)
+		if !e.ShortPrefill || !e.mixShift || e.MeanPrefill < 1.5 {
+			t.Errorf("batchy %v: a fourfold change of mix not followed (mean %v, short %v, mix %v)", batchy, e.MeanPrefill, e.ShortPrefill, e.mixShift)
 		}
 		if e.PrefillSE <= 0 {
 			t.Errorf("batchy %v: blended estimate without a standard error", batchy)
@@ -429,6 +429,7 @@ func TestAttainmentCheckCrossing(t *testing.T) {
 		c := decodeCore(t, 1200)
 		a := &Adaptive{Cfg: DefaultAdaptive}
 		a.Cfg.Attainment = attainment
+		a.Cfg.BurstZ = 0 // the scored path (both splits project TPOT under 1: the insurance would take it)
 		a.demand.Span = a.Cfg.LongWindow
 		v := c.View()
 		for k := 0; k <= 100; k++ { // one light prompt a second, evenly
@@ -492,6 +493,7 @@ func TestAttainmentCheckAfterMove(t *testing.T) {
 	decide := func(moveAt event.Time) AdaptiveDecision {
 		c := decodeCore(t, 1200)
 		a := &Adaptive{Cfg: DefaultAdaptive}
+		a.Cfg.BurstZ = 0 // the scored path (the insurance would answer the remembered misses)
 		a.demand.Span = a.Cfg.LongWindow
 		a.moved, a.lastMove = true, moveAt
 		v := c.View()

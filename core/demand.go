@@ -224,6 +224,12 @@ type DemandEstimate struct {
 	// The delivered-attainment check's factors on the projected TTFT and
 	// TPOT ratios (0: 1); see AdaptiveConfig.Attainment.
 	ttftScale, tpotScale float64
+	// The long window's mix, in a blended estimate: mean prefill time and
+	// its square per arrival, and decode work per ended request.
+	longMean, longMean2, longDecode float64
+	// mixShift: the prompts' mean prefill time in the short window (or its
+	// quarter) differs from the long window's (a change of mix).
+	mixShift bool
 }
 
 func (d *Demand) estimate(now event.Time, start event.Time) DemandEstimate {
@@ -298,6 +304,10 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 	l := d.estimateSpan(now, 0, d.Span)
 	s := d.estimateSpan(now, 0, short)
 	e := l
+	e.longMean, e.longMean2 = l.MeanPrefill, l.MeanPrefill2
+	if l.Finishes > 0 {
+		e.longDecode = l.DecodeSteps * l.Span / float64(l.Finishes)
+	}
 	disp := math.Max(1, l.GapSCV)
 	e.PrefillSE = math.Sqrt(disp * l.prefillVar)
 	moved := func(a, b DemandEstimate) bool {
@@ -311,15 +321,17 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 		diff := math.Abs(a.MeanPrefill - b.MeanPrefill)
 		return diff > 3*math.Sqrt(v/float64(b.Arrivals)) && diff > mixFloor*a.MeanPrefill
 	}
+	q := d.estimateSpan(now, 0, short/4)
+	e.mixShift = mixMoved(l, s) || mixMoved(l, q)
 	if moved(l, s) {
 		use := s
-		if q := d.estimateSpan(now, 0, short/4); moved(s, q) {
+		if moved(s, q) {
 			use = q
 		}
 		e.Arrivals, e.Rate, e.PrefillLoad, e.MeanPrefill, e.MeanPrefill2 = use.Arrivals, use.Rate, use.PrefillLoad, use.MeanPrefill, use.MeanPrefill2
 		e.PrefillSE = math.Sqrt(disp * use.prefillVar)
 		e.ShortPrefill = true
-	} else if q := d.estimateSpan(now, 0, short/4); mixMoved(l, s) || mixMoved(l, q) {
+	} else if e.mixShift {
 		// The load has not moved by the test above, but the prompts have:
 		// their mean prefill time is a mean of independent draws whatever
 		// the arrival process, so a change of mix shows in it long before

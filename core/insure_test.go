@@ -1,0 +1,140 @@
+package core
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Headroom is the load multiple at which the split's projection reaches 1:
+// ScoreSplit with the offered prefill load and decode work both scaled by
+// it is under 1 just below it and at least 1 just above it; 0 for a split
+// that breaks an SLO at the load itself, the limit for one that meets
+// both there (issue 10, ninth round).
+func TestHeadroom(t *testing.T) {
+	c := decodeCore(t, 1200)
+	e := DemandEstimate{Arrivals: 100, Span: 20, Rate: 5, PrefillLoad: 1.5, MeanPrefill: 0.3, MeanPrefill2: 0.1,
+		DecodeSteps: 2e5}
+	at := func(p int, k float64) float64 {
+		x := e
+		x.PrefillLoad *= k
+		x.decodeScale = k
+		return ScoreSplit(c.View(), x, p).Score()
+	}
+	h := map[int]float64{}
+	for p := 2; p <= 4; p++ {
+		h[p] = Headroom(c.View(), e, p, 10)
+		if h[p] <= 0 || h[p] >= 10 {
+			t.Fatalf("%dP: headroom %v, want a crossing inside (0, 10)", p, h[p])
+		}
+		if below, above := at(p, h[p]*0.999), at(p, h[p]+10.0/512); below >= 1 || above < 1 {
+			t.Fatalf("%dP: headroom %v, but the score is %v just below it and %v just above", p, h[p], below, above)
+		}
+	}
+	// A decode-bound load: one more decode engine rides more.
+	if !(h[2] > h[3] && h[3] > h[4]) {
+		t.Fatalf("headroom 2P6D %v, 3P5D %v, 4P4D %v: want more with each decode engine more", h[2], h[3], h[4])
+	}
+	// On three decode engines the context resident now breaks the TPOT
+	// SLO whatever the load: no headroom.
+	if s := ScoreSplit(c.View(), e, 5); s.TPOTResident < 1 {
+		t.Fatalf("fixture: 5P3D's resident projection must break the TPOT SLO, got %+v", s)
+	}
+	if got := Headroom(c.View(), e, 5, 10); got != 0 {
+		t.Fatalf("5P3D: headroom %v, want 0", got)
+	}
+	if got := Headroom(c.View(), e, 4, 0.5); got != 0.5 {
+		t.Fatalf("limit 0.5 on a split meeting both SLOs at 0.5 times the load: %v, want 0.5", got)
+	}
+	heavy := e
+	heavy.DecodeSteps = 1e7
+	if s := ScoreSplit(c.View(), heavy, 4); s.Score() < 1 {
+		t.Fatalf("fixture: a heavy decode load must break 4P4D's TPOT, got %+v", s)
+	}
+	if got := Headroom(c.View(), heavy, 4, 10); got > 1 {
+		t.Fatalf("a split breaking its TPOT at the load: headroom %v, want at most 1", got)
+	}
+	if got := Headroom(c.View(), e, 0, 10); got != 0 {
+		t.Fatalf("no prefill engine: headroom %v, want 0", got)
+	}
+}
+
+// The burst insurance (AdaptiveConfig.BurstZ): among splits that all meet
+// both SLOs, the fleet moves toward more headroom only for the side seen
+// missing its SLO more often, and never away from a side a remembered mix
+// needed (issue 10, ninth round).
+func TestBurstInsurance(t *testing.T) {
+	decide := func(cfg func(*Adaptive, *View)) AdaptiveDecision {
+		// (0.03 + slope × 4,800/4) / 0.05 = 0.9 on 4P4D, 0.84 on 3P5D: both met.
+		c := decodeCore(t, 1200)
+		a := &Adaptive{Cfg: DefaultAdaptive}
+		a.demand.Span = a.Cfg.LongWindow
+		v := c.View()
+		for k := 0; k <= 100; k++ { // one light prompt a second, evenly
+			a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
+		}
+		cfg(a, v)
+		v.now = 100 * event.Second
+		return passDecision(t, a, v)
+	}
+	missed := func(ttft, tpot int) func(*Adaptive, *View) {
+		return func(a *Adaptive, _ *View) {
+			for k := 0; k < max(ttft, tpot); k++ {
+				a.mem.ended(event.Time(50+k)*event.Second, k < ttft, k < tpot)
+			}
+		}
+	}
+	// Evenly spaced arrivals price as Poisson (c_a² = 1): a minute holds
+	// 60 ± 7.7, so the needed headroom is 1 + 2/sqrt(60) = 1.26.
+	d := decide(missed(0, 0))
+	if d.Choice != "stay" || !strings.Contains(d.Why, "neighbour 3P has more headroom (1.20x -> 1.26x the load, 1.26x needed)") ||
+		!strings.Contains(d.Why, "missed no more often in the last 600 s (0 <= 0)") {
+		t.Fatalf("no misses remembered: %s (%s), want stay: no side seen missing", d.Choice, d.Why)
+	}
+	d = decide(missed(0, 5))
+	if d.Choice != "propose 3P5D" || !strings.Contains(d.Why, "insurance: headroom 1.20x -> 1.26x, confirmation 1 of 3") {
+		t.Fatalf("decode side missed: %s (%s), want a proposal of 3P5D for insurance", d.Choice, d.Why)
+	}
+	if d = decide(missed(5, 5)); d.Choice != "stay" || !strings.Contains(d.Why, "(5 <= 5)") {
+		t.Fatalf("both sides missed alike: %s (%s), want stay", d.Choice, d.Why)
+	}
+	d = decide(func(a *Adaptive, v *View) {
+		missed(0, 5)(a, v)
+		// A minute ago each prompt took 2.4 s to prefill (under a TTFT SLO
+		// of 10 s): at this rate three prefill engines would be 80% busy.
+		v.ttftS = 10
+		a.mem.mixes = append(a.mem.mixes, mixSample{at: 40 * event.Second, mean: 2.4, mean2: 2.4 * 2.4})
+	})
+	if d.Choice != "stay" || !strings.Contains(d.Why, "less under the remembered mixes' envelope (1.10x < 1.20x)") {
+		t.Fatalf("a prefill-heavy mix remembered: %s (%s), want stay under the envelope", d.Choice, d.Why)
+	}
+	// Within the long window of a change of mix the insurance waits: the
+	// pass takes the scored path.
+	d = decide(func(a *Adaptive, v *View) { missed(0, 5)(a, v); a.mixSeen, a.lastMix = true, 50*event.Second })
+	if d.Choice != "stay" || !strings.Contains(d.Why, "best neighbour 3P improves 0.900 -> 0.840, below the margins") {
+		t.Fatalf("a change of mix 50 s ago: %s (%s), want the scored path's stay below the margins", d.Choice, d.Why)
+	}
+	if d = decide(func(a *Adaptive, v *View) { missed(0, 5)(a, v); a.mixSeen, a.lastMix = true, -30*event.Second }); d.Choice != "propose 3P5D" {
+		t.Fatalf("a change of mix 130 s ago: %s (%s), want the insurance's proposal", d.Choice, d.Why)
+	}
+	d = decide(func(a *Adaptive, v *View) { missed(0, 5)(a, v); a.Cfg.BurstZ = 0 })
+	if d.Choice != "stay" || !strings.Contains(d.Why, "best neighbour 3P improves 0.900 -> 0.840, below the margins") {
+		t.Fatalf("insurance off: %s (%s), want the scored path's stay below the margins", d.Choice, d.Why)
+	}
+}
+
+// The needed headroom grows with the arrivals' dispersion and shrinks with
+// their rate: 1 + z·c_a/sqrt(rate·horizon).
+func TestNeededHeadroom(t *testing.T) {
+	a := &Adaptive{Cfg: DefaultAdaptive}
+	poisson := DemandEstimate{Rate: 6}
+	if got, want := a.needed(poisson), 1+2/math.Sqrt(360); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("Poisson at 6 req/s: %v, want %v", got, want)
+	}
+	bursty := DemandEstimate{Rate: 6, GapSCV: 16, LongArrivals: 3600}
+	if got, want := a.needed(bursty), 1+2*4/math.Sqrt(360); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("gamma CV 4 at 6 req/s: %v, want %v", got, want)
+	}
+}
