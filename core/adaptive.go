@@ -511,8 +511,12 @@ func (a *Adaptive) pass(c *View) {
 	settled := !a.mixSeen || c.now-a.lastMix >= a.Cfg.LongWindow
 	if a.Cfg.BurstZ > 0 && e.Rate > 0 && settled && cur.Score() < 1 && e.ttftScale == 0 && e.tpotScale == 0 {
 		// Every SLO projected met, and delivered: insure against bursts.
-		a.insure(c, e, p, n, cur, decide)
-		return
+		// A pass the insurance does not answer goes on to the score.
+		why, done := a.insure(c, e, p, n, cur, decide)
+		if done {
+			return
+		}
+		scaled += "; no insurance: " + why
 	}
 	if best.Prefill == p {
 		a.proposal, a.confirms = 0, 0
@@ -720,7 +724,10 @@ func (a *Adaptive) needed(e DemandEstimate) float64 {
 //     relative margin (widened for bursts, doubled for a reversal);
 //
 // and then the confirmations and the evidence wait apply as for any move.
-func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, decide func(string, string)) {
+// It reports whether it decided the pass (a proposal or a move); when it
+// did not, it says why, and the pass goes on to the score, so the
+// insurance only adds moves to those the score makes.
+func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, decide func(string, string)) (string, bool) {
 	lim := a.needed(e)
 	hc := Headroom(c, e, p, lim)
 	bh, bp := hc, p
@@ -732,13 +739,8 @@ func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, d
 			bh, bp = h, q
 		}
 	}
-	stay := func(why string) {
-		a.proposal, a.confirms = 0, 0
-		decide("stay", why)
-	}
 	if bp == p {
-		stay(fmt.Sprintf("every SLO met (score %.3f); current split has the most headroom (%.2fx the load, %.2fx needed)", cur.Score(), hc, lim))
-		return
+		return fmt.Sprintf("current split has the most headroom (%.2fx the load, %.2fx needed)", hc, lim), false
 	}
 	gain := fmt.Sprintf("neighbour %dP has more headroom (%.2fx -> %.2fx the load, %.2fx needed)", bp, hc, bh, lim)
 	give, take := a.mem.ttftMiss, a.mem.tpotMiss // the misses of the side giving an engine up and of the side receiving it
@@ -746,29 +748,25 @@ func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, d
 		give, take = take, give
 	}
 	if give >= take {
-		stay(fmt.Sprintf("%s, but the side receiving the engine missed no more often in the last %.0f s (%d <= %d)",
-			gain, a.Cfg.Memory.Seconds(), take, give))
-		return
+		return fmt.Sprintf("%s, but the side receiving the engine missed no more often in the last %.0f s (%d <= %d)",
+			gain, a.Cfg.Memory.Seconds(), take, give), false
 	}
 	env := a.mem.envelope(e)
 	if hb, hp := Headroom(c, env, bp, lim), Headroom(c, env, p, lim); hb < hp {
-		stay(fmt.Sprintf("%s, but less under the remembered mixes' envelope (%.2fx < %.2fx)", gain, hb, hp))
-		return
+		return fmt.Sprintf("%s, but less under the remembered mixes' envelope (%.2fx < %.2fx)", gain, hb, hp), false
 	}
 	if e.PrefillSE > 0 {
 		for _, k := range [2]float64{-1, 1} {
 			x := e
 			x.PrefillLoad = math.Max(0, e.PrefillLoad+k*e.PrefillSE)
 			if Headroom(c, x, bp, 2*lim) <= Headroom(c, x, p, 2*lim) {
-				stay(gain + ", but not at the offered prefill load ± one standard error")
-				return
+				return gain + ", but not at the offered prefill load ± one standard error", false
 			}
 			if e.DecodeSteps > 0 {
 				x = e
 				x.decodeScale = math.Max(0, 1+k*e.DecodeSE/e.DecodeSteps)
 				if Headroom(c, x, bp, 2*lim) <= Headroom(c, x, p, 2*lim) {
-					stay(gain + ", but not at the decode work ± one standard error")
-					return
+					return gain + ", but not at the decode work ± one standard error", false
 				}
 			}
 		}
@@ -783,8 +781,7 @@ func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, d
 		rel *= 2
 	}
 	if bh < math.Min(lim, hc*(1+rel)) {
-		stay(fmt.Sprintf("%s, below the margin (%.0f%%)", gain, 100*rel))
-		return
+		return fmt.Sprintf("%s, below the margin (%.0f%%)", gain, 100*rel), false
 	}
 	if a.proposal != bp {
 		a.proposal, a.confirms = bp, 0
@@ -797,14 +794,15 @@ func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, d
 	}
 	if a.confirms < need {
 		decide("propose "+target, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx, confirmation %d of %d", hc, bh, a.confirms, need))
-		return
+		return "", true
 	}
 	if a.moved && c.now-a.lastMove < a.Cfg.Evidence {
 		decide("propose "+target, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx, waiting for evidence of the last move", hc, bh))
-		return
+		return "", true
 	}
 	a.move(c, p, bp, n, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx the load (%.2fx needed; score %.3f); misses in the last %.0f s: %d ttft, %d tpot",
 		hc, bh, lim, cur.Score(), a.Cfg.Memory.Seconds(), a.mem.ttftMiss, a.mem.tpotMiss), decide)
+	return "", true
 }
 
 // confirmedMiss names the SLO (with its delivered attainment and projected
