@@ -397,12 +397,18 @@ func arrivalSCV(e DemandEstimate) float64 {
 // swings from a few times the TPOT SLO to fifty times between two passes
 // (issue 10, fourth round).
 func robust(c *View, e DemandEstimate, p, q int) bool {
-	loses := func(x DemandEstimate) bool { return ScoreSplit(c, x, q).Score() >= ScoreSplit(c, x, p).Score() }
+	return robustWith(e, func(x DemandEstimate) bool { return ScoreSplit(c, x, q).Score() >= ScoreSplit(c, x, p).Score() }) == ""
+}
+
+// robustWith is robust's perturbation of e: it names the estimate ("the
+// offered prefill load" or "the decode work") one standard error off
+// which a move loses, "" when it loses at none.
+func robustWith(e DemandEstimate, loses func(DemandEstimate) bool) string {
 	for _, k := range [2]float64{-1, 1} {
 		x := e
 		x.PrefillLoad = math.Max(0, e.PrefillLoad+k*e.PrefillSE)
 		if loses(x) {
-			return false
+			return "the offered prefill load"
 		}
 		if e.DecodeSteps > 0 {
 			// With one request ended in the window the standard error is
@@ -411,11 +417,11 @@ func robust(c *View, e DemandEstimate, p, q int) bool {
 			x = e
 			x.decodeScale = math.Max(0, 1+k*e.DecodeSE/e.DecodeSteps)
 			if loses(x) {
-				return false
+				return "the decode work"
 			}
 		}
 	}
-	return true
+	return ""
 }
 
 // erlangC is the probability that an arrival waits in an M/M/p queue
@@ -756,19 +762,8 @@ func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, d
 		return fmt.Sprintf("%s, but less under the remembered mixes' envelope (%.2fx < %.2fx)", gain, hb, hp), false
 	}
 	if e.PrefillSE > 0 {
-		for _, k := range [2]float64{-1, 1} {
-			x := e
-			x.PrefillLoad = math.Max(0, e.PrefillLoad+k*e.PrefillSE)
-			if Headroom(c, x, bp, 2*lim) <= Headroom(c, x, p, 2*lim) {
-				return gain + ", but not at the offered prefill load ± one standard error", false
-			}
-			if e.DecodeSteps > 0 {
-				x = e
-				x.decodeScale = math.Max(0, 1+k*e.DecodeSE/e.DecodeSteps)
-				if Headroom(c, x, bp, 2*lim) <= Headroom(c, x, p, 2*lim) {
-					return gain + ", but not at the decode work ± one standard error", false
-				}
-			}
+		if side := robustWith(e, func(x DemandEstimate) bool { return Headroom(c, x, bp, 2*lim) <= Headroom(c, x, p, 2*lim) }); side != "" {
+			return gain + ", but not at " + side + " ± one standard error", false
 		}
 	}
 	rel := a.Cfg.RelMargin
