@@ -426,15 +426,9 @@ func TestAttainmentScales(t *testing.T) {
 func TestAttainmentCheckCrossing(t *testing.T) {
 	decide := func(attainment float64) AdaptiveDecision {
 		// (0.03 + slope × 4,800/4) / 0.05 = 0.9 on 4P4D, 0.84 on 3P5D.
-		c := decodeCore(t, 1200)
-		a := &Adaptive{Cfg: DefaultAdaptive}
+		a, v := lightAdaptive(t, 1200)
 		a.Cfg.Attainment = attainment
 		a.Cfg.BurstZ = 0 // the scored path (both splits project TPOT under 1: the insurance would take it)
-		a.demand.Span = a.Cfg.LongWindow
-		v := c.View()
-		for k := 0; k <= 100; k++ { // one light prompt a second, evenly
-			a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
-		}
 		// 14 of 20 ended requests missed the TPOT SLO.
 		return passAfterEndings(t, a, v, func(k int) bool { return k%10 < 7 })
 	}
@@ -461,13 +455,7 @@ func TestConfirmedMissMove(t *testing.T) {
 	decide := func(missed int) AdaptiveDecision {
 		// (0.03 + slope × 2,240) / 0.05 = 1.16 on 4P4D; × 4/5 of the
 		// context per engine on 3P5D: 1.048.
-		c := decodeCore(t, 2240)
-		a := &Adaptive{Cfg: DefaultAdaptive}
-		a.demand.Span = a.Cfg.LongWindow
-		v := c.View()
-		for k := 0; k <= 100; k++ { // one light prompt a second, evenly
-			a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
-		}
+		a, v := lightAdaptive(t, 2240)
 		return passAfterEndings(t, a, v, func(k int) bool { return k < missed })
 	}
 	if d := decide(0); d.Choice != "stay" || !strings.Contains(d.Why, "best neighbour 3P improves 1.160 -> 1.048, below the margins") {
@@ -491,15 +479,9 @@ func TestConfirmedMissMove(t *testing.T) {
 // before it and ended after it, the check waits.
 func TestAttainmentCheckAfterMove(t *testing.T) {
 	decide := func(moveAt event.Time) AdaptiveDecision {
-		c := decodeCore(t, 1200)
-		a := &Adaptive{Cfg: DefaultAdaptive}
+		a, v := lightAdaptive(t, 1200)
 		a.Cfg.BurstZ = 0 // the scored path (the insurance would answer the remembered misses)
-		a.demand.Span = a.Cfg.LongWindow
 		a.moved, a.lastMove = true, moveAt
-		v := c.View()
-		for k := 0; k <= 100; k++ {
-			a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
-		}
 		for k := 0; k < 20; k++ { // 14 of 20 missed the TPOT SLO; each arrived ~0.95 s before its end
 			v.now = 90*event.Second + event.Time(k)*20*event.Millisecond
 			tpot := 10 * event.Millisecond
@@ -522,6 +504,20 @@ func TestAttainmentCheckAfterMove(t *testing.T) {
 // passAfterEndings ends twenty light requests, one every half second from
 // 90 s, each missing the TPOT SLO (80 ms a token, else 10 ms) when
 // missed(k), then runs one scoring pass at 100 s and returns its decision.
+// lightAdaptive is an adaptive controller on decodeCore(t, tokens) (4P4D
+// holding tokens of decode context per decode engine) whose demand holds
+// one light prompt a second, evenly spaced, over the last 100 s.
+func lightAdaptive(t *testing.T, tokens int64) (*Adaptive, *View) {
+	t.Helper()
+	c := decodeCore(t, tokens)
+	a := &Adaptive{Cfg: DefaultAdaptive}
+	a.demand.Span = a.Cfg.LongWindow
+	for k := 0; k <= 100; k++ {
+		a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
+	}
+	return a, c.View()
+}
+
 func passAfterEndings(t *testing.T, a *Adaptive, v *View, missed func(k int) bool) AdaptiveDecision {
 	t.Helper()
 	for k := 0; k < 20; k++ {

@@ -68,13 +68,7 @@ func TestHeadroom(t *testing.T) {
 func TestBurstInsurance(t *testing.T) {
 	decide := func(cfg func(*Adaptive, *View)) AdaptiveDecision {
 		// (0.03 + slope × 4,800/4) / 0.05 = 0.9 on 4P4D, 0.84 on 3P5D: both met.
-		c := decodeCore(t, 1200)
-		a := &Adaptive{Cfg: DefaultAdaptive}
-		a.demand.Span = a.Cfg.LongWindow
-		v := c.View()
-		for k := 0; k <= 100; k++ { // one light prompt a second, evenly
-			a.demand.addArrival(event.Time(k)*event.Second, 0.01, 10)
-		}
+		a, v := lightAdaptive(t, 1200)
 		cfg(a, v)
 		v.now = 100 * event.Second
 		return passDecision(t, a, v)
