@@ -44,7 +44,9 @@ type AdaptiveConfig struct {
 	// is observed before the next (default 4 s).
 	Evidence event.Time
 	// ThrashWindow: reversing the previous move within it needs twice the
-	// margins (default 60 s).
+	// margins (default 60 s); toward a split that cannot carry the offered
+	// demand either, it waits the window out unless the mix of prompts
+	// moved its way (see Adaptive.overloadReversal).
 	ThrashWindow event.Time
 	// MinPrefill and MinDecode are pool floors (default 1 each).
 	MinPrefill, MinDecode int
@@ -103,6 +105,8 @@ type Adaptive struct {
 	lastMove event.Time
 	lastDir  int // +1 toward prefill, -1 toward decode, 0 none yet
 	moved    bool
+	// moveMix is the short window's mix of prompts at the last move.
+	moveMix promptMix
 	// mem is the burst insurance's memory (see insure).
 	mem memory
 	// mixSeen and lastMix: a change of mix was seen, and when last.
@@ -546,6 +550,13 @@ func (a *Adaptive) pass(c *View) {
 	}
 	dir := best.Prefill - p
 	reversal := a.moved && sign(dir) == -sign(a.lastDir) && c.now-a.lastMove < a.Cfg.ThrashWindow
+	if reversal && best.Steady() >= 1 {
+		if why := a.overloadReversal(c, e, dir); why != "" {
+			a.proposal, a.confirms = 0, 0
+			decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, but %s", best.Prefill, cur.Score(), best.Score(), why))
+			return
+		}
+	}
 	if reversal {
 		margin, rel = 2*margin, 2*rel
 	}
@@ -607,12 +618,33 @@ func (a *Adaptive) pass(c *View) {
 		decide("propose "+target, fmt.Sprintf("score %.3f -> %.3f, waiting for evidence of the last move", cur.Score(), best.Score()))
 		return
 	}
-	a.move(c, p, best.Prefill, n, fmt.Sprintf("score %.3f -> %.3f (ttft %.3f, tpot %.3f)", cur.Score(), best.Score(), best.TTFT, best.TPOT), decide)
+	a.move(c, p, best.Prefill, n, e, fmt.Sprintf("score %.3f -> %.3f (ttft %.3f, tpot %.3f)", cur.Score(), best.Score(), best.TTFT, best.TPOT), decide)
+}
+
+// overloadReversal is why a reversal of the last move within the thrash
+// window, toward a split that cannot carry the offered demand either (its
+// steady projection breaks an SLO), is not made ("" when it may be). Past
+// saturation every split fails, and the projections of two failing
+// neighbours swing with the work each passes on (a prefill-bound split
+// ends fewer requests, so its decode work looks light): on chatdoc the
+// fleet went back and forth every 10-40 s, a fifth to a third of its
+// changes reversing within 60 s, for at most a few points of attainment
+// (issue 10, tenth round). Such a reversal waits out the thrash window
+// unless the prompts' mix moved its way since the last move (longer
+// prompts for a move toward prefill, shorter toward decode), as at a
+// phase change.
+func (a *Adaptive) overloadReversal(c *View, e DemandEstimate, dir int) string {
+	now := e.mixNow()
+	if mixMoved(a.moveMix, now) && (now.mean > a.moveMix.mean) == (dir > 0) {
+		return ""
+	}
+	return fmt.Sprintf("that reverses the move %.0f s ago into a split that cannot carry the offered demand either, and the mix has not moved its way since (mean prefill %.4f s then, %.4f s now)",
+		(c.now - a.lastMove).Seconds(), a.moveMix.mean, now.mean)
 }
 
 // move relabels engines so the fleet goes from p prefill engines to q,
 // and records the decision.
-func (a *Adaptive) move(c *View, p, q, n int, why string, decide func(string, string)) {
+func (a *Adaptive) move(c *View, p, q, n int, e DemandEstimate, why string, decide func(string, string)) {
 	dir := q - p
 	target := fmt.Sprintf("%dP%dD", q, n-q)
 	to := event.RolePrefill
@@ -630,6 +662,7 @@ func (a *Adaptive) move(c *View, p, q, n int, why string, decide func(string, st
 	}
 	a.proposal, a.confirms = 0, 0
 	a.lastMove, a.lastDir, a.moved = c.now, dir, true
+	a.moveMix = e.mixNow()
 	a.since.n, a.since.ttftOK, a.since.tpotOK = 0, 0, 0
 	decide("move "+target, why)
 }
@@ -795,7 +828,7 @@ func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, d
 		decide("propose "+target, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx, waiting for evidence of the last move", hc, bh))
 		return "", true
 	}
-	a.move(c, p, bp, n, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx the load (%.2fx needed; score %.3f); misses in the last %.0f s: %d ttft, %d tpot",
+	a.move(c, p, bp, n, e, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx the load (%.2fx needed; score %.3f); misses in the last %.0f s: %d ttft, %d tpot",
 		hc, bh, lim, cur.Score(), a.Cfg.Memory.Seconds(), a.mem.ttftMiss, a.mem.tpotMiss), decide)
 	return "", true
 }

@@ -230,6 +230,40 @@ type DemandEstimate struct {
 	// mixShift: the prompts' mean prefill time in the short window (or its
 	// quarter) differs from the long window's (a change of mix).
 	mixShift bool
+	// short is the short window's mix in a blended estimate (the
+	// estimate's own otherwise, see mixNow).
+	short promptMix
+}
+
+// promptMix is a window's mix: the mean prefill time per arrival, its
+// mean square, and the arrivals it was measured on.
+type promptMix struct {
+	mean, mean2 float64
+	n           int
+}
+
+// mixNow is the mix of the estimate's short window.
+func (e DemandEstimate) mixNow() promptMix {
+	if e.short.n > 0 {
+		return e.short
+	}
+	return promptMix{e.MeanPrefill, e.MeanPrefill2, e.Arrivals}
+}
+
+// mixOf is an estimate's own mix.
+func mixOf(e DemandEstimate) promptMix { return promptMix{e.MeanPrefill, e.MeanPrefill2, e.Arrivals} }
+
+// mixMoved reports that b's mean prefill time differs from a's by more
+// than three of b's standard errors and by more than mixFloor of a's: a
+// change of mix (the prompts), not noise; a mean of independent draws
+// whatever the arrival process.
+func mixMoved(a, b promptMix) bool {
+	if b.n < 2 || a.n == 0 {
+		return false
+	}
+	v := math.Max(0, b.mean2-b.mean*b.mean)
+	diff := math.Abs(a.mean - b.mean)
+	return diff > 3*math.Sqrt(v/float64(b.n)) && diff > mixFloor*a.mean
 }
 
 func (d *Demand) estimate(now event.Time, start event.Time) DemandEstimate {
@@ -313,16 +347,9 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 	moved := func(a, b DemandEstimate) bool {
 		return math.Abs(b.PrefillLoad-a.PrefillLoad) > 3*math.Sqrt(disp*b.prefillVar)
 	}
-	mixMoved := func(a, b DemandEstimate) bool {
-		if b.Arrivals < 2 || a.Arrivals == 0 {
-			return false
-		}
-		v := math.Max(0, b.MeanPrefill2-b.MeanPrefill*b.MeanPrefill)
-		diff := math.Abs(a.MeanPrefill - b.MeanPrefill)
-		return diff > 3*math.Sqrt(v/float64(b.Arrivals)) && diff > mixFloor*a.MeanPrefill
-	}
 	q := d.estimateSpan(now, 0, short/4)
-	e.mixShift = mixMoved(l, s) || mixMoved(l, q)
+	e.short = mixOf(s)
+	e.mixShift = mixMoved(mixOf(l), mixOf(s)) || mixMoved(mixOf(l), mixOf(q))
 	if moved(l, s) {
 		use := s
 		if moved(s, q) {
@@ -339,7 +366,7 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 		// short one still mixes both). The new mix at the long window's
 		// rate.
 		use := s
-		if mixMoved(s, q) || !mixMoved(l, s) {
+		if mixMoved(mixOf(s), mixOf(q)) || !mixMoved(mixOf(l), mixOf(s)) {
 			use = q
 		}
 		e.Arrivals, e.MeanPrefill, e.MeanPrefill2 = use.Arrivals, use.MeanPrefill, use.MeanPrefill2
