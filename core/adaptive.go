@@ -45,8 +45,8 @@ type AdaptiveConfig struct {
 	Evidence event.Time
 	// ThrashWindow: reversing the previous move within it needs twice the
 	// margins (default 60 s); toward a split that cannot carry the offered
-	// demand either, it waits the window out unless the mix of prompts
-	// moved its way (see Adaptive.overloadReversal).
+	// demand either, it waits the window out unless the mix of prompts or
+	// the offered load moved its way (see Adaptive.overloadReversal).
 	ThrashWindow event.Time
 	// MinPrefill and MinDecode are pool floors (default 1 each).
 	MinPrefill, MinDecode int
@@ -105,8 +105,11 @@ type Adaptive struct {
 	lastMove event.Time
 	lastDir  int // +1 toward prefill, -1 toward decode, 0 none yet
 	moved    bool
-	// moveMix is the short window's mix of prompts at the last move.
-	moveMix promptMix
+	// moveMix is the short window's mix of prompts at the last move, and
+	// moveLoad and moveSE the offered prefill load the move was decided on
+	// with its standard error.
+	moveMix          promptMix
+	moveLoad, moveSE float64
 	// mem is the burst insurance's memory (see insure).
 	mem memory
 	// mixSeen and lastMix: a change of mix was seen, and when last.
@@ -630,16 +633,23 @@ func (a *Adaptive) pass(c *View) {
 // fleet went back and forth every 10-40 s, a fifth to a third of its
 // changes reversing within 60 s, for at most a few points of attainment
 // (issue 10, tenth round). Such a reversal waits out the thrash window
-// unless the prompts' mix moved its way since the last move (longer
-// prompts for a move toward prefill, shorter toward decode), as at a
-// phase change.
+// unless the traffic moved its way since the last move (longer prompts
+// or more prefill load for a move toward prefill, shorter or less
+// toward decode), as at a phase change, or after a move decided on a
+// short window's lull that the next passes no longer see.
 func (a *Adaptive) overloadReversal(c *View, e DemandEstimate, dir int) string {
 	now := e.mixNow()
 	if mixMoved(a.moveMix, now) && (now.mean > a.moveMix.mean) == (dir > 0) {
 		return ""
 	}
-	return fmt.Sprintf("that reverses the move %.0f s ago into a split that cannot carry the offered demand either, and the mix has not moved its way since (mean prefill %.4f s then, %.4f s now)",
-		(c.now - a.lastMove).Seconds(), a.moveMix.mean, now.mean)
+	// Or the offered prefill load the move was decided on has moved back
+	// by more than three standard errors (a move made on a short window's
+	// lull or burst, which the next passes no longer see).
+	if d := e.PrefillLoad - a.moveLoad; d*float64(dir) > 3*math.Hypot(e.PrefillSE, a.moveSE) {
+		return ""
+	}
+	return fmt.Sprintf("that reverses the move %.0f s ago into a split that cannot carry the offered demand either, and neither the mix nor the load has moved its way since (mean prefill %.4f s then, %.4f s now; prefill load %.3f ± %.3f then, %.3f ± %.3f now)",
+		(c.now - a.lastMove).Seconds(), a.moveMix.mean, now.mean, a.moveLoad, a.moveSE, e.PrefillLoad, e.PrefillSE)
 }
 
 // move relabels engines so the fleet goes from p prefill engines to q,
@@ -662,7 +672,7 @@ func (a *Adaptive) move(c *View, p, q, n int, e DemandEstimate, why string, deci
 	}
 	a.proposal, a.confirms = 0, 0
 	a.lastMove, a.lastDir, a.moved = c.now, dir, true
-	a.moveMix = e.mixNow()
+	a.moveMix, a.moveLoad, a.moveSE = e.mixNow(), e.PrefillLoad, e.PrefillSE
 	a.since.n, a.since.ttftOK, a.since.tpotOK = 0, 0, 0
 	decide("move "+target, why)
 }

@@ -136,27 +136,21 @@ func TestNeededHeadroom(t *testing.T) {
 // Past saturation a reversal of the last move within the thrash window,
 // toward a split that cannot carry the offered demand either (its steady
 // projection breaks an SLO), waits the window out unless the prompts' mix
-// moved its way since the move (issue 10, tenth round: on chatdoc past
-// saturation the fleet went back and forth between two failing splits
-// every 10-40 s, 37% of its changes reversing within 60 s, at no gain).
-// Here five prompts a second of a second's prefill each overload every
-// split's prefill pool, and 5P3D scores best: the reversal of a move
-// toward decode 20 s ago is refused with the mix unchanged or shorter, and
-// proposed when the prompts grew longer since the move, when the last
+// or the offered prefill load moved its way since the move (issue 10,
+// tenth round: on chatdoc past saturation the fleet went back and forth
+// between two failing splits every 10-40 s, a fifth of its changes
+// reversing within 60 s, at no gain). Here five prompts a second of a
+// second's prefill each overload every split's prefill pool, and 5P3D
+// scores best: the reversal of a move toward decode 20 s ago, decided on
+// the same load, is refused with the mix unchanged or shorter, and
+// proposed when the prompts grew longer since the move, when the move
+// was decided on a lull in the load (a short window's), when the last
 // move was toward prefill too (no reversal), or 60 s after the move.
 func TestOverloadReversal(t *testing.T) {
 	decide := func(lastDir int, lastMove event.Time, mixThen float64) AdaptiveDecision {
-		c := decodeCore(t, 100)
-		a := &Adaptive{Cfg: DefaultAdaptive}
-		a.demand.Span = a.Cfg.LongWindow
-		for k := 0; k <= 500; k++ {
-			a.demand.addArrival(event.Time(k)*200*event.Millisecond, 1.0, 2000)
-		}
-		a.moved, a.lastMove, a.lastDir = true, lastMove, lastDir
-		a.moveMix = promptMix{mean: mixThen, mean2: mixThen * mixThen, n: 100}
-		return passDecision(t, a, c.View())
+		return decideAt(t, lastDir, lastMove, mixThen, 5)
 	}
-	blocked := "but that reverses the move 20 s ago into a split that cannot carry the offered demand either"
+	blocked := "but that reverses the move 20 s ago into a split that cannot carry the offered demand either, and neither the mix nor the load has moved its way since"
 	d := decide(-1, 80*event.Second, 1.0)
 	if d.Choice != "stay" || !strings.Contains(d.Why, blocked) || !strings.Contains(d.Why, "best neighbour 5P") {
 		t.Fatalf("reversal, mix unchanged: %s (%s), want stay naming the reversal into a failing split", d.Choice, d.Why)
@@ -171,9 +165,13 @@ func TestOverloadReversal(t *testing.T) {
 		{"reversal, prompts shorter since the move", -1, 80 * event.Second, 2.0, "stay"},
 		{"reversal, prompts 3x longer since the move", -1, 80 * event.Second, 1.0 / 3, "propose 5P3D"},
 		{"no reversal", +1, 80 * event.Second, 1.0, "propose 5P3D"},
+		{"the move decided on a lull", -1, 80 * event.Second, 0, "propose 5P3D"},
 		{"the move 60 s ago", -1, 40 * event.Second, 1.0, "propose 5P3D"},
 	} {
 		d := decide(c.lastDir, c.at, c.mix)
+		if c.mix == 0 { // the same mix, half the load when the move was decided
+			d = decideAt(t, c.lastDir, c.at, 1.0, 2.5)
+		}
 		if d.Choice != c.want || (c.want == "stay") != strings.Contains(d.Why, "reverses the move") {
 			t.Errorf("%s: %s (%s), want %s", c.name, d.Choice, d.Why, c.want)
 		}
@@ -186,4 +184,22 @@ func TestOverloadReversal(t *testing.T) {
 			t.Fatalf("fixture: %dP%dD carries the demand (steady %.3f), want every split overloaded", p, 8-p, s.Steady())
 		}
 	}
+}
+
+// decideAt is TestOverloadReversal's pass: five prompts a second of a
+// second's prefill each over the last 100 s, on 4P4D after a move at
+// lastMove in direction lastDir, decided on prompts of mean prefill
+// mixThen and a prefill load of loadThen (± 0.1).
+func decideAt(t *testing.T, lastDir int, lastMove event.Time, mixThen, loadThen float64) AdaptiveDecision {
+	t.Helper()
+	c := decodeCore(t, 100)
+	a := &Adaptive{Cfg: DefaultAdaptive}
+	a.demand.Span = a.Cfg.LongWindow
+	for k := 0; k <= 500; k++ {
+		a.demand.addArrival(event.Time(k)*200*event.Millisecond, 1.0, 2000)
+	}
+	a.moved, a.lastMove, a.lastDir = true, lastMove, lastDir
+	a.moveMix = promptMix{mean: mixThen, mean2: mixThen * mixThen, n: 100}
+	a.moveLoad, a.moveSE = loadThen, 0.1
+	return passDecision(t, a, c.View())
 }
