@@ -247,7 +247,7 @@ func (e DemandEstimate) mixNow() promptMix {
 	if e.short.n > 0 {
 		return e.short
 	}
-	return promptMix{e.MeanPrefill, e.MeanPrefill2, e.Arrivals}
+	return mixOf(e)
 }
 
 // mixOf is an estimate's own mix.
