@@ -54,6 +54,21 @@ LABEL = {'cv1': 'Poisson (CV 1)', 'cv2': 'gamma CV 2', 'cv3': 'gamma CV 3', 'cv4
          'b4': 'batches of mean 4', 'b8': 'batches of mean 8'}
 
 
+def run_cached(cmd, path, env=None):
+    """Runs cmd in the repository root unless path exists, and keeps its
+    standard output at path (written whole or not at all, so a killed run
+    leaves no partial result behind). Raises RuntimeError naming the
+    command, its exit status and its standard error when it fails."""
+    if os.path.exists(path):
+        return
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        raise RuntimeError(f'{" ".join(cmd)}: exit {res.returncode}: {res.stderr.strip()}')
+    with open(path + '.tmp', 'w') as f:
+        f.write(res.stdout)
+    os.replace(path + '.tmp', path)
+
+
 def sweep(binary, out, trace, level, arms):
     args = ['sim'] + TRACES[trace] + LEVELS[level] + ['--arms', arms, '--rates', GRID[trace],
                                                       '--seeds', SEEDS[trace], '--json']
@@ -61,13 +76,10 @@ def sweep(binary, out, trace, level, arms):
         tag = hashlib.sha256(f.read()).hexdigest()[:16]
     key = hashlib.sha256((tag + ' '.join(args)).encode()).hexdigest()[:24]
     path = os.path.join(out, f'{trace}-{level}-{key}.json')
-    if not os.path.exists(path):
-        res = subprocess.run([binary] + args, cwd=ROOT, capture_output=True, text=True)
-        if res.returncode != 0:
-            sys.exit(f'narwhal-bench {" ".join(args)}: {res.stderr}')
-        with open(path + '.tmp', 'w') as f:
-            f.write(res.stdout)
-        os.replace(path + '.tmp', path)
+    try:
+        run_cached([binary] + args, path)
+    except RuntimeError as e:
+        sys.exit(f'burstiness.py: {e}')
     with open(path) as f:
         return json.load(f)
 

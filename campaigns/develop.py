@@ -39,7 +39,6 @@ import concurrent.futures as cf
 import hashlib
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -96,17 +95,12 @@ def stamp_dir(out, binary, seeds):
 
 def run_case(binary, out, trace, level, seeds):
     path = os.path.join(out, f'{trace}-{level}.json')
-    if os.path.exists(path):
-        return path
     args = [binary, 'sim'] + B.TRACES[trace] + B.LEVELS[level] + [
         '--arms', 'adaptive', '--rates', B.GRID[trace], '--seeds', seeds[trace], '--json']
-    r = subprocess.run(args, cwd=B.ROOT, capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(f'{trace} {level}: {" ".join(args)}: exit {r.returncode}: {r.stderr.strip()}')
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-        f.write(r.stdout)
-    os.replace(tmp, path)  # a killed run leaves no partial result behind
+    try:
+        B.run_cached(args, path)
+    except RuntimeError as e:
+        raise RuntimeError(f'{trace} {level}: {e}') from None
     return path
 
 

@@ -30,7 +30,6 @@ import glob
 import hashlib
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -62,16 +61,12 @@ def bound_of(bound_dir, trace, level):
 def sweep(binary, tag, out, variant, trace, level):
     arm, knobs = VARIANTS[variant]
     path = os.path.join(out, f'{tag}-{variant}-{trace}-{level}.json')
-    if not os.path.exists(path):
-        args = [binary, 'sim'] + B.TRACES[trace] + B.LEVELS[level] + [
-            '--arms', arm, '--rates', B.GRID[trace], '--seeds', B.SEEDS[trace], '--json']
-        env = dict(os.environ, NB_KNOBS=knobs)
-        r = subprocess.run(args, cwd=B.ROOT, capture_output=True, text=True, env=env)
-        if r.returncode:
-            raise RuntimeError(f'{variant} {trace} {level}: exit {r.returncode}: {r.stderr.strip()}')
-        with open(path + '.tmp', 'w') as f:
-            f.write(r.stdout)
-        os.replace(path + '.tmp', path)
+    args = [binary, 'sim'] + B.TRACES[trace] + B.LEVELS[level] + [
+        '--arms', arm, '--rates', B.GRID[trace], '--seeds', B.SEEDS[trace], '--json']
+    try:
+        B.run_cached(args, path, env=dict(os.environ, NB_KNOBS=knobs))
+    except RuntimeError as e:
+        raise RuntimeError(f'{variant} {trace} {level}: {e}') from None
     with open(path) as f:
         d = json.load(f)
     per = [s['sustained'].get(arm) or 0.0 for s in d['per_seed']]
