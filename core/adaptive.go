@@ -227,6 +227,7 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 type splitModel struct {
 	p, d              int
 	load, mean, v     float64 // offered prefill load, mean prefill time, (c_a² + c_s²)·E[T]
+	ca2               float64 // c_a², the arrivals' SCV the wait is priced with
 	work, slope, icpt float64 // decode work and the decode profile
 	drain, observed   float64 // the transient ratios, from work resident now
 	ttftS, tpotS      float64
@@ -263,7 +264,8 @@ func newSplitModel(c *View, e DemandEstimate, p int) (splitModel, bool) {
 		ttftS: c.ttftS, tpotS: c.tpotS}
 	if e.MeanPrefill > 0 {
 		// (c_a² + c_s²)·E[T] = c_a²·E[T] + E[T²]/E[T] - E[T].
-		m.v = arrivalSCV(e)*e.MeanPrefill + e.MeanPrefill2/e.MeanPrefill - e.MeanPrefill
+		m.ca2 = arrivalSCV(e)
+		m.v = m.ca2*e.MeanPrefill + e.MeanPrefill2/e.MeanPrefill - e.MeanPrefill
 	}
 	m.drain = (backlog/float64(p) + e.MeanPrefill) / c.ttftS
 	// The resident projection counts the context decode holds now and the
@@ -285,13 +287,19 @@ func newSplitModel(c *View, e DemandEstimate, p int) (splitModel, bool) {
 // request, so the projection is a quantile of the wait, not its mean: an
 // arrival waits with probability C, and then about exponentially with
 // mean theta, so the wait's q-quantile is theta·ln(C/(1-q)) when C > 1-q.
+// Bursty arrivals wait more often than Erlang C says (see waitProbability);
+// the wait's mean stays Allen-Cunneen's.
 func (m splitModel) ttftDemand(k float64) float64 {
 	rho := k * m.load / float64(m.p)
 	r := math.Min(rho, saturation)
 	wait := 0.0
 	if m.mean > 0 {
 		theta := m.v / (2 * float64(m.p) * (1 - r))
-		if cw := erlangC(m.p, r*float64(m.p)); cw > 1-ttftQuantile {
+		cw := erlangC(m.p, r*float64(m.p))
+		if pw := waitProbability(m.p, r, m.ca2, cw); pw > cw {
+			theta, cw = cw*theta/pw, pw
+		}
+		if cw > 1-ttftQuantile {
 			wait = theta * math.Log(cw/(1-ttftQuantile))
 		}
 	}
@@ -393,6 +401,29 @@ func arrivalSCV(e DemandEstimate) float64 {
 	return 1
 }
 
+// clumpSize is the mean size of the clumps bursty arrivals come in, read
+// from their gap SCV c_a²: arrivals in Poisson batches of b have gap SCV
+// 2b-1 (b-1 of every b gaps are 0, the other exponential with mean b/λ),
+// so b = (c_a² + 1)/2; Poisson arrivals (c_a² = 1) come one at a time.
+func clumpSize(ca2 float64) float64 { return math.Max(1, (ca2+1)/2) }
+
+// waitProbability is the probability that an arrival waits in a pool of p
+// prefill engines at utilisation rho, for arrivals of gap SCV ca2, given
+// Erlang C's cw for Poisson arrivals: a clump of b arrivals finds about
+// p(1-rho) engines free on average, and the members beyond them wait, so
+// at least 1 - p(1-rho)/b of the arrivals wait, whatever Erlang C says.
+// With Poisson arrivals it is Erlang C. Without it a bursty trace at a
+// moderate mean load priced no wait at all (Erlang C under 1 - 0.9), and
+// the controller stayed on a split whose TTFT the clumps broke for half an
+// hour (issue 10, twelfth round).
+func waitProbability(p int, rho, ca2, cw float64) float64 {
+	if ca2 <= 1 {
+		return cw
+	}
+	free := float64(p) * (1 - rho)
+	return math.Max(cw, 1-math.Min(1, free/clumpSize(ca2)))
+}
+
 // robust reports whether split q scores better than split p at the
 // offered prefill load one standard error below and above the estimate as
 // well as at it, and at the decode work one relative standard error below
@@ -478,13 +509,16 @@ func (a *Adaptive) pass(c *View) {
 		decide("stay", fmt.Sprintf("warm-up: %d arrivals in the window, need %d", e.Arrivals, a.Cfg.MinArrivals))
 		return
 	}
-	if ca2 := arrivalSCV(e); ca2 > 1 && float64(e.LongArrivals)/ca2 < float64(a.Cfg.MinArrivals) {
-		// Bursty arrivals carry less evidence per arrival: n arrivals
-		// with index of dispersion c_a² weigh about n/c_a² independent
-		// ones (batches of 8: a batch is one draw of the rate).
+	if ca2 := arrivalSCV(e); ca2 > 1 && float64(e.LongArrivals)/clumpSize(ca2) < float64(a.Cfg.MinArrivals) {
+		// Bursty arrivals carry less evidence per arrival: a clump is one
+		// draw of the rate, so n arrivals in clumps of b (see clumpSize)
+		// weigh about n/b independent ones (batches of 8: n/8). Until
+		// the twelfth round this was n/c_a², twice as strict, and kept
+		// the controller in warm-up through most of the Azure code
+		// trace.
 		a.proposal, a.confirms = 0, 0
 		decide("stay", fmt.Sprintf("warm-up: %d bursty arrivals (c_a² %.1f) weigh %.1f, need %d",
-			e.LongArrivals, ca2, float64(e.LongArrivals)/ca2, a.Cfg.MinArrivals))
+			e.LongArrivals, ca2, float64(e.LongArrivals)/clumpSize(ca2), a.Cfg.MinArrivals))
 		return
 	}
 	if a.moved && c.now-a.lastMove < a.Cfg.LongWindow {

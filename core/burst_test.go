@@ -69,6 +69,77 @@ func TestScoreSplitPrefillQueue(t *testing.T) {
 	}
 }
 
+// Clumps: arrivals in Poisson batches of b have gap SCV 2b-1, so a
+// measured c_a² reads as clumps of (c_a² + 1)/2; Poisson's 1 as single
+// arrivals, and nothing smoother than that as less than one.
+func TestClumpSize(t *testing.T) {
+	for _, c := range [][2]float64{{1, 1}, {15, 8}, {7, 4}, {199, 100}, {0.5, 1}} {
+		if got := clumpSize(c[0]); got != c[1] {
+			t.Errorf("clumpSize(%v) = %v, want %v", c[0], got, c[1])
+		}
+	}
+}
+
+// Bursty arrivals wait more often than Erlang C says: a clump of b
+// arrivals finds p(1-ρ) engines free on average and the rest of it
+// waits. Worked by hand: four engines at ρ = 0.5 have 2 free; batches of
+// 8 (c_a² = 15) wait 1 - 2/8 = 75% of the time, clumps of 100
+// (c_a² = 199) 98%; Poisson arrivals keep Erlang C, and clumps no larger
+// than the free engines add nothing.
+func TestWaitProbability(t *testing.T) {
+	cw := erlangC(4, 2) // 4 engines, offered 2 erlangs: ρ = 0.5
+	for _, c := range []struct {
+		ca2, want float64
+	}{{1, cw}, {15, 0.75}, {199, 0.98}, {3, cw}} {
+		if got := waitProbability(4, 0.5, c.ca2, cw); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("c_a² %v: wait probability %v, want %v", c.ca2, got, c.want)
+		}
+	}
+	// Past the free engines the probability only grows with the clumps.
+	prev := 0.0
+	for ca2 := 1.0; ca2 < 1000; ca2 *= 2 {
+		w := waitProbability(4, 0.5, ca2, cw)
+		if w < prev || w > 1 {
+			t.Fatalf("c_a² %v: wait probability %v after %v", ca2, w, prev)
+		}
+		prev = w
+	}
+}
+
+// Issue 10, twelfth round: a moderate mean load (Erlang C under 1 - 0.9,
+// so Poisson arrivals price no wait) offered in batches of 8 prices a
+// wait at the 90th percentile. The wait's mean stays Allen-Cunneen's:
+// it waits with the batch view's probability π and then exponentially
+// with the mean that keeps π·θ' = C·θ.
+func TestScoreSplitClumpedWait(t *testing.T) {
+	c := fixtureCore(t, 8)
+	c.v.now = 100 * event.Second
+	e := DemandEstimate{Arrivals: 100, Span: 20, Rate: 5, PrefillLoad: 1.6, MeanPrefill: 0.14, MeanPrefill2: 0.03}
+	cw := erlangC(4, 1.6) // ρ = 0.4 on four engines
+	if cw >= 0.1 {
+		t.Fatalf("fixture: Erlang C %v, expected under 0.1", cw)
+	}
+	poisson := ScoreSplit(c.View(), e, 4).TTFTDemand
+	if math.Abs(poisson-e.MeanPrefill/c.v.ttftS) > 1e-12 {
+		t.Fatalf("Poisson arrivals: TTFT ratio %v, want the prefill time's %v", poisson, e.MeanPrefill/c.v.ttftS)
+	}
+	e.GapSCV, e.LongArrivals = 15, 400
+	got := ScoreSplit(c.View(), e, 4).TTFTDemand
+	cs2 := e.MeanPrefill2/(e.MeanPrefill*e.MeanPrefill) - 1
+	theta := e.MeanPrefill * (15 + cs2) / (2 * 4 * (1 - 0.4)) // Allen-Cunneen's conditional mean
+	pi := 1 - 4*(1-0.4)/8                                     // 2.4 engines free, batches of 8: 0.7
+	want := (e.MeanPrefill + cw*theta/pi*math.Log(pi/0.1)) / c.v.ttftS
+	if math.Abs(got-want) > 1e-9 {
+		t.Fatalf("batches of 8: TTFT ratio %v, want %v", got, want)
+	}
+	// One engine more lowers it: the projection now says which split the
+	// clumps favour.
+	e.GapSCV = 15
+	if five := ScoreSplit(c.View(), e, 5).TTFTDemand; five >= got {
+		t.Fatalf("five prefill engines: TTFT ratio %v, not below four's %v", five, got)
+	}
+}
+
 // Bursty arrivals count only when the measured gap SCV clears Poisson's 1
 // by three standard errors.
 func TestArrivalSCV(t *testing.T) {
@@ -106,7 +177,7 @@ func feed(d *Demand, at []float64, prefill []float64) {
 }
 
 // The estimator's gap SCV: near 1 for Poisson arrivals, near 2k-1 for
-// batches of geometric size with mean k.
+// batches of geometric size with mean k, which clumpSize reads back as k.
 func TestGapSCV(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	var pois, batch Demand
@@ -137,8 +208,17 @@ func TestGapSCV(t *testing.T) {
 	if p := pois.estimate(end, 0).GapSCV; math.Abs(p-1) > 0.2 {
 		t.Errorf("Poisson gap SCV %v, want about 1", p)
 	}
-	if b := batch.estimate(end, 0).GapSCV; b < 11 || b > 19 {
+	b := batch.estimate(end, 0).GapSCV
+	if b < 11 || b > 19 {
 		t.Errorf("batches of mean 8: gap SCV %v, want about 15", b)
+	}
+	// The clumps read back from it: batches of about 8, so n arrivals
+	// weigh about n/8 as evidence (a batch is one draw of the rate).
+	if k := clumpSize(b); k < 6 || k > 10 {
+		t.Errorf("batches of mean 8: gap SCV %v reads as clumps of %v", b, k)
+	}
+	if k := clumpSize(pois.estimate(end, 0).GapSCV); k > 1.1 {
+		t.Errorf("Poisson arrivals read as clumps of %v", k)
 	}
 }
 
