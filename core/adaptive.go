@@ -200,6 +200,12 @@ const ttftQuantile = 0.9
 // compare.
 const saturation = 0.99
 
+// horizon is the span, in seconds, over which the prefill projection
+// prices a queue that steady state does not describe (see ttftHorizon):
+// the default thrash window and burst horizon, the span a move must pay
+// for itself over.
+const horizon = 60.0
+
 // ScoreSplit projects the SLO ratios of p prefill and n-p decode instances
 // under the demand e and the fleet's resident work.
 func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
@@ -231,6 +237,9 @@ type splitModel struct {
 	work, slope, icpt float64 // decode work and the decode profile
 	drain, observed   float64 // the transient ratios, from work resident now
 	ttftS, tpotS      float64
+	// backlog is the prefill work queued or running per prefill engine
+	// (seconds), rate the arrival rate and mean2 E[T²]: ttftHorizon's.
+	backlog, rate, mean2 float64
 }
 
 func newSplitModel(c *View, e DemandEstimate, p int) (splitModel, bool) {
@@ -261,7 +270,7 @@ func newSplitModel(c *View, e DemandEstimate, p int) (splitModel, bool) {
 		work *= e.decodeScale // robust's decode work one standard error off
 	}
 	m := splitModel{p: p, d: d, load: e.PrefillLoad, mean: e.MeanPrefill, work: work, slope: slope, icpt: icpt,
-		ttftS: c.ttftS, tpotS: c.tpotS}
+		ttftS: c.ttftS, tpotS: c.tpotS, backlog: backlog / float64(p), rate: e.Rate, mean2: e.MeanPrefill2}
 	if e.MeanPrefill > 0 {
 		// (c_a² + c_s²)·E[T] = c_a²·E[T] + E[T²]/E[T] - E[T].
 		m.ca2 = arrivalSCV(e)
@@ -288,7 +297,9 @@ func newSplitModel(c *View, e DemandEstimate, p int) (splitModel, bool) {
 // arrival waits with probability C, and then about exponentially with
 // mean theta, so the wait's q-quantile is theta·ln(C/(1-q)) when C > 1-q.
 // Bursty arrivals wait more often than Erlang C says (see waitProbability);
-// the wait's mean stays Allen-Cunneen's.
+// the wait's mean stays Allen-Cunneen's. Near and past saturation the
+// steady state is not reached within the horizon, and the projection is
+// the lower of the steady one and ttftHorizon's.
 func (m splitModel) ttftDemand(k float64) float64 {
 	rho := k * m.load / float64(m.p)
 	r := math.Min(rho, saturation)
@@ -303,7 +314,39 @@ func (m splitModel) ttftDemand(k float64) float64 {
 			wait = theta * math.Log(cw/(1-ttftQuantile))
 		}
 	}
-	return (m.mean+wait)/m.ttftS + 100*math.Max(0, rho-saturation)
+	steady := (m.mean+wait)/m.ttftS + 100*math.Max(0, rho-saturation)
+	return math.Min(steady, m.ttftHorizon(k))
+}
+
+// ttftHorizon is the TTFT ratio the prefill pool reaches within the
+// horizon at k times the offered prefill load, from the work queued on it
+// now: the queue's work per engine grows by rho - 1 seconds a second past
+// saturation (a fluid queue), and the arrivals' own variance adds the
+// 90th percentile of a reflected random walk's height over the horizon:
+// by the reflection principle, z_0.95 = 1.645 standard deviations of the
+// work arriving in it, spread over the pool. That work is compound: a
+// clump of b prompts (see clumpSize) brings b(b-1) cross terms, so its
+// variance is rate·H·(E[T²] + (b-1)·E[T]²).
+//
+// The steady-state formulas describe a queue only after it relaxes, which
+// takes longer the closer it is to saturation (the M/M/1 queue's
+// relaxation time grows as 1/(1-sqrt(rho))²); before, the wait is bounded
+// by what the horizon can build. Without this bound a pool at rho 0.97
+// priced a wait several times the SLO that a 30 s phase never built, and
+// a pool past saturation was priced by the steep line above whatever the
+// queue: on demo's 30 s phases two failing splits then swapped ranks
+// from pass to pass, and a quarter of the fleet's moves reversed within a
+// minute (issue 10, thirteenth round).
+func (m splitModel) ttftHorizon(k float64) float64 {
+	if m.mean <= 0 {
+		return math.Inf(1)
+	}
+	rho := k * m.load / float64(m.p)
+	fluid := math.Max(0, m.backlog+(rho-1)*horizon)
+	b := clumpSize(m.ca2)
+	v := k * m.rate * horizon * (m.mean2 + (b-1)*m.mean*m.mean)
+	wait := fluid + 1.645*math.Sqrt(v)/float64(m.p)
+	return (m.mean + wait) / m.ttftS
 }
 
 // tpotDemand is the steady-state TPOT ratio at k times the offered decode
