@@ -331,12 +331,12 @@ func (m splitModel) ttftDemand(k float64) float64 {
 // The steady-state formulas describe a queue only after it relaxes, which
 // takes longer the closer it is to saturation (the M/M/1 queue's
 // relaxation time grows as 1/(1-sqrt(rho))²); before, the wait is bounded
-// by what the horizon can build. Without this bound a pool at rho 0.97
-// priced a wait several times the SLO that a 30 s phase never built, and
-// a pool past saturation was priced by the steep line above whatever the
-// queue: on demo's 30 s phases two failing splits then swapped ranks
-// from pass to pass, and a quarter of the fleet's moves reversed within a
-// minute (issue 10, thirteenth round).
+// by what the horizon can build. Without this bound a pool past
+// saturation was priced by the steep line above, whatever its queue: in
+// demo's 30 s prefill-heavy phase the controller read a TTFT the requests
+// were meeting (5 s against 10) as 28-41 times the SLO, moved an engine
+// off decode, broke TPOT and moved it back, and a quarter of the fleet's
+// moves on demo reversed within a minute (issue 10, thirteenth round).
 func (m splitModel) ttftHorizon(k float64) float64 {
 	if m.mean <= 0 {
 		return math.Inf(1)
