@@ -99,8 +99,10 @@ type finishSample struct {
 	// tokenSteps is output·(input + output/2): the context-token·iterations
 	// the request held a decode batch for (Little's law for decode).
 	tokenSteps float64
-	ttftOK     bool
-	tpotOK     bool
+	// ctx2 is twice the mean context the request held: 2·input + output.
+	ctx2   int64
+	ttftOK bool
+	tpotOK bool
 }
 
 // Demand estimates offered work from a window of arrivals and endings.
@@ -182,6 +184,7 @@ func (d *Demand) finished(c *View, r Request) {
 	d.finishes.add(c.now, finishSample{
 		output:     out,
 		tokenSteps: float64(out) * (float64(r.InputTokens) + float64(out)/2),
+		ctx2:       2*int64(r.InputTokens) + int64(out),
 		ttftOK:     r.TTFT != event.Never && r.TTFT <= c.slo.TTFT,
 		tpotOK:     r.TPOT == event.Never || r.TPOT <= c.slo.TPOT,
 	})
@@ -219,7 +222,11 @@ type DemandEstimate struct {
 	// estimate, the arrivals' dispersion included (0 when not blended).
 	PrefillSE float64
 
-	prefillVar  float64 // squared standard error of PrefillLoad
+	prefillVar float64 // squared standard error of PrefillLoad
+	// decodeCtx is the rate of context the ended requests held, Σ
+	// (input + output/2) per second: DecodeSteps / decodeCtx is the
+	// context-weighted mean of their decode steps.
+	decodeCtx   float64
 	decodeScale float64 // robust's: scales the decode work ScoreSplit projects (0: 1)
 	// The delivered-attainment check's factors on the projected TTFT and
 	// TPOT ratios (0: 1); see AdaptiveConfig.Attainment.
@@ -311,6 +318,7 @@ func (d *Demand) estimateSpan(now, start, spanT event.Time) DemandEstimate {
 	ttft, tpot := f.ttftOK, f.tpotOK
 	e.DecodeSteps = float64(f.steps2) / 2
 	e.DecodeSteps /= span
+	e.decodeCtx = float64(f.ctx2) / 2 / span
 	e.DecodeSE = math.Sqrt(math.Max(0, f.stepsSq.float())) / span
 	// A compound-Poisson sum's variance is the sum of squared marks; as a
 	// rate over span its standard error is sqrt(Σx²)/span.
@@ -379,7 +387,7 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 	// Decode demand always comes from the short window: it is measured on
 	// requests that ended, so it already lags a change, and a long window
 	// would hold a finished phase's decode demand for minutes.
-	e.DecodeSteps, e.DecodeSE = s.DecodeSteps, s.DecodeSE
+	e.DecodeSteps, e.DecodeSE, e.decodeCtx = s.DecodeSteps, s.DecodeSE, s.decodeCtx
 	return e
 }
 

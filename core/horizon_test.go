@@ -117,3 +117,105 @@ func TestTTFTDemandMonotone(t *testing.T) {
 		}
 	}
 }
+
+// hzTPOT integrates the decode fluid by hand, with classical Runge-Kutta
+// at 1 ms steps rather than the projection's 16 implicit ones: context r
+// per engine arrives at w/life a second and leaves after life steps of
+// 30 ms + 12.5 µs·r (decodeCore's engines); the ratio is the interval
+// after the horizon over the 50 ms SLO.
+func hzTPOT(w, r, life float64) float64 {
+	f := func(r float64) float64 { return w/life - r/(life*(0.03+1.25e-5*r)) }
+	const h = 1e-3
+	for range int(horizon / h) {
+		k1 := f(r)
+		k2 := f(r + h/2*k1)
+		k3 := f(r + h/2*k2)
+		k4 := f(r + h*k3)
+		r += h / 6 * (k1 + 2*k2 + 2*k3 + k4)
+	}
+	return (0.03 + 1.25e-5*r) / 0.05
+}
+
+// Issue 10, fourteenth round: while the traffic holds, the decode
+// projection is the lower of the steady state's and what the horizon
+// builds from the context the pool holds; while it changes, the steady
+// state's alone.
+func TestTPOTHorizon(t *testing.T) {
+	// Outputs of 200 steps per token of context: DecodeSteps/decodeCtx.
+	const life = 200.0
+	est := func(rhoD float64) DemandEstimate {
+		// rhoD = work·slope/d on four decode engines.
+		work := rhoD * 4 / 1.25e-5
+		return DemandEstimate{Arrivals: 500, Span: 20, Rate: 5, MeanPrefill: 0.1, MeanPrefill2: 0.02,
+			PrefillLoad: 0.5, DecodeSteps: work, decodeCtx: work / life}
+	}
+
+	// At rho 0.5 the steady context is w·icpt/(1-rho) = 2400 tokens per
+	// engine, an interval of 60 ms: a pool holding it stays there, and
+	// both projections are 1.2.
+	c := decodeCore(t, 2400)
+	if got := ScoreSplit(c.View(), est(0.5), 4).TPOTDemand; math.Abs(got-1.2) > 1e-9 {
+		t.Fatalf("rho 0.5 at the steady context: TPOT ratio %v, want 1.2", got)
+	}
+
+	// Past saturation (rho 1.2) the steady state's line gives
+	// 0.03/0.01/0.05 + 100·0.21 = 81; within the horizon the context
+	// grows from 2400 tokens to what the fluid reaches.
+	e := est(1.2)
+	got := ScoreSplit(c.View(), e, 4).TPOTDemand
+	want := hzTPOT(1.2/1.25e-5, 2400, life)
+	if math.Abs(got-want) > 0.03*want {
+		t.Fatalf("rho 1.2: TPOT ratio %v, want the fluid's %v within 3%%", got, want)
+	}
+	if got <= 1.2 || got >= 10 {
+		t.Fatalf("rho 1.2: TPOT ratio %v, want above the interval now (1.2) and far under the line's 81", got)
+	}
+	// One decode engine fewer carries the same work on three: higher.
+	if three := ScoreSplit(c.View(), e, 5).TPOTDemand; three <= got {
+		t.Fatalf("three decode engines: TPOT ratio %v, not above four's %v", three, got)
+	}
+	// More context held now, more at the horizon's end.
+	if fuller := ScoreSplit(decodeCore(t, 6000).View(), e, 4).TPOTDemand; fuller <= got {
+		t.Fatalf("6000 tokens held: TPOT ratio %v, not above 2400's %v", fuller, got)
+	}
+
+	// While the traffic changes, the decode work measured on ended
+	// requests is the old traffic's: the steady state's line stands.
+	for _, change := range []func(*DemandEstimate){
+		func(e *DemandEstimate) { e.ShortPrefill = true },
+		func(e *DemandEstimate) { e.mixShift = true },
+		func(e *DemandEstimate) { e.decodeCtx = 0 }, // and before any request ended
+	} {
+		e := est(1.2)
+		change(&e)
+		if got := ScoreSplit(c.View(), e, 4).TPOTDemand; math.Abs(got-81) > 1e-6 {
+			t.Fatalf("changing traffic at rho 1.2: TPOT ratio %v, want the steady line's 81", got)
+		}
+	}
+}
+
+// Headroom bisects the decode projection in k too: it must not fall as k
+// grows, with the horizon and without, from an empty pool and a full one.
+func TestTPOTDemandMonotone(t *testing.T) {
+	for _, ctx := range []int64{0, 2400, 6000} {
+		c := decodeCore(t, ctx)
+		for _, changing := range []bool{false, true} {
+			e := DemandEstimate{Arrivals: 500, Span: 20, Rate: 5, MeanPrefill: 0.1, MeanPrefill2: 0.02,
+				PrefillLoad: 0.5, DecodeSteps: 1.6e5, decodeCtx: 800, ShortPrefill: changing}
+			for p := 1; p < 8; p++ {
+				m, ok := newSplitModel(c.View(), e, p)
+				if !ok {
+					t.Fatalf("split %d cannot be formed", p)
+				}
+				prev := 0.0
+				for k := 0.0; k <= 4; k += 0.01 {
+					r := m.tpotDemand(k)
+					if r < prev-1e-12 || math.IsNaN(r) {
+						t.Fatalf("context %d, changing %v, %d prefill engines: ratio %v at k %.2f after %v", ctx, changing, p, r, k, prev)
+					}
+					prev = r
+				}
+			}
+		}
+	}
+}

@@ -198,10 +198,11 @@ type finishTotals struct {
 	n, ttftOK, tpotOK int
 	steps2            int64
 	stepsSq           exact // Σ tokenSteps²
+	ctx2              int64 // twice Σ (input + output/2): the contexts held
 }
 
 func (f finishSample) totals() finishTotals {
-	t := finishTotals{n: 1, steps2: int64(2 * f.tokenSteps), stepsSq: exactOf(f.tokenSteps * f.tokenSteps)}
+	t := finishTotals{n: 1, steps2: int64(2 * f.tokenSteps), stepsSq: exactOf(f.tokenSteps * f.tokenSteps), ctx2: f.ctx2}
 	if f.ttftOK {
 		t.ttftOK = 1
 	}
@@ -212,11 +213,11 @@ func (f finishSample) totals() finishTotals {
 }
 
 func (a finishTotals) plus(b finishTotals) finishTotals {
-	return finishTotals{a.n + b.n, a.ttftOK + b.ttftOK, a.tpotOK + b.tpotOK, a.steps2 + b.steps2, a.stepsSq.plus(b.stepsSq)}
+	return finishTotals{a.n + b.n, a.ttftOK + b.ttftOK, a.tpotOK + b.tpotOK, a.steps2 + b.steps2, a.stepsSq.plus(b.stepsSq), a.ctx2 + b.ctx2}
 }
 
 func (a finishTotals) minus(b finishTotals) finishTotals {
-	return finishTotals{a.n - b.n, a.ttftOK - b.ttftOK, a.tpotOK - b.tpotOK, a.steps2 - b.steps2, a.stepsSq.minus(b.stepsSq)}
+	return finishTotals{a.n - b.n, a.ttftOK - b.ttftOK, a.tpotOK - b.tpotOK, a.steps2 - b.steps2, a.stepsSq.minus(b.stepsSq), a.ctx2 - b.ctx2}
 }
 
 // fleetTotals are the fleet's resident totals, kept for ScoreSplit so
