@@ -76,13 +76,19 @@ type AdaptiveConfig struct {
 	// Memory is how long the insurance remembers the traffic's mixes and
 	// the requests that missed each SLO (default 600 s).
 	Memory event.Time
+	// Spill is burst spill (default DefaultSpill; zero turns it off): a
+	// prompt no prefill engine starts within the TTFT SLO runs on a decode
+	// engine that can absorb it (see SpillConfig; issue 10, fifteenth
+	// round).
+	Spill SpillConfig
 }
 
 // DefaultAdaptive is the adaptive arm's configuration.
 var DefaultAdaptive = AdaptiveConfig{Step: 2 * event.Second, Window: 20 * event.Second, MinArrivals: 10,
 	Margin: 0.05, RelMargin: 0.10, Confirmations: 3, TransientConfirmations: 10, Evidence: 4 * event.Second,
 	ThrashWindow: 60 * event.Second, MinPrefill: 1, MinDecode: 1, LongWindow: 120 * event.Second,
-	Attainment: ttftQuantile, BurstZ: 2, BurstHorizon: 60 * event.Second, Memory: 600 * event.Second}
+	Attainment: ttftQuantile, BurstZ: 2, BurstHorizon: 60 * event.Second, Memory: 600 * event.Second,
+	Spill: DefaultSpill}
 
 // Adaptive is the role controller narwhal-bench is built around. Every Step
 // it scores the current split and each adjacent split one engine away. A
@@ -120,10 +126,18 @@ type Adaptive struct {
 	// delivered-attainment check's evidence about the split the fleet is
 	// on (see AdaptiveConfig.Attainment).
 	since struct{ n, ttftOK, tpotOK int }
+	// spill places a burst's prompts on decode engines (Cfg.Spill).
+	spill spiller
 }
 
 // Name implements Controller.
 func (a *Adaptive) Name() string { return "adaptive" }
+
+// PlacePrefill implements Controller: Algorithm 1 without inline flips
+// (Arrow §5.3), with burst spill (AdaptiveConfig.Spill).
+func (a *Adaptive) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
+	return a.spill.placeSpilling(c, r)
+}
 
 // Init implements Controller.
 func (a *Adaptive) Init(c *View) error {
@@ -136,6 +150,7 @@ func (a *Adaptive) Init(c *View) error {
 	a.demand.Span = max(a.Cfg.Window, a.Cfg.LongWindow)
 	a.demand.meanT, a.demand.same = nil, 0 // this fleet's profiles
 	a.next = a.Cfg.Step
+	a.spill = spiller{cfg: a.Cfg.Spill}
 	evenSplit(c)
 	return nil
 }
@@ -146,6 +161,7 @@ func (a *Adaptive) Arrived(c *View, r Request) { a.demand.arrived(c, r) }
 // Finished feeds the demand estimator.
 func (a *Adaptive) Finished(c *View, r Request) {
 	a.demand.finished(c, r)
+	a.spill.finished(c.now, r)
 	if a.Cfg.Memory > 0 {
 		a.mem.ended(c.now, r.TTFT == event.Never || r.TTFT > c.slo.TTFT, r.TPOT != event.Never && r.TPOT > c.slo.TPOT)
 	}

@@ -61,6 +61,10 @@ type Request struct {
 	// NoDecode says the answer ended with its first token (PrefillDone):
 	// there is no decode leg to place.
 	NoDecode bool
+	// Local says the engine that ran the prefill runs the decode too, as
+	// one ordinary request (PrefillDone): the live router's aggregated
+	// engines and a decode engine absorbing a spilled prompt.
+	Local bool
 	// PrefixGroup names the prompt's shared prefix (0 = none) and
 	// PrefixTokens its length (Arrive).
 	PrefixGroup  int64
@@ -410,7 +414,7 @@ func (c *Core) admit(now event.Time, r Request, queued bool) bool {
 			return false
 		}
 	}
-	c.place(now, r, inst)
+	c.place(now, r, inst, cause)
 	return true
 }
 
@@ -443,8 +447,9 @@ func (c *Core) drain(now event.Time) {
 	}
 }
 
-// place puts r's prefill on inst.
-func (c *Core) place(now event.Time, r Request, inst event.Instance) {
+// place puts r's prefill on inst; cause says why when it is not the
+// placement's own pool (CauseSpilled: a decode engine absorbs the prompt).
+func (c *Core) place(now event.Time, r Request, inst event.Instance, cause event.Cause) {
 	v := &c.v
 	v.remember(r, inst)
 	in := &v.inst[inst]
@@ -455,7 +460,7 @@ func (c *Core) place(now event.Time, r Request, inst event.Instance) {
 	in.PrefillTokens += int64(r.InputTokens)
 	in.PrefillWork += in.Profile.Prefill(r.InputTokens)
 	v.touch(inst)
-	v.out = append(v.out, Decision{Kind: PlacePrefill, Req: r.ID, Inst: inst})
+	v.out = append(v.out, Decision{Kind: PlacePrefill, Req: r.ID, Inst: inst, Cause: cause})
 }
 
 // releasePrefill forgets r's resident prefill on in.
@@ -499,7 +504,10 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 		return nil
 	}
 	var d event.Instance
-	if a, ok := c.avoid[r.ID]; ok {
+	if a, ok := c.avoid[r.ID]; r.Local {
+		// One ordinary request on one engine: it decodes where it ran.
+		d = r.PrefillInst
+	} else if ok {
 		down := v.inst[a].Down
 		v.setDown(a, true)
 		d = c.ctrl.PlaceDecode(v, r)

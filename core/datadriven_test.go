@@ -23,7 +23,7 @@ var fixture = timing.Profile{A: 1e-8, B: 1e-3, C: 0, Slope: 1.25e-5, Intercept: 
 //
 // Commands:
 //
-//	init controller=NAME n=N [profile=fixture|reference] [ttft=S] [tpot=S] [split=P] [cooldown=S] [offline=S] [pinned=(I,J)]
+//	init controller=NAME n=N [profile=fixture|reference] [ttft=S] [tpot=S] [split=P] [cooldown=S] [offline=S] [pinned=(I,J)] [spill=off]
 //	arrive t=S id=N in=TOKENS
 //	prefill-done t=S id=N in=TOKENS inst=I [out=N]   (out=1: no decode leg)
 //	finished t=S id=N in=TOKENS inst=I ctx=TOKENS [out=N] [ttft=S] [tpot=S]
@@ -104,7 +104,14 @@ func initCore(t *testing.T, d *datadriven.TestData) *Core {
 		cfg.Cooldown = event.Seconds(floatArg(t, d, "cooldown", cfg.Cooldown.Seconds()))
 		ctrl = &Arrow{Cfg: cfg}
 	case "adaptive":
-		ctrl = &Adaptive{Cfg: DefaultAdaptive}
+		cfg := DefaultAdaptive
+		if strArg(d, "spill", "on") == "off" {
+			cfg.Spill = SpillConfig{}
+		}
+		ctrl = &Adaptive{Cfg: cfg}
+	case "scheduled":
+		ctrl = &Scheduled{Arm: "scheduled", Steps: []ScheduleStep{{At: 0, Prefill: intArg(t, d, "split", n/2)}},
+			NoSpill: strArg(d, "spill", "on") == "off"}
 	case "planner":
 		p := NewPlanner()
 		p.Cfg.Interval = event.Seconds(floatArg(t, d, "interval", 15))
@@ -144,7 +151,7 @@ func drain(c *Core) string {
 	for _, d := range rd.Decisions {
 		switch d.Kind {
 		case PlacePrefill:
-			fmt.Fprintf(&b, "prefill r%d -> i%d\n", d.Req, d.Inst)
+			fmt.Fprintf(&b, "prefill r%d -> i%d%s\n", d.Req, d.Inst, map[bool]string{true: " (spilled)"}[d.Cause == event.CauseSpilled])
 		case PlaceDecode:
 			fmt.Fprintf(&b, "decode r%d -> i%d%s\n", d.Req, d.Inst, map[bool]string{true: " (crossed)"}[d.Cause == event.CauseCrossed])
 		case Refuse:

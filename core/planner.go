@@ -278,13 +278,16 @@ func (p *Planner) moveTo(c *View, want int, why string) int {
 // Scheduled follows a split schedule fixed in advance: at each step's time
 // it moves engines until the prefill pool has the step's size. The oracle
 // arm is a Scheduled controller whose schedule was chosen in hindsight.
-// Placement is Algorithm 1 without inline flips, as the adaptive arm's, so
-// the two differ only in when they move.
+// Placement is Algorithm 1 without inline flips with burst spill, as the
+// adaptive arm's, so the two differ only in when they move.
 type Scheduled struct {
 	owned
 	Arm   string
 	Steps []ScheduleStep
-	next  int
+	// NoSpill turns burst spill off (DefaultSpill otherwise).
+	NoSpill bool
+	next    int
+	spill   spiller
 }
 
 // ScheduleStep asks for Prefill prefill engines from time At.
@@ -296,6 +299,14 @@ type ScheduleStep struct {
 // Name implements Controller.
 func (s *Scheduled) Name() string { return s.Arm }
 
+// PlacePrefill implements Controller: as the adaptive arm places.
+func (s *Scheduled) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
+	return s.spill.placeSpilling(c, r)
+}
+
+// Finished teaches burst spill the streams' life.
+func (s *Scheduled) Finished(c *View, r Request) { s.spill.finished(c.now, r) }
+
 // Init implements Controller.
 func (s *Scheduled) Init(c *View) error {
 	n := len(c.inst)
@@ -306,6 +317,9 @@ func (s *Scheduled) Init(c *View) error {
 		if i > 0 && st.At < s.Steps[i-1].At {
 			return fmt.Errorf("schedule step %d at %v before step %d: expected time order", i, st.At, i-1)
 		}
+	}
+	if !s.NoSpill {
+		s.spill = spiller{cfg: DefaultSpill}
 	}
 	p := n / 2
 	if len(s.Steps) > 0 && s.Steps[0].At <= 0 {
@@ -365,5 +379,5 @@ func (s *Scheduled) Follow(steps []ScheduleStep) (*Scheduled, error) {
 			return nil, fmt.Errorf("schedule step %d at %v before step %d: expected time order", i, steps[i].At, i-1)
 		}
 	}
-	return &Scheduled{Arm: s.Arm, Steps: steps, next: s.next}, nil
+	return &Scheduled{Arm: s.Arm, Steps: steps, NoSpill: s.NoSpill, next: s.next, spill: s.spill}, nil
 }

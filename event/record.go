@@ -126,6 +126,8 @@ const (
 	CauseNoHandoff  // a prefill leg returned no KV handoff the decode leg can use
 	CauseTimeout    // an upstream leg or the request's own deadline passed
 	CauseBadGateway // an engine answered with an error or broke its stream
+	// Prefill placement.
+	CauseSpilled // the prompt runs on a decode engine no prefill engine could start it in time on (burst spill)
 	causeCount
 )
 
@@ -137,6 +139,7 @@ var causeNames = [...]string{
 	"crossed",
 	"controller", "inline", "operator",
 	"engine_down", "engine_up", "no_handoff", "timeout", "bad_gateway",
+	"spilled",
 }
 
 func (c Cause) String() string {

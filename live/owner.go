@@ -317,7 +317,7 @@ func (o *owner) prefilled(now event.Time, f *flight) {
 	f.firstAt = now
 	f.produced.Store(1)
 	o.emitReq(now, event.KindPrefillDone, f, f.prefill, event.NoInstance, 0, event.CauseNone)
-	req := core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill, NoDecode: f.noDecode}
+	req := core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill, NoDecode: f.noDecode, Local: f.single}
 	if f.noDecode {
 		req.OutputTokens, req.TTFT, req.TPOT = 1, now-o.scheduledOf(f), event.Never
 	}
@@ -375,9 +375,10 @@ func (o *owner) apply(rd core.Ready) {
 				continue
 			}
 			// One ordinary request when the engine runs both phases in
-			// one batch (aggregated), or when there is no decode.
-			f.single = f.noDecode || o.core.View().Instance(d.Inst).Role == event.RoleMixed
-			o.emitReq(now, event.KindAdmit, f, d.Inst, event.NoInstance, 0, event.CauseNone)
+			// one batch (aggregated, or a decode engine absorbing a
+			// burst's prompt: burst spill), or when there is no decode.
+			f.single = f.noDecode || d.Cause == event.CauseSpilled || o.core.View().Instance(d.Inst).Role == event.RoleMixed
+			o.emitReq(now, event.KindAdmit, f, d.Inst, event.NoInstance, 0, d.Cause)
 			o.emitReq(now, event.KindPrefillStart, f, d.Inst, event.NoInstance, 0, event.CauseNone)
 			f.reply <- placement{inst: d.Inst}
 		case core.PlaceDecode:

@@ -562,7 +562,7 @@ func (s *Sim) applyCore() {
 	for _, d := range rd.Decisions {
 		switch d.Kind {
 		case core.PlacePrefill:
-			s.placePrefill(int32(d.Req-1), int32(d.Inst))
+			s.placePrefill(int32(d.Req-1), int32(d.Inst), d.Cause)
 		case core.PlaceDecode:
 			s.placeDecode(int32(d.Req-1), int32(d.Inst))
 		case core.Refuse:
@@ -625,10 +625,10 @@ func (s *Sim) end(i int32) {
 	}
 }
 
-func (s *Sim) placePrefill(i int32, inst int32) {
+func (s *Sim) placePrefill(i int32, inst int32, cause event.Cause) {
 	st := s.state(i)
 	st.prefill = inst
-	s.emitReq(event.KindAdmit, i, inst, -1, 0, event.CauseNone)
+	s.emitReq(event.KindAdmit, i, inst, -1, 0, cause)
 	e := &s.eng[inst]
 	e.prefillQ = append(e.prefillQ, i)
 	s.poke(e)
