@@ -15,6 +15,7 @@ type Row struct {
 	PrefillInst  Instance // NoInstance when never placed
 	DecodeInst   Instance // NoInstance when never placed for decode
 	Crossed      bool     // decode ran on another instance than prefill
+	Spilled      bool     // its prompt ran on a decode engine (burst spill: admit cause spilled)
 	InputTokens  int64
 	WantOutput   int64  // output tokens the trace asked for
 	OutputTokens int64  // output tokens produced, first token included
@@ -77,6 +78,7 @@ type foldRow struct {
 	scheduled, arrival, admit, first, end Time
 	prefill, decode                       Instance
 	crossed                               bool
+	spilled                               bool
 	preempt                               int32
 	terminal                              Kind
 	cause                                 Cause
@@ -156,6 +158,7 @@ func (r *foldRow) apply(rec *Record, ct *classTable) (applied bool, err error) {
 		r.input, r.want, r.class = rec.Tokens, rec.Want, ct.classOf(rec.Class)
 	case KindAdmit:
 		r.admit, r.prefill = rec.At, rec.Inst
+		r.spilled = rec.Cause == CauseSpilled
 	case KindPrefillStart:
 		r.cached = rec.Tokens
 	case KindPrefillDone:
@@ -178,7 +181,7 @@ func (r *foldRow) apply(rec *Record, ct *classTable) (applied bool, err error) {
 // build writes the row of request id into o (its texts left empty).
 func (r *foldRow) build(id RequestID, ct *classTable, o *Row) {
 	*o = Row{Req: id, Scheduled: r.scheduled, Arrival: r.arrival, Admit: r.admit,
-		FirstToken: r.first, End: r.end, PrefillInst: r.prefill, DecodeInst: r.decode, Crossed: r.crossed,
+		FirstToken: r.first, End: r.end, PrefillInst: r.prefill, DecodeInst: r.decode, Crossed: r.crossed, Spilled: r.spilled,
 		InputTokens: r.input, WantOutput: r.want, OutputTokens: r.output, CachedTokens: r.cached,
 		Preemptions: int64(r.preempt), Terminal: r.terminal, Cause: r.cause}
 	if r.class != 0 {

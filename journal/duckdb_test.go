@@ -204,13 +204,13 @@ func TestDuckDBReadsExport(t *testing.T) {
 	for col, typ := range map[string]string{"run": "VARCHAR", "rate": "DOUBLE", "req": "BIGINT", "class": "VARCHAR",
 		"admit_ns": "BIGINT", "prefill_inst": "INTEGER", "crossed": "BOOLEAN", "ttft_ns": "BIGINT",
 		"terminal": "VARCHAR", "slo_ok": "BOOLEAN", "first_failed_check": "VARCHAR", "reference": "VARCHAR", "response": "VARCHAR",
-		"preemptions": "BIGINT"} {
+		"preemptions": "BIGINT", "spilled": "BOOLEAN"} {
 		if types[col] != typ {
 			t.Errorf("requests.%s: DuckDB type %q, want %s", col, types[col], typ)
 		}
 	}
-	if len(types) != 27 {
-		t.Errorf("requests has %d columns, want 27: %v", len(types), types)
+	if len(types) != 28 {
+		t.Errorf("requests has %d columns, want 28: %v", len(types), types)
 	}
 	rows = duckQuery(t, root, fmt.Sprintf(`SELECT column_type FROM (DESCRIBE SELECT seed FROM %s)`, file(RunsFile)))
 	if rows[0]["column_type"] != "UBIGINT" {

@@ -50,6 +50,7 @@ type requestRow struct {
 	Reference        string  `parquet:"reference"`         // the trace's reference answer; "" when none
 	Response         string  `parquet:"response"`          // the response text (live runs); "" when none
 	Preemptions      int64   `parquet:"preemptions,delta"` // times its decode stream was preempted for KV capacity
+	Spilled          bool    `parquet:"spilled"`           // its prompt ran on a decode engine (burst spill)
 }
 
 type roleMoveRow struct {
@@ -544,6 +545,6 @@ func requestRowOf(name string, m event.RunMeta, slo event.SLO, r *event.Row) req
 		InputTokens: r.InputTokens, WantTokens: r.WantOutput, OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens,
 		Terminal: r.Terminal.String(), Cause: r.Cause.String(),
 		SLOOK: check == event.CheckOK, FirstFailedCheck: check.String(),
-		Reference: r.Reference, Response: r.Response, Preemptions: r.Preemptions,
+		Reference: r.Reference, Response: r.Response, Preemptions: r.Preemptions, Spilled: r.Spilled,
 	}
 }

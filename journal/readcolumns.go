@@ -30,8 +30,9 @@ var requestColumnNames = []string{"run", "req", "class", "scheduled_ns", "arriva
 	"terminal", "cause", "reference", "response"}
 
 // optionalColumnNames are columns an export may lack: those added after
-// the export format's first release (preemptions), read as 0 when absent.
-var optionalColumnNames = []string{"preemptions"}
+// the export format's first release (preemptions, spilled), read as 0 or
+// false when absent.
+var optionalColumnNames = []string{"preemptions", "spilled"}
 
 func openRequestColumns(path string) (*requestColumns, error) {
 	f, err := os.Open(path)
@@ -128,6 +129,11 @@ func (rc *requestColumns) appendRun(rows []event.Row, run string, partial bool) 
 	}
 	if err := rc.bools(rg, "crossed", func(i int, v bool) { r[i].Crossed = v }); err != nil {
 		return rows, err
+	}
+	if _, ok := rc.col["spilled"]; ok {
+		if err := rc.bools(rg, "spilled", func(i int, v bool) { r[i].Spilled = v }); err != nil {
+			return rows, err
+		}
 	}
 	strs := []struct {
 		name string

@@ -235,7 +235,7 @@ func rowOf(q *requestRow, partial bool) (event.Row, error) {
 		PrefillInst: event.Instance(q.PrefillInst), DecodeInst: event.Instance(q.DecodeInst), Crossed: q.Crossed,
 		InputTokens: q.InputTokens, WantOutput: q.WantTokens, OutputTokens: q.OutputTokens, CachedTokens: q.CachedTokens,
 		Terminal: event.Kind(k), Cause: event.Cause(c), Reference: q.Reference, Response: q.Response,
-		Preemptions: q.Preemptions,
+		Preemptions: q.Preemptions, Spilled: q.Spilled,
 	}, nil
 }
 

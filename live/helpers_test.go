@@ -160,12 +160,14 @@ func (r *rig) stop() {
 // checkJournal folds the journal and checks the invariants every run must
 // hold: records in time order, sequence numbers dense, every request that
 // arrived ended exactly once, and no prefill placed on an engine that did
-// not hold the prefill (or mixed) role then, no decode on a prefill one.
+// not hold the prefill (or mixed) role then (but a prompt burst spill ran
+// on a decode engine, which then decodes it), no decode on a prefill one.
 // It returns the rows.
 func checkJournal(t testing.TB, recs []event.Record) []event.Row {
 	t.Helper()
 	var f event.Fold
 	role := map[event.Instance]event.Role{}
+	spilled := map[event.RequestID]bool{}
 	var last event.Time
 	for i := range recs {
 		r := &recs[i]
@@ -180,12 +182,23 @@ func checkJournal(t testing.TB, recs []event.Record) []event.Row {
 		case event.KindRoleMove:
 			role[r.Inst] = r.To
 		case event.KindAdmit:
-			if ro := role[r.Inst]; ro != event.RolePrefill && ro != event.RoleMixed {
+			ro := role[r.Inst]
+			switch {
+			case r.Cause == event.CauseSpilled:
+				// Burst spill: a decode engine absorbs the prompt.
+				if ro != event.RoleDecode {
+					t.Errorf("request %d's prompt spilled to %d in role %s: expected a decode engine", r.Req, r.Inst, ro)
+				}
+				spilled[r.Req] = true
+			case ro != event.RolePrefill && ro != event.RoleMixed:
 				t.Errorf("request %d's prefill placed on %d in role %s", r.Req, r.Inst, ro)
 			}
 		case event.KindDecodeStart:
 			if ro := role[r.Inst]; ro == event.RolePrefill && r.Inst != r.Peer {
 				t.Errorf("request %d's decode placed on %d in role %s", r.Req, r.Inst, ro)
+			}
+			if spilled[r.Req] && r.Inst != r.Peer {
+				t.Errorf("request %d's prompt spilled to %d but its decode placed on %d: expected the same engine", r.Req, r.Peer, r.Inst)
 			}
 		}
 		f.Record(r)

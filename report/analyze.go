@@ -64,7 +64,7 @@ func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, m
 	// Counts and the four groups come from the one scoring rule.
 	sum := Summarize(rows, slo)
 	rr.Completed, rr.Refused, rr.Expired, rr.Failed = sum.Completed, sum.Refused, sum.Expired, sum.Failed
-	rr.Preemptions = sum.Preemptions
+	rr.Preemptions, rr.Spilled = sum.Preemptions, sum.Spilled
 	g := &rr.Groups
 	g.Qualified, g.AtCap, g.NotDone = sum.Qualified, sum.Misses[event.CheckLength], sum.Misses[event.CheckNotDone]
 	g.MissTTFT, g.MissTPOT = sum.Misses[event.CheckTTFT], sum.Misses[event.CheckTPOT]

@@ -88,6 +88,9 @@ type RunReport struct {
 	// num_preemptions; a stream preempted twice counts twice); omitted
 	// when none.
 	Preemptions int `json:"preemptions,omitempty"`
+	// Spilled counts the prompts burst spill ran on decode engines (the
+	// admit records with cause spilled); omitted when none.
+	Spilled int `json:"spilled,omitempty"`
 
 	Goodput Goodput `json:"goodput"`
 

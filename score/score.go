@@ -17,6 +17,8 @@ type Summary struct {
 	Failed    int
 	// Preemptions counts KV-capacity preemptions over all requests.
 	Preemptions int
+	// Spilled counts the prompts burst spill placed on decode engines.
+	Spilled int
 	// Misses counts requests by the first check they failed.
 	Misses [event.NumChecks]int
 }
@@ -54,6 +56,9 @@ func (s *Summary) Add(r *event.Row, slo event.SLO) {
 		s.Failed++
 	}
 	s.Preemptions += int(r.Preemptions)
+	if r.Spilled {
+		s.Spilled++
+	}
 	c := event.Qualify(r, slo)
 	s.Misses[c]++
 	if c == event.CheckOK {

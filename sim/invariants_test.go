@@ -12,7 +12,8 @@ import (
 // checker asserts the simulator's invariants on every record and token of
 // a run: the clock never goes back, every offered request ends exactly
 // once, token k never comes before token k-1, the first token comes after
-// the arrival, decode never starts before the first token exists.
+// the arrival, decode never starts before the first token exists, a
+// spilled prompt runs on a decode engine.
 type checker struct {
 	t        testing.TB
 	last     event.Time
@@ -23,6 +24,8 @@ type checker struct {
 	errs     int
 	moves    map[event.Time]int // role moves (not opening roles) per instant
 	preempts int                // KindPreempt records
+	roles    map[event.Instance]event.Role
+	spilled  int // admits with cause spilled
 }
 
 func newChecker(t testing.TB) *checker {
@@ -41,6 +44,19 @@ func (c *checker) Record(r *event.Record) {
 		c.errorf("record seq %d after %d", r.Seq, c.seq)
 	}
 	c.seq = r.Seq
+	if r.Kind == event.KindRoleMove {
+		if c.roles == nil {
+			c.roles = map[event.Instance]event.Role{}
+		}
+		c.roles[r.Inst] = r.To
+	}
+	if r.Kind == event.KindAdmit && r.Cause == event.CauseSpilled {
+		// Burst spill places a prompt only on a decode engine.
+		c.spilled++
+		if ro := c.roles[r.Inst]; ro != event.RoleDecode {
+			c.errorf("request %d: prompt spilled to %d in role %s: expected a decode engine", r.Req, r.Inst, ro)
+		}
+	}
 	if r.Kind == event.KindRoleMove && !r.Opening() {
 		if c.moves == nil {
 			c.moves = map[event.Time]int{}

@@ -152,7 +152,7 @@ func Replay(src *ReplaySource, cfg ReplayConfig) (run Run, err error) {
 	sum := score.Summarize(fold.Rows(), slo)
 	splits := score.Splits(moves.moves)
 	return Run{Arm: cfg.Arm, Rate: m.Rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
-		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves, Preemptions: sum.Preemptions,
+		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves, Preemptions: sum.Preemptions, Spilled: sum.Spilled,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		Thrash: score.Thrash(splits, score.DefaultThrashWindow), SimSeconds: st.End.Seconds()}, nil
 }

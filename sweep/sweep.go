@@ -132,6 +132,8 @@ type Run struct {
 	// recompute preemption; one stream preempted twice counts twice), as
 	// vLLM's vllm:num_preemptions.
 	Preemptions int `json:"preemptions"`
+	// Spilled counts the prompts burst spill ran on decode engines.
+	Spilled int `json:"spilled"`
 	// MissTTFT and MissTPOT count completed requests that failed on TTFT
 	// or on TPOT (first failed check).
 	MissTTFT int `json:"miss_ttft"`
@@ -652,7 +654,7 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 	}
 	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), Reversals: score.Thrash(splits, score.ReversalWindow),
 		Changes: max(len(splits)-1, 0), Failed: sum.Failed, LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
-		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves, Preemptions: sum.Preemptions,
+		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves, Preemptions: sum.Preemptions, Spilled: sum.Spilled,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
 }

@@ -1,0 +1,82 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	nbengine "github.com/narwhal-bench/narwhal-bench/engine"
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Burst spill's chunk is the engines' default chunk (core may not import
+// engine, so the number is written twice).
+func TestSpillChunkIsEnginesDefault(t *testing.T) {
+	if core.DefaultSpill.Chunk != nbengine.DefaultChunkTokens {
+		t.Fatalf("core.DefaultSpill.Chunk %d, nbengine.DefaultChunkTokens %d: expected the same", core.DefaultSpill.Chunk, nbengine.DefaultChunkTokens)
+	}
+}
+
+// burstTrace is bursts of k long prompts at the same instant, every gap,
+// over a trickle of short chats.
+func burstTrace(bursts, k, prompt int, gap event.Time) []Request {
+	var reqs []Request
+	for b := range bursts {
+		at := event.Time(b) * gap
+		for range k {
+			reqs = append(reqs, Request{At: at, InputTokens: prompt, OutputTokens: 64})
+		}
+		for j := range 4 {
+			reqs = append(reqs, Request{At: at + event.Time(j+1)*gap/5, InputTokens: 200, OutputTokens: 200})
+		}
+	}
+	return reqs
+}
+
+// Bursts of document prompts on the adaptive arm: prompts spill to decode
+// engines (every spilled admit on a decode engine, every invariant held,
+// the journal's rows and the count agreeing), and the run that spills
+// qualifies more of them than the same arm with spill off.
+func TestBurstSpillInSimulation(t *testing.T) {
+	cfg := refConfig(4)
+	reqs := burstTrace(30, 16, 8000, 30*event.Second)
+	c, st := runChecker(t, cfg, "adaptive", reqs)
+	rows := c.fold.Rows()
+	n := 0
+	for _, r := range rows {
+		if r.Spilled {
+			n++
+		}
+	}
+	if c.spilled == 0 || n != c.spilled {
+		t.Fatalf("%d spilled admits, %d spilled rows: expected some, and the same", c.spilled, n)
+	}
+	off := core.DefaultAdaptive
+	off.Spill = core.SpillConfig{}
+	co := newChecker(t)
+	cfg.TokenHook = co.hook
+	s, err := New(cfg, &core.Adaptive{Cfg: off}, reqs, co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	so, err := s.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	co.finish(reqs, so)
+	if co.spilled != 0 {
+		t.Fatalf("%d spilled with spill off", co.spilled)
+	}
+	q := func(rows []event.Row) (k int) {
+		for i := range rows {
+			if event.Qualify(&rows[i], cfg.SLO) == event.CheckOK {
+				k++
+			}
+		}
+		return k
+	}
+	on, without := q(rows), q(co.fold.Rows())
+	t.Logf("spilled %d of %d; qualified %d with spill, %d without (finished %d, %d)", n, len(reqs), on, without, st.Finished, so.Finished)
+	if on <= without {
+		t.Fatalf("qualified %d with spill, %d without: expected more with", on, without)
+	}
+}
