@@ -77,9 +77,8 @@ type AdaptiveConfig struct {
 	// the requests that missed each SLO (default 600 s).
 	Memory event.Time
 	// Spill is burst spill (default DefaultSpill; zero turns it off): a
-	// prompt no prefill engine starts within the TTFT SLO runs on a decode
-	// engine that can absorb it (see SpillConfig; issue 10, fifteenth
-	// round).
+	// prompt no prefill engine starts within the TTFT SLO runs on an idle
+	// decode engine (see SpillConfig; issue 10, fifteenth round).
 	Spill SpillConfig
 }
 
@@ -126,8 +125,6 @@ type Adaptive struct {
 	// delivered-attainment check's evidence about the split the fleet is
 	// on (see AdaptiveConfig.Attainment).
 	since struct{ n, ttftOK, tpotOK int }
-	// spill places a burst's prompts on decode engines (Cfg.Spill).
-	spill spiller
 }
 
 // Name implements Controller.
@@ -136,7 +133,7 @@ func (a *Adaptive) Name() string { return "adaptive" }
 // PlacePrefill implements Controller: Algorithm 1 without inline flips
 // (Arrow §5.3), with burst spill (AdaptiveConfig.Spill).
 func (a *Adaptive) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
-	return a.spill.placeSpilling(c, r)
+	return c.placeSpilling(a.Cfg.Spill, r)
 }
 
 // Init implements Controller.
@@ -150,7 +147,6 @@ func (a *Adaptive) Init(c *View) error {
 	a.demand.Span = max(a.Cfg.Window, a.Cfg.LongWindow)
 	a.demand.meanT, a.demand.same = nil, 0 // this fleet's profiles
 	a.next = a.Cfg.Step
-	a.spill = spiller{cfg: a.Cfg.Spill}
 	evenSplit(c)
 	return nil
 }
@@ -161,7 +157,6 @@ func (a *Adaptive) Arrived(c *View, r Request) { a.demand.arrived(c, r) }
 // Finished feeds the demand estimator.
 func (a *Adaptive) Finished(c *View, r Request) {
 	a.demand.finished(c, r)
-	a.spill.finished(c.now, r)
 	if a.Cfg.Memory > 0 {
 		a.mem.ended(c.now, r.TTFT == event.Never || r.TTFT > c.slo.TTFT, r.TPOT != event.Never && r.TPOT > c.slo.TPOT)
 	}

@@ -160,9 +160,10 @@ func StaticArms(n int) []string {
 // resident prompt tokens, decode to the decode instance with the fewest
 // resident context tokens (ties to the lowest index), as the Narwhal
 // reference's static arms do. With Alg1 (the arm static:kPmD/alg1) both
-// legs are placed by Algorithm 1 without inline flips instead, as the
-// adaptive arm and the oracle place them: the same split with the
-// controllers' placement, so routing and role control can be told apart.
+// legs are placed by Algorithm 1 without inline flips instead, with burst
+// spill, as the adaptive arm and the oracle place them: the same split
+// with the controllers' placement, so routing and role control can be
+// told apart.
 type Static struct {
 	Prefill int
 	Alg1    bool
@@ -190,7 +191,7 @@ func (s *Static) Init(c *View) error {
 // PlacePrefill implements Controller.
 func (s *Static) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
 	if s.Alg1 {
-		return owned{}.PlacePrefill(c, r)
+		return c.placeSpilling(DefaultSpill, r)
 	}
 	return argmin(c, event.RolePrefill, func(in *Instance) int64 { return in.PrefillTokens }), event.CauseNone
 }

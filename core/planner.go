@@ -287,7 +287,6 @@ type Scheduled struct {
 	// NoSpill turns burst spill off (DefaultSpill otherwise).
 	NoSpill bool
 	next    int
-	spill   spiller
 }
 
 // ScheduleStep asks for Prefill prefill engines from time At.
@@ -301,11 +300,11 @@ func (s *Scheduled) Name() string { return s.Arm }
 
 // PlacePrefill implements Controller: as the adaptive arm places.
 func (s *Scheduled) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
-	return s.spill.placeSpilling(c, r)
+	if s.NoSpill {
+		return c.placeSpilling(SpillConfig{}, r)
+	}
+	return c.placeSpilling(DefaultSpill, r)
 }
-
-// Finished teaches burst spill the streams' life.
-func (s *Scheduled) Finished(c *View, r Request) { s.spill.finished(c.now, r) }
 
 // Init implements Controller.
 func (s *Scheduled) Init(c *View) error {
@@ -317,9 +316,6 @@ func (s *Scheduled) Init(c *View) error {
 		if i > 0 && st.At < s.Steps[i-1].At {
 			return fmt.Errorf("schedule step %d at %v before step %d: expected time order", i, st.At, i-1)
 		}
-	}
-	if !s.NoSpill {
-		s.spill = spiller{cfg: DefaultSpill}
 	}
 	p := n / 2
 	if len(s.Steps) > 0 && s.Steps[0].At <= 0 {
@@ -379,5 +375,5 @@ func (s *Scheduled) Follow(steps []ScheduleStep) (*Scheduled, error) {
 			return nil, fmt.Errorf("schedule step %d at %v before step %d: expected time order", i, steps[i].At, i-1)
 		}
 	}
-	return &Scheduled{Arm: s.Arm, Steps: steps, NoSpill: s.NoSpill, next: s.next, spill: s.spill}, nil
+	return &Scheduled{Arm: s.Arm, Steps: steps, NoSpill: s.NoSpill, next: s.next}, nil
 }

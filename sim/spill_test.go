@@ -4,17 +4,8 @@ import (
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
-	nbengine "github.com/narwhal-bench/narwhal-bench/engine"
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
-
-// Burst spill's chunk is the engines' default chunk (core may not import
-// engine, so the number is written twice).
-func TestSpillChunkIsEnginesDefault(t *testing.T) {
-	if core.DefaultSpill.Chunk != nbengine.DefaultChunkTokens {
-		t.Fatalf("core.DefaultSpill.Chunk %d, nbengine.DefaultChunkTokens %d: expected the same", core.DefaultSpill.Chunk, nbengine.DefaultChunkTokens)
-	}
-}
 
 // burstTrace is bursts of k long prompts at the same instant, every gap,
 // over a trickle of short chats.
@@ -32,8 +23,8 @@ func burstTrace(bursts, k, prompt int, gap event.Time) []Request {
 	return reqs
 }
 
-// Bursts of document prompts on the adaptive arm: prompts spill to decode
-// engines (every spilled admit on a decode engine, every invariant held,
+// Bursts of document prompts on the adaptive arm: prompts spill to idle
+// decode engines (every spilled admit on a decode engine, every invariant held,
 // the journal's rows and the count agreeing), and the run that spills
 // qualifies more of them than the same arm with spill off.
 func TestBurstSpillInSimulation(t *testing.T) {
