@@ -379,6 +379,9 @@ func (o *owner) apply(rd core.Ready) {
 			// burst's prompt: burst spill), or when there is no decode.
 			f.single = f.noDecode || d.Cause == event.CauseSpilled || o.core.View().Instance(d.Inst).Role == event.RoleMixed
 			o.emitReq(now, event.KindAdmit, f, d.Inst, event.NoInstance, 0, d.Cause)
+			if d.Cause == event.CauseSpilled {
+				o.r.met.spilled.Inc()
+			}
 			o.emitReq(now, event.KindPrefillStart, f, d.Inst, event.NoInstance, 0, event.CauseNone)
 			f.reply <- placement{inst: d.Inst}
 		case core.PlaceDecode:

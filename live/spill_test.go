@@ -19,7 +19,8 @@ import (
 // prefill engine, so the idle decode engine absorbs it: it runs there as
 // one ordinary request (no KV crosses), journaled as an admit with cause
 // spilled, and decodes on the same engine. The third fits nowhere within
-// 0.8 s and waits on the prefill engine. Every request ends exactly once.
+// 0.8 s and waits on the prefill engine. Every request ends exactly once;
+// /metrics counts the spill.
 func TestBurstSpillLive(t *testing.T) {
 	spec, err := fleet.Parse([]byte(`name: spilltest
 instances:
@@ -47,6 +48,9 @@ kv: {latency: 1ms}
 		time.Sleep(5 * time.Millisecond) // arrival order 1, 2, 3; each admitted before the next
 	}
 	wg.Wait()
+	if v := metricValue(t, r, "narwhal_spilled_prompts_total"); v != 1 {
+		t.Fatalf("narwhal_spilled_prompts_total %v: expected 1", v)
+	}
 	r.stop()
 	recs := r.jr.records()
 	rows := checkJournal(t, recs)
