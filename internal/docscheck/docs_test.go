@@ -21,6 +21,7 @@ var external = map[string]string{
 	"--first":   "campaigns/seed_spread.py's flag (docs/controllers.md)",
 	"--bin":     "campaigns/develop.py's flag (docs/controllers.md)",
 	"--pool":    "campaigns/seed_spread.py's flag (docs/controllers.md)",
+	"--cases":   "campaigns/develop.py's flag (docs/controllers.md)",
 }
 
 var flagRE = regexp.MustCompile(`(^|[^-\w])(--[a-z][a-z0-9-]*)`)
