@@ -18,7 +18,7 @@ import (
 // the stall against the streams' life) gave the adaptive arm more on the
 // development seeds (chatdoc in batches of 8: 0.95 -> 1.35 req/s) but gave
 // a static split more still (steady, 1P7D with Algorithm 1: 7.8 -> 8.8
-// against adaptive's 8.2), since it turns a decode pool's slack into
+// req/s against adaptive's 8.2), since it turns a decode pool's slack into
 // prefill capacity that the adaptive arm's projections do not count (see
 // docs/controllers.md). A zero SpillConfig turns spill off.
 type SpillConfig struct {
