@@ -697,3 +697,40 @@ func TestPreemptionsReported(t *testing.T) {
 		}
 	}
 }
+
+// TestSpilledReported: the report counts spilled prompts (admit records
+// with cause spilled) per run, from the journal and from its export alike.
+func TestSpilledReported(t *testing.T) {
+	root := t.TempDir()
+	w, err := journal.Create(filepath.Join(root, "a-spill"), fixtureMeta("adaptive", 1, 8), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := event.Millisecond
+	for id := event.RequestID(1); id <= 3; id++ {
+		cause := event.CauseNone
+		inst := event.Instance(0)
+		if id != 2 {
+			cause, inst = event.CauseSpilled, 5 // a decode engine absorbs the prompt
+		}
+		rec := func(kind event.Kind, at event.Time, c event.Cause) {
+			w.Record(&event.Record{At: at, Kind: kind, Req: id, Tokens: 10, Want: 5, Inst: inst, Peer: event.NoInstance, Cause: c})
+		}
+		at := event.Time(id) * ms
+		rec(event.KindArrival, at, event.CauseNone)
+		rec(event.KindAdmit, at+ms, cause)
+		rec(event.KindPrefillStart, at+ms, event.CauseNone)
+		rec(event.KindPrefillDone, at+5*ms, event.CauseNone)
+		rec(event.KindDecodeStart, at+5*ms, event.CauseNone)
+		w.Record(&event.Record{At: at + 20*ms, Kind: event.KindFinish, Req: id, Tokens: 5, Inst: inst, Peer: event.NoInstance, Cause: event.CauseStop})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range bothWays(t, root, journal.ExportOptions{}, Options{}) {
+		dir, rep := x.dir, x.rep
+		if len(rep.Runs) != 1 || rep.Runs[0].Spilled != 2 || rep.Runs[0].Completed != 3 {
+			t.Fatalf("%s: runs %+v, want one with 2 spilled of 3 completed", dir, rep.Runs)
+		}
+	}
+}
