@@ -504,15 +504,17 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 		return nil
 	}
 	var d event.Instance
-	if a, ok := c.avoid[r.ID]; r.Local {
+	a, avoided := c.avoid[r.ID]
+	switch {
+	case r.Local:
 		// One ordinary request on one engine: it decodes where it ran.
 		d = r.PrefillInst
-	} else if ok {
+	case avoided:
 		down := v.inst[a].Down
 		v.setDown(a, true)
 		d = c.ctrl.PlaceDecode(v, r)
 		v.setDown(a, down)
-	} else {
+	default:
 		d = c.ctrl.PlaceDecode(v, r)
 	}
 	if c.placeableDown(d, r.ID) {

@@ -38,11 +38,18 @@ func (m *memJournal) records() []event.Record {
 // tests (prefill of a 100-token prompt ≈ 1 ms, a decode step ≈ 2 ms).
 func testFleet(t testing.TB, n int) *fleet.Spec {
 	t.Helper()
+	return testFleetWith(t, n, "{a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}", "{ttft: 2s, tpot: 100ms}")
+}
+
+// testFleetWith is testFleet with the profile and SLO of the caller's (in
+// a fleet file's flow syntax).
+func testFleetWith(t testing.TB, n int, profile, slo string) *fleet.Spec {
+	t.Helper()
 	spec, err := fleet.Parse([]byte(`name: livetest
 instances:
   count: `+itoa(n)+`
-  profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}
-slo: {ttft: 2s, tpot: 100ms}
+  profile: `+profile+`
+slo: `+slo+`
 kv: {latency: 1ms}
 `), "livetest.yaml")
 	if err != nil {

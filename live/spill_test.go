@@ -9,7 +9,6 @@ import (
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
-	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
 )
 
@@ -22,16 +21,7 @@ import (
 // 0.8 s and waits on the prefill engine. Every request ends exactly once;
 // /metrics counts the spill.
 func TestBurstSpillLive(t *testing.T) {
-	spec, err := fleet.Parse([]byte(`name: spilltest
-instances:
-  count: 2
-  profile: {a: 0, b: 1.0e-3, c: 0.0005, slope: 1.0e-7, intercept: 0.002}
-slo: {ttft: 1s, tpot: 100ms}
-kv: {latency: 1ms}
-`), "spilltest.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := testFleetWith(t, 2, "{a: 0, b: 1.0e-3, c: 0.0005, slope: 1.0e-7, intercept: 0.002}", "{ttft: 1s, tpot: 100ms}")
 	scale := 0.1 // the stubs run the profile ten times faster than the core prices it
 	ctrl := &core.Scheduled{Arm: "spill-test", Steps: []core.ScheduleStep{{At: 0, Prefill: 1}}}
 	r := startRigSpec(t, spec, rigOpts{ctrl: ctrl, stub: stub.Options{TimeScale: &scale}})

@@ -145,9 +145,15 @@ func runChecked(t testing.TB, cfg Config, arm string, reqs []Request) (Stats, []
 // runChecker is runChecked returning the checker (its role moves too).
 func runChecker(t testing.TB, cfg Config, arm string, reqs []Request) (*checker, Stats) {
 	t.Helper()
+	return runCheckerWith(t, cfg, mustController(t, arm, len(cfg.Profiles)), reqs)
+}
+
+// runCheckerWith is runChecker with a controller of the caller's.
+func runCheckerWith(t testing.TB, cfg Config, ctrl core.Controller, reqs []Request) (*checker, Stats) {
+	t.Helper()
 	c := newChecker(t)
 	cfg.TokenHook = c.hook
-	s, err := New(cfg, mustController(t, arm, len(cfg.Profiles)), reqs, c)
+	s, err := New(cfg, ctrl, reqs, c)
 	if err != nil {
 		t.Fatal(err)
 	}

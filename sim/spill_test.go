@@ -43,17 +43,7 @@ func TestBurstSpillInSimulation(t *testing.T) {
 	}
 	off := core.DefaultAdaptive
 	off.Spill = core.SpillConfig{}
-	co := newChecker(t)
-	cfg.TokenHook = co.hook
-	s, err := New(cfg, &core.Adaptive{Cfg: off}, reqs, co)
-	if err != nil {
-		t.Fatal(err)
-	}
-	so, err := s.Run()
-	if err != nil {
-		t.Fatal(err)
-	}
-	co.finish(reqs, so)
+	co, so := runCheckerWith(t, cfg, &core.Adaptive{Cfg: off}, reqs)
 	if co.spilled != 0 {
 		t.Fatalf("%d spilled with spill off", co.spilled)
 	}
