@@ -43,11 +43,17 @@ type roleTree struct {
 type treeNode struct{ a, b, mb float64 }
 
 type placeIndex struct {
-	trees [2]roleTree // 0: prefill, 1: decode
+	// trees: 0 prefill, 1 decode, 2 the idle decode engines burst spill
+	// may take (spillTree: one holding no decode streams, keyed by its
+	// resident prefill work).
+	trees [3]roleTree
 	// prefill is the fleet's one profile's T(n) (PrefillSpan from 0), mt
 	// its MT.
 	mt float64
 }
+
+// spillTree is the index of the idle decode engines' tree (see spill).
+const spillTree = 2
 
 func treeFor(r event.Role) int {
 	switch r {
@@ -99,16 +105,19 @@ func (v *View) buildIndex() {
 
 // leaf writes instance i's leaves (without fixing the nodes above) and
 // reports, per tree, whether its leaf changed.
-func (v *View) leaf(i int) (changed [2]bool) {
+func (v *View) leaf(i int) (changed [3]bool) {
 	in := &v.inst[i]
 	inf := math.Inf(1)
-	nd := [2]treeNode{{inf, inf, inf}, {inf, inf, inf}}
+	nd := [3]treeNode{{inf, inf, inf}, {inf, inf, inf}, {inf, inf, inf}}
 	switch in.Role {
 	case event.RolePrefill:
 		nd[0] = treeNode{float64(in.DecodeTokens), in.PrefillWork, in.PrefillWork}
 	case event.RoleDecode:
 		b := float64(in.DecodeTokens)
 		nd[1] = treeNode{float64(in.PrefillTokens), b, b}
+		if in.DecodeCount == 0 {
+			nd[spillTree] = treeNode{0, in.PrefillWork, in.PrefillWork}
+		}
 	}
 	for t := range v.idx.trees {
 		tr := &v.idx.trees[t]
@@ -263,4 +272,36 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 	}
 	meeting(1)
 	return best, bestOK, true
+}
+
+// indexedSpill finds the idle decode engine burst spill would pick for a
+// prompt of span seconds on every engine (the fleet's one profile, no
+// prefix affinity): the least resident prefill work plus span, lowest
+// index among equals, as spill's scan picks it; NoInstance when no decode
+// engine is idle. It reports false when the index does not apply now.
+// O(log instances): the scan it replaces cost a pass over the fleet for
+// every prompt no prefill engine takes in time, which past saturation on
+// 4,096 engines more than doubled the cost of a simulated request.
+func (v *View) indexedSpill(span float64) (event.Instance, bool) {
+	if !v.idxTried {
+		v.buildIndex()
+	}
+	if v.idx == nil || v.downs > 0 || v.now < v.offMax {
+		return event.NoInstance, false
+	}
+	tr := &v.idx.trees[spillTree]
+	if tr.members == 0 {
+		return event.NoInstance, true
+	}
+	// The same descent as indexed's: into the left child whenever it
+	// holds a leaf whose first token comes as early as the least.
+	target := tr.node[1].b + span
+	k := 1
+	for k < tr.size {
+		k *= 2
+		if nd := &tr.node[k]; nd.a != 0 || nd.b+span != target {
+			k++
+		}
+	}
+	return event.Instance(k - tr.size), true
 }

@@ -20,18 +20,24 @@ func TestFleetTotalsFollowFacts(t *testing.T) {
 // random facts (arrivals, prefills done, endings, cancellations, engines
 // down and up, re-placements, observations, ticks) drive 40-instance
 // fleets under every controller that places with Algorithm 1, with every
-// indexed placement checked against the scan (checkIndex panics on a
-// difference).
+// indexed placement, and every burst spill's choice of idle decode engine,
+// checked against the scan (checkIndex panics on a difference).
 func TestPlacementIndexMatchesScan(t *testing.T) {
 	checkIndex = true
 	defer func() { checkIndex = false }()
 	for _, arm := range []string{"adaptive", "arrow", "planner", "coldswap", "static:10P30D/alg1"} {
+		spills := spillChecks
 		for seed := uint64(1); seed <= 3; seed++ {
 			before := indexChecks
 			driveRandom(t, arm, 40, seed, 3000)
 			if indexChecks-before < 100 {
 				t.Errorf("%s seed %d: only %d placements used the index", arm, seed, indexChecks-before)
 			}
+		}
+		// The arms that spill (adaptive and static/alg1) looked for an
+		// idle decode engine through the index.
+		if spilling := arm == "adaptive" || arm == "static:10P30D/alg1"; spilling && spillChecks-spills < 20 {
+			t.Errorf("%s: only %d spill choices used the index", arm, spillChecks-spills)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"fmt"
+
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
@@ -44,6 +46,36 @@ func (c *View) spill(cfg SpillConfig, r Request, chosen event.Instance) event.In
 	if c.inst[chosen].Role == event.RolePrefill && c.PrefillCost(chosen, r)[1] <= c.ttftS {
 		return event.NoInstance
 	}
+	limit := c.ttftS * cfg.TTFT
+	if j, ok := c.indexedSpill(c.inst[0].Profile.PrefillSpan(0, r.InputTokens)); ok {
+		if checkIndex {
+			spillChecks++
+			if s := c.spillScan(limit, r); s != j && (s != event.NoInstance || c.spillTTFT(j, r) <= limit) {
+				panic(fmt.Sprintf("core: spill index chose %d, the scan %d (request %d)", j, s, r.ID))
+			}
+		}
+		if j == event.NoInstance || c.spillTTFT(j, r) > limit {
+			return event.NoInstance
+		}
+		return j
+	}
+	return c.spillScan(limit, r)
+}
+
+// spillChecks counts the spill choices checked against the scan.
+var spillChecks int
+
+// spillTTFT is when idle decode engine j would start r's first token:
+// its resident prefill work (prompts spilled to it before) plus r's span.
+func (c *View) spillTTFT(j event.Instance, r Request) float64 {
+	in := &c.inst[j]
+	return in.PrefillWork + in.Profile.PrefillSpan(c.cachedOn(j, r), r.InputTokens)
+}
+
+// spillScan is spill's pass over the fleet: the idle decode engine whose
+// first token for r comes earliest within limit seconds, lowest index among
+// equals; NoInstance when none.
+func (c *View) spillScan(limit float64, r Request) event.Instance {
 	best := event.NoInstance
 	var bestT float64
 	for j := range c.inst {
@@ -51,8 +83,8 @@ func (c *View) spill(cfg SpillConfig, r Request, chosen event.Instance) event.In
 		if in.Role != event.RoleDecode || !in.Online(c.now) || in.DecodeCount > 0 {
 			continue
 		}
-		ttft := in.PrefillWork + in.Profile.PrefillSpan(c.cachedOn(event.Instance(j), r), r.InputTokens)
-		if ttft > c.ttftS*cfg.TTFT {
+		ttft := c.spillTTFT(event.Instance(j), r)
+		if ttft > limit {
 			continue
 		}
 		if best == event.NoInstance || ttft < bestT {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
@@ -59,5 +60,56 @@ func TestBurstSpillInSimulation(t *testing.T) {
 	t.Logf("spilled %d of %d; qualified %d with spill, %d without (finished %d, %d)", n, len(reqs), on, without, st.Finished, so.Finished)
 	if on <= without {
 		t.Fatalf("qualified %d with spill, %d without: expected more with", on, without)
+	}
+}
+
+// BenchmarkSpillFleet prices burst spill at fleet scale past saturation,
+// where Algorithm 1 finds no prefill engine in time for many prompts and
+// each of them looks for an idle decode engine: the adaptive arm on 8 and
+// 4,096 reference instances offered 6 requests/s per instance (100,000
+// requests), with spill on and off, in CPU (and wall) time per simulated
+// request, and the share of prompts spilled.
+func BenchmarkSpillFleet(b *testing.B) {
+	off := core.DefaultAdaptive
+	off.Spill = core.SpillConfig{}
+	for _, n := range []int{8, 4096} {
+		for _, spill := range []bool{true, false} {
+			b.Run(fmt.Sprintf("n=%d/spill=%v", n, spill), func(b *testing.B) {
+				reqs := randomTrace(7, 100000, 6*float64(n))
+				cfg := refConfig(n)
+				b.ResetTimer()
+				cpu := cpuTime()
+				spilled := 0
+				for i := 0; i < b.N; i++ {
+					cfgA := core.DefaultAdaptive
+					if !spill {
+						cfgA = off
+					}
+					count := spillCounter(0)
+					s, err := New(cfg, &core.Adaptive{Cfg: cfgA}, reqs, &count)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := s.Run(); err != nil {
+						b.Fatal(err)
+					}
+					spilled = int(count)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(len(reqs)*b.N), "ns/request")
+				if cpu > 0 {
+					b.ReportMetric(float64(cpuTime()-cpu)/float64(len(reqs)*b.N), "cpu-ns/request")
+				}
+				b.ReportMetric(float64(spilled)/float64(len(reqs)), "spilled/request")
+			})
+		}
+	}
+}
+
+// spillCounter counts spilled admits.
+type spillCounter int
+
+func (c *spillCounter) Record(r *event.Record) {
+	if r.Kind == event.KindAdmit && r.Cause == event.CauseSpilled {
+		*c++
 	}
 }
