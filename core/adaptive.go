@@ -61,15 +61,7 @@ type AdaptiveConfig struct {
 	// can now decide the score, and a move away from a split projected at
 	// 1 is a crossing (issue 10, fifth round). Within the long window of
 	// a move, only requests that arrived after the move count: the others
-	// were served in part by the split before it (sixth round). On TPOT
-	// the factor scales the projection's excess over the unloaded decode
-	// step (the profile's intercept over the SLO), not the whole ratio:
-	// the step is known, the congestion above it is what the projection
-	// missed and what a split changes, so a split with a fifth more decode
-	// engines now projects about a fifth less of the missed excess instead
-	// of a few percent less of the whole (seventeenth round: on chatdoc in
-	// batches of 8 the whole-ratio factor held the fleet on 4P4D while
-	// document clumps broke TPOT on its 4 decode engines).
+	// were served in part by the split before it (sixth round).
 	Attainment float64
 	// BurstZ turns on the burst insurance (see Adaptive.insure; default 2,
 	// 0 turns it off): when every split scored meets both SLOs, a split is
@@ -241,7 +233,7 @@ func ScoreSplit(c *View, e DemandEstimate, p int) SplitScore {
 		s.TTFT *= e.ttftScale
 	}
 	if e.tpotScale > 0 {
-		s.TPOT = e.tpotFloor + (s.TPOT-e.tpotFloor)*e.tpotScale
+		s.TPOT *= e.tpotScale
 	}
 	return s
 }
@@ -465,12 +457,11 @@ func Headroom(c *View, e DemandEstimate, p int, limit float64) float64 {
 	if e.tpotScale > 0 {
 		ps = e.tpotScale
 	}
-	tpot := func(r float64) float64 { return e.tpotFloor + (r-e.tpotFloor)*ps }
-	if m.drain*ts >= 1 || tpot(m.observed) >= 1 {
+	if m.drain*ts >= 1 || m.observed*ps >= 1 {
 		return 0
 	}
 	return math.Min(largestUnder(func(k float64) float64 { return ts * m.ttftDemand(k) }, limit),
-		largestUnder(func(k float64) float64 { return tpot(m.tpotDemand(k)) }, limit))
+		largestUnder(func(k float64) float64 { return ps * m.tpotDemand(k) }, limit))
 }
 
 // largestUnder is the largest k in [0, limit] with f(k) < 1, for f
@@ -502,7 +493,7 @@ func largestUnder(f func(float64) float64, limit float64) float64 {
 // SLO at 1 on p and scales every other split's by the same factor. It
 // reports the factors set (1 where none).
 func attainmentScales(c *View, e *DemandEstimate, p int, floor float64) (ttft, tpot float64) {
-	e.ttftScale, e.tpotScale, e.tpotFloor = 0, 0, 0
+	e.ttftScale, e.tpotScale = 0, 0
 	ttft, tpot = 1, 1
 	if floor <= 0 || e.Finishes == 0 {
 		return
@@ -514,19 +505,6 @@ func attainmentScales(c *View, e *DemandEstimate, p int, floor float64) (ttft, t
 	}
 	if e.TPOTOK < floor && cur.TPOT > 0 && cur.TPOT < 1 {
 		tpot = 1 / cur.TPOT
-		// The unloaded decode step is known from the engines' profile;
-		// what the projection got wrong is the congestion above it, so
-		// the factor scales the excess over the step's own ratio, which
-		// is what a split changes (see AdaptiveConfig.Attainment). Where
-		// the projection has next to no excess (under a twentieth of the
-		// room to 1), the factor would be huge, and the ratio itself is
-		// scaled.
-		c.fleet.sync(c.inst)
-		_, icpt := c.fleet.means(c.inst)
-		if f := icpt / c.tpotS; cur.TPOT-f > 0.05*(1-f) {
-			tpot = (1 - f) / (cur.TPOT - f)
-			e.tpotFloor = f
-		}
 		e.tpotScale = tpot
 	}
 	return

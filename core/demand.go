@@ -231,10 +231,6 @@ type DemandEstimate struct {
 	// The delivered-attainment check's factors on the projected TTFT and
 	// TPOT ratios (0: 1); see AdaptiveConfig.Attainment.
 	ttftScale, tpotScale float64
-	// tpotFloor is the TPOT ratio of an unloaded decode step (the mean
-	// profile's intercept over the TPOT SLO): tpotScale scales the
-	// projected TPOT ratio's excess over it, not the ratio (0: the ratio).
-	tpotFloor float64
 	// The long window's mix, in a blended estimate: mean prefill time and
 	// its square per arrival, and decode work per ended request.
 	longMean, longMean2, longDecode float64
