@@ -76,6 +76,19 @@ type AdaptiveConfig struct {
 	// Memory is how long the insurance remembers the traffic's mixes and
 	// the requests that missed each SLO (default 600 s).
 	Memory event.Time
+	// OpeningShare is the opening's answer to a delivered miss (default 4;
+	// 0 turns it off). Until its first move the fleet sits on its opening
+	// split, which no evidence chose. When the delivered-attainment check
+	// finds fewer than Attainment of its ten or more ended requests meeting
+	// one SLO, and that SLO's misses over Memory outnumber the other's more
+	// than OpeningShare to one, the neighbour that adds an engine to that
+	// SLO's pool, projecting it lower and the other SLO under 1, is moved
+	// to as a crossing: by the absolute margin alone, not widened for
+	// bursts, and after Confirmations, not TransientConfirmations (issue
+	// 10, eighteenth round: on the Azure code trace the fleet sat on its
+	// opening 4P4D through the first surges, each proposal of 5P3D waiting
+	// for ten confirmations that the next silence reset).
+	OpeningShare float64
 	// Spill is burst spill (default DefaultSpill; zero turns it off): a
 	// prompt no prefill engine starts within the TTFT SLO runs on an idle
 	// decode engine (see SpillConfig; issue 10, fifteenth round).
@@ -87,7 +100,7 @@ var DefaultAdaptive = AdaptiveConfig{Step: 2 * event.Second, Window: 20 * event.
 	Margin: 0.05, RelMargin: 0.10, Confirmations: 3, TransientConfirmations: 10, Evidence: 4 * event.Second,
 	ThrashWindow: 60 * event.Second, MinPrefill: 1, MinDecode: 1, LongWindow: 120 * event.Second,
 	Attainment: ttftQuantile, BurstZ: 2, BurstHorizon: 60 * event.Second, Memory: 600 * event.Second,
-	Spill: DefaultSpill}
+	OpeningShare: 4, Spill: DefaultSpill}
 
 // Adaptive is the role controller narwhal-bench is built around. Every Step
 // it scores the current split and each adjacent split one engine away. A
@@ -692,6 +705,10 @@ func (a *Adaptive) pass(c *View) {
 		decide("stay", fmt.Sprintf("current split scores best (%.3f)", cur.Score()))
 		return
 	}
+	opening := a.openingMiss(e, p, cur, best)
+	if opening != "" {
+		scaled += "; opening split: " + opening
+	}
 	if e.PrefillSE > 0 && !robust(c, e, p, best.Prefill) {
 		a.proposal, a.confirms = 0, 0
 		decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, but not at the offered prefill load ± one standard error (%.3f ± %.3f)",
@@ -700,10 +717,12 @@ func (a *Adaptive) pass(c *View) {
 	}
 	gain := cur.Score() - best.Score()
 	margin, rel := a.Cfg.Margin, a.Cfg.RelMargin
-	if ca2 := arrivalSCV(e); ca2 > 1 {
+	if ca2 := arrivalSCV(e); ca2 > 1 && opening == "" {
 		// Bursty arrivals: every projection is noisier by about c_a, and a
 		// thin gain is as likely the last burst's as the traffic's, so
-		// the margins widen with c_a. Poisson traffic keeps them.
+		// the margins widen with c_a. Poisson traffic keeps them; so does
+		// the opening split's answer to a delivered miss (see
+		// AdaptiveConfig.OpeningShare).
 		w := math.Min(math.Sqrt(ca2), 2)
 		margin, rel = margin*w, rel*w
 	}
@@ -726,7 +745,7 @@ func (a *Adaptive) pass(c *View) {
 	// one that projects that SLO lower and the other unbroken (issue 10,
 	// seventh round: the relative margin held a fleet on a split failing
 	// every request's TPOT for five minutes).
-	crossing := cur.Score() >= 1 && best.Score() < 1
+	crossing := (cur.Score() >= 1 || opening != "") && best.Score() < 1
 	underRel := best.Score() > cur.Score()*(1-rel) // the gain is under the relative margin
 	if !crossing && underRel && gain >= margin {
 		if slo := a.confirmedMiss(e, cur, best); slo != "" {
@@ -756,7 +775,7 @@ func (a *Adaptive) pass(c *View) {
 	// burst's backlog): it must persist for TransientConfirmations.
 	sg := cur.Steady() - best.Steady()
 	demand := sg >= margin && best.Steady() <= cur.Steady()*(1-rel) // the demand supports it by the margins
-	if !demand && !(sg > 0 && cur.Score() >= 1) {
+	if !demand && !(sg > 0 && cur.Score() >= 1) && opening == "" {
 		need = max(need, a.Cfg.TransientConfirmations)
 	}
 	if reversal && !(demand && cur.Steady() >= 1) {
@@ -1015,6 +1034,31 @@ func (a *Adaptive) confirmedMiss(e DemandEstimate, cur, best SplitScore) string 
 	}
 	if e.TTFTOK < a.Cfg.Attainment && cur.TTFT >= 1 && best.TTFT < cur.TTFT && best.TPOT < 1 {
 		return fmt.Sprintf("ttft missed as delivered (%.2f) and projected (%.2f)", e.TTFTOK, cur.TTFT)
+	}
+	return ""
+}
+
+// openingMiss names the SLO (with its delivered attainment and the
+// remembered misses of each; "" for none) when the move from p to best is
+// the opening split's answer to a delivered miss (see
+// AdaptiveConfig.OpeningShare): the fleet has not moved yet, fewer than
+// Attainment of the check's ten or more endings met that SLO, its misses
+// over Memory outnumber the other's more than OpeningShare to one, and
+// best adds an engine to its pool, projects it lower and the other SLO
+// under 1.
+func (a *Adaptive) openingMiss(e DemandEstimate, p int, cur, best SplitScore) string {
+	k := a.Cfg.OpeningShare
+	if k <= 0 || a.moved || a.Cfg.Attainment <= 0 || e.Finishes < a.Cfg.MinArrivals {
+		return ""
+	}
+	tt, tp := float64(a.mem.ttftMiss), float64(a.mem.tpotMiss)
+	switch {
+	case best.Prefill > p && e.TTFTOK < a.Cfg.Attainment && best.TTFT < cur.TTFT && best.TPOT < 1 && tt > k*tp:
+		return fmt.Sprintf("ttft met by %.2f of the ended requests; misses in the last %.0f s: %d ttft, %d tpot",
+			e.TTFTOK, a.Cfg.Memory.Seconds(), a.mem.ttftMiss, a.mem.tpotMiss)
+	case best.Prefill < p && e.TPOTOK < a.Cfg.Attainment && best.TPOT < cur.TPOT && best.TTFT < 1 && tp > k*tt:
+		return fmt.Sprintf("tpot met by %.2f of the ended requests; misses in the last %.0f s: %d tpot, %d ttft",
+			e.TPOTOK, a.Cfg.Memory.Seconds(), a.mem.tpotMiss, a.mem.ttftMiss)
 	}
 	return ""
 }
