@@ -78,7 +78,8 @@ type AdaptiveConfig struct {
 	Memory event.Time
 	// OpeningShare is the opening's answer to a delivered miss (default 4;
 	// 0 turns it off). Until its first move the fleet sits on its opening
-	// split, which no evidence chose. When the delivered-attainment check
+	// split, which no evidence chose (a split resumed from a leader,
+	// Config.Opening, gets no such answer). When the delivered-attainment check
 	// finds fewer than Attainment of its ten or more ended requests meeting
 	// one SLO, and that SLO's misses over Memory outnumber the other's more
 	// than OpeningShare to one, the neighbour that adds an engine to that
@@ -138,6 +139,10 @@ type Adaptive struct {
 	// delivered-attainment check's evidence about the split the fleet is
 	// on (see AdaptiveConfig.Attainment).
 	since struct{ n, ttftOK, tpotOK int }
+	// resumed: the fleet opened on a split resumed from a leader
+	// (Config.Opening), which evidence chose: no opening answer (see
+	// AdaptiveConfig.OpeningShare).
+	resumed bool
 }
 
 // Name implements Controller.
@@ -160,6 +165,7 @@ func (a *Adaptive) Init(c *View) error {
 	a.demand.Span = max(a.Cfg.Window, a.Cfg.LongWindow)
 	a.demand.meanT, a.demand.same = nil, 0 // this fleet's profiles
 	a.next = a.Cfg.Step
+	a.resumed = c.resumed
 	evenSplit(c)
 	return nil
 }
@@ -1041,14 +1047,15 @@ func (a *Adaptive) confirmedMiss(e DemandEstimate, cur, best SplitScore) string 
 // openingMiss names the SLO (with its delivered attainment and the
 // remembered misses of each; "" for none) when the move from p to best is
 // the opening split's answer to a delivered miss (see
-// AdaptiveConfig.OpeningShare): the fleet has not moved yet, fewer than
+// AdaptiveConfig.OpeningShare): the fleet has not moved yet from a split
+// the controller opened on (not one resumed from a leader), fewer than
 // Attainment of the check's ten or more endings met that SLO, its misses
 // over Memory outnumber the other's more than OpeningShare to one, and
 // best adds an engine to its pool, projects it lower and the other SLO
 // under 1.
 func (a *Adaptive) openingMiss(e DemandEstimate, p int, cur, best SplitScore) string {
 	k := a.Cfg.OpeningShare
-	if k <= 0 || a.moved || a.Cfg.Attainment <= 0 || e.Finishes < a.Cfg.MinArrivals {
+	if k <= 0 || a.moved || a.resumed || a.Cfg.Attainment <= 0 || e.Finishes < a.Cfg.MinArrivals {
 		return ""
 	}
 	tt, tp := float64(a.mem.ttftMiss), float64(a.mem.tpotMiss)

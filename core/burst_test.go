@@ -640,11 +640,13 @@ func passDecision(t *testing.T, a *Adaptive, v *View) AdaptiveDecision {
 // alone; after a first move, with the misses split evenly, or with the
 // rule off, the fleet stays.
 func TestOpeningAnswersADeliveredMiss(t *testing.T) {
+	resumed := false
 	decide := func(moved bool, ttftMisses, tpotMisses int, share float64) AdaptiveDecision {
 		c := decodeCore(t, 1200)
 		a := &Adaptive{Cfg: DefaultAdaptive}
 		a.Cfg.BurstZ = 0 // the scored path
 		a.Cfg.OpeningShare = share
+		a.resumed = resumed
 		a.demand.Span = a.Cfg.LongWindow
 		for k := 0; k < 100; k++ {
 			a.demand.addArrival(event.Time(k/4*4)*event.Second, 0.01, 10)
@@ -677,5 +679,10 @@ func TestOpeningAnswersADeliveredMiss(t *testing.T) {
 			strings.Contains(d.Why, "opening split") {
 			t.Errorf("%s: %s (%s), want stay below the widened margins", c.name, d.Choice, d.Why)
 		}
+	}
+	// A split resumed from a leader was chosen on evidence: no answer.
+	resumed = true
+	if d := decide(false, 3, 14, 4); d.Choice != "stay" || strings.Contains(d.Why, "opening split") {
+		t.Errorf("resumed split: %s (%s), want stay below the widened margins", d.Choice, d.Why)
 	}
 }

@@ -250,6 +250,9 @@ type View struct {
 	affNext  int
 	// opening is true while Controller.Init runs: SetRole is allowed.
 	opening bool
+	// resumed: the opening roles are Config.Opening's (a standby router
+	// resuming its leader's split), not the controller's own choice.
+	resumed bool
 	// fleet holds the fleet's resident totals (sums.go), kept by touch.
 	fleet fleetTotals
 }
@@ -312,7 +315,7 @@ func New(cfg Config, ctrl Controller) (*Core, error) {
 			}
 		}
 	}
-	v.opening = true
+	v.opening, v.resumed = true, cfg.Opening != nil
 	err := ctrl.Init(v)
 	for i, r := range cfg.Opening {
 		v.inst[i].Role = r

@@ -14,9 +14,13 @@ func TestOpeningResumesASplit(t *testing.T) {
 	profiles := []timing.Profile{fixture, fixture, fixture, fixture}
 	slo := event.SLO{TTFT: event.Second, TPOT: event.Second / 10}
 	want := []event.Role{event.RolePrefill, event.RolePrefill, event.RolePrefill, event.RoleDecode}
-	c, err := New(Config{Profiles: profiles, SLO: slo, Opening: want}, &Adaptive{})
+	ad := &Adaptive{}
+	c, err := New(Config{Profiles: profiles, SLO: slo, Opening: want}, ad)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !ad.resumed {
+		t.Error("adaptive on resumed roles: not marked resumed (its opening answer would apply)")
 	}
 	rd := c.Ready()
 	for i, r := range want {
@@ -28,7 +32,11 @@ func TestOpeningResumesASplit(t *testing.T) {
 		}
 	}
 	// Without Opening the controller chooses (adaptive: an even split).
-	c, _ = New(Config{Profiles: profiles, SLO: slo}, &Adaptive{})
+	ad = &Adaptive{}
+	c, _ = New(Config{Profiles: profiles, SLO: slo}, ad)
+	if ad.resumed {
+		t.Error("adaptive on its own opening split: marked resumed")
+	}
 	if c.View().Count(event.RolePrefill) != 2 {
 		t.Errorf("default opening: %d prefill, want 2", c.View().Count(event.RolePrefill))
 	}
