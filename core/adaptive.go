@@ -139,10 +139,6 @@ type Adaptive struct {
 	// delivered-attainment check's evidence about the split the fleet is
 	// on (see AdaptiveConfig.Attainment).
 	since struct{ n, ttftOK, tpotOK int }
-	// resumed: the fleet opened on a split resumed from a leader
-	// (Config.Opening), which evidence chose: no opening answer (see
-	// AdaptiveConfig.OpeningShare).
-	resumed bool
 }
 
 // Name implements Controller.
@@ -165,7 +161,6 @@ func (a *Adaptive) Init(c *View) error {
 	a.demand.Span = max(a.Cfg.Window, a.Cfg.LongWindow)
 	a.demand.meanT, a.demand.same = nil, 0 // this fleet's profiles
 	a.next = a.Cfg.Step
-	a.resumed = c.resumed
 	evenSplit(c)
 	return nil
 }
@@ -711,7 +706,7 @@ func (a *Adaptive) pass(c *View) {
 		decide("stay", fmt.Sprintf("current split scores best (%.3f)", cur.Score()))
 		return
 	}
-	opening := a.openingMiss(e, p, cur, best)
+	opening := a.openingMiss(c, e, p, cur, best)
 	if opening != "" {
 		scaled += "; opening split: " + opening
 	}
@@ -916,6 +911,16 @@ func (m *memory) forget(now, span event.Time) {
 	m.ends = m.ends[k:]
 }
 
+// sides is the misses remembered of the pool that receives an engine on
+// a move in direction dir (above 0: toward prefill, whose SLO is TTFT) and
+// of the pool that gives it up.
+func (m *memory) sides(dir int) (take, give int) {
+	if dir > 0 {
+		return m.ttftMiss, m.tpotMiss
+	}
+	return m.tpotMiss, m.ttftMiss
+}
+
 // envelope is e with the heaviest mix remembered on each side: the
 // largest mean prefill time (and square) per arrival and the largest
 // decode work per request, at e's arrival rate (at least e's own load).
@@ -973,10 +978,7 @@ func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, d
 		return fmt.Sprintf("current split has the most headroom (%.2fx the load, %.2fx needed)", hc, lim), false
 	}
 	gain := fmt.Sprintf("neighbour %dP has more headroom (%.2fx -> %.2fx the load, %.2fx needed)", bp, hc, bh, lim)
-	give, take := a.mem.ttftMiss, a.mem.tpotMiss // the misses of the side giving an engine up and of the side receiving it
-	if bp > p {
-		give, take = take, give
-	}
+	take, give := a.mem.sides(bp - p)
 	if give >= take {
 		return fmt.Sprintf("%s, but the side receiving the engine missed no more often in the last %.0f s (%d <= %d)",
 			gain, a.Cfg.Memory.Seconds(), take, give), false
@@ -1053,19 +1055,22 @@ func (a *Adaptive) confirmedMiss(e DemandEstimate, cur, best SplitScore) string 
 // over Memory outnumber the other's more than OpeningShare to one, and
 // best adds an engine to its pool, projects it lower and the other SLO
 // under 1.
-func (a *Adaptive) openingMiss(e DemandEstimate, p int, cur, best SplitScore) string {
+func (a *Adaptive) openingMiss(c *View, e DemandEstimate, p int, cur, best SplitScore) string {
 	k := a.Cfg.OpeningShare
-	if k <= 0 || a.moved || a.resumed || a.Cfg.Attainment <= 0 || e.Finishes < a.Cfg.MinArrivals {
+	if k <= 0 || a.moved || c.resumed || a.Cfg.Attainment <= 0 || e.Finishes < a.Cfg.MinArrivals {
 		return ""
 	}
-	tt, tp := float64(a.mem.ttftMiss), float64(a.mem.tpotMiss)
+	take, give := a.mem.sides(best.Prefill - p)
+	if float64(take) <= k*float64(give) {
+		return ""
+	}
 	switch {
-	case best.Prefill > p && e.TTFTOK < a.Cfg.Attainment && best.TTFT < cur.TTFT && best.TPOT < 1 && tt > k*tp:
+	case best.Prefill > p && e.TTFTOK < a.Cfg.Attainment && best.TTFT < cur.TTFT && best.TPOT < 1:
 		return fmt.Sprintf("ttft met by %.2f of the ended requests; misses in the last %.0f s: %d ttft, %d tpot",
-			e.TTFTOK, a.Cfg.Memory.Seconds(), a.mem.ttftMiss, a.mem.tpotMiss)
-	case best.Prefill < p && e.TPOTOK < a.Cfg.Attainment && best.TPOT < cur.TPOT && best.TTFT < 1 && tp > k*tt:
+			e.TTFTOK, a.Cfg.Memory.Seconds(), take, give)
+	case best.Prefill < p && e.TPOTOK < a.Cfg.Attainment && best.TPOT < cur.TPOT && best.TTFT < 1:
 		return fmt.Sprintf("tpot met by %.2f of the ended requests; misses in the last %.0f s: %d tpot, %d ttft",
-			e.TPOTOK, a.Cfg.Memory.Seconds(), a.mem.tpotMiss, a.mem.ttftMiss)
+			e.TPOTOK, a.Cfg.Memory.Seconds(), take, give)
 	}
 	return ""
 }

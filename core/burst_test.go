@@ -646,7 +646,7 @@ func TestOpeningAnswersADeliveredMiss(t *testing.T) {
 		a := &Adaptive{Cfg: DefaultAdaptive}
 		a.Cfg.BurstZ = 0 // the scored path
 		a.Cfg.OpeningShare = share
-		a.resumed = resumed
+		c.View().resumed = resumed
 		a.demand.Span = a.Cfg.LongWindow
 		for k := 0; k < 100; k++ {
 			a.demand.addArrival(event.Time(k/4*4)*event.Second, 0.01, 10)

@@ -14,12 +14,11 @@ func TestOpeningResumesASplit(t *testing.T) {
 	profiles := []timing.Profile{fixture, fixture, fixture, fixture}
 	slo := event.SLO{TTFT: event.Second, TPOT: event.Second / 10}
 	want := []event.Role{event.RolePrefill, event.RolePrefill, event.RolePrefill, event.RoleDecode}
-	ad := &Adaptive{}
-	c, err := New(Config{Profiles: profiles, SLO: slo, Opening: want}, ad)
+	c, err := New(Config{Profiles: profiles, SLO: slo, Opening: want}, &Adaptive{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ad.resumed {
+	if !c.View().resumed {
 		t.Error("adaptive on resumed roles: not marked resumed (its opening answer would apply)")
 	}
 	rd := c.Ready()
@@ -32,9 +31,8 @@ func TestOpeningResumesASplit(t *testing.T) {
 		}
 	}
 	// Without Opening the controller chooses (adaptive: an even split).
-	ad = &Adaptive{}
-	c, _ = New(Config{Profiles: profiles, SLO: slo}, ad)
-	if ad.resumed {
+	c, _ = New(Config{Profiles: profiles, SLO: slo}, &Adaptive{})
+	if c.View().resumed {
 		t.Error("adaptive on its own opening split: marked resumed")
 	}
 	if c.View().Count(event.RolePrefill) != 2 {
