@@ -8,7 +8,7 @@ so the table gives adaptive against the best of each; against the second,
 routing is held equal and the difference is role control alone.
 
 Usage: campaigns/burstiness.py [--bound] [--traces demo,steady,...]
-       [--levels cv1,cv2,...] [--out DIR]
+       [--levels cv1,cv2,...] [--seeds A..B] [--out DIR]
 
 It runs bin/narwhal-bench sim --json once per (trace, level) and prints a
 markdown table (docs/controllers.md quotes it). Each sweep's JSON is kept
@@ -69,9 +69,9 @@ def run_cached(cmd, path, env=None):
     os.replace(path + '.tmp', path)
 
 
-def sweep(binary, out, trace, level, arms):
+def sweep(binary, out, trace, level, arms, seeds=None):
     args = ['sim'] + TRACES[trace] + LEVELS[level] + ['--arms', arms, '--rates', GRID[trace],
-                                                      '--seeds', SEEDS[trace], '--json']
+                                                      '--seeds', seeds or SEEDS[trace], '--json']
     with open(binary, 'rb') as f:
         tag = hashlib.sha256(f.read()).hexdigest()[:16]
     key = hashlib.sha256((tag + ' '.join(args)).encode()).hexdigest()[:24]
@@ -166,6 +166,8 @@ def main():
     ap.add_argument('--levels', default='cv1,cv2,cv3,cv4,b4,b8')
     ap.add_argument('--out', default=os.path.join(ROOT, 'out', 'burstiness'))
     ap.add_argument('--bin', default=os.path.join(ROOT, 'bin', 'narwhal-bench'))
+    ap.add_argument('--seeds', help='the same seeds for every trace (e.g. 50..54), in place of the '
+                    'final evaluation\'s (demo 22..26, the others 16..20)')
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     arms = STATIC + ',' + STATIC_ALG1 + ',adaptive' + (',phase-oracle,oracle' if a.bound else '')
@@ -196,7 +198,7 @@ def main():
                 # An imported trace keeps its recorded arrival times: only
                 # batches can be laid over it.
                 continue
-            d = sweep(a.bin, a.out, t, lv, arms)
+            d = sweep(a.bin, a.out, t, lv, arms, a.seeds)
             r = summarise(d, 'adaptive', 'oracle' if a.bound else None)
             g = r['alg1']
             if r['best_mean'] > 0:  # a case no arm sustains at any rate has no ratio
