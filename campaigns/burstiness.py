@@ -18,7 +18,8 @@ the arguments, so a rerun with the same binary only re-reads them.
 Seeds: the final held-out evaluation uses seeds never looked at while the
 controller was built (demo 22-26, the others 16-20); see
 docs/controllers.md for the protocol and the earlier evaluation on demo
-17-21 and 11-15.
+17-21 and 11-15. --seeds runs every trace on other seeds (the nineteenth
+round's second look used 50..54, seeds no round had used).
 """
 import argparse
 import hashlib
