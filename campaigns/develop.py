@@ -9,6 +9,7 @@ seed, without spending the evaluation seeds.
 Usage:
   campaigns/develop.py run --bin BIN --out DIR [--cases demo:cv1,steady:b8,...] [--first N]
   campaigns/develop.py compare DIR_A DIR_B
+  campaigns/develop.py failures DIR [--arm ARM]
 
 `run` sweeps BIN's adaptive arm once per case (`BIN sim ... --arms adaptive
 --rates GRID --seeds DEV --json`) and keeps each sweep's JSON in DIR as
@@ -30,6 +31,14 @@ seed_spread.py's half hour per build.
 sustained rate of A and of B (a seed that sustains nothing counts 0), how
 many seeds B sustains less and more than A, and reversals within 60 s
 over split changes, summed over every seed and rate.
+
+`failures` reads every sweep in DIR (develop.py's own, or any `sim
+--seeds ... --json` output kept there) and says, per file, how ARM
+(default adaptive) fails at each seed's first rate under 90%: more than
+10% of the offered requests missing TTFT alone (`ttft`), TPOT alone
+(`tpot`), both SLOs past 10% (`both`), or each within 10% and together
+over it (`joint`: a per-SLO check at 90% sees no miss), and how many
+seeds never fail on the grid (`none`).
 
 The development seeds: demo 300-399, steady 300-339, chatdoc and mixed
 300-309, the Azure traces 300 (one seed: a seed there takes minutes).
@@ -131,6 +140,36 @@ def compare(a_dir, b_dir):
         sys.exit(f'develop.py: no case is in both {a_dir} and {b_dir}')
 
 
+def failure_kind(run):
+    """How a run under 90% attainment failed: 'ttft' or 'tpot' when that
+    SLO alone missed more than 10% of the offered requests, 'both' when
+    both did, 'joint' when neither did (their misses add up past 10%)."""
+    o = max(run['offered'], 1)
+    t, p = run['miss_ttft'] / o > 0.1, run['miss_tpot'] / o > 0.1
+    return {(True, True): 'both', (True, False): 'ttft', (False, True): 'tpot'}.get((t, p), 'joint')
+
+
+def failures(directory, arm):
+    names = sorted(n for n in os.listdir(directory) if n.endswith('.json'))
+    if not names:
+        sys.exit(f'develop.py: failures: {directory} holds no .json sweep')
+    for n in names:
+        with open(os.path.join(directory, n)) as f:
+            d = json.load(f)
+        per_seed = d.get('per_seed') or [d]
+        counts = {k: 0 for k in ('ttft', 'tpot', 'both', 'joint', 'none')}
+        seen = False
+        for s in per_seed:
+            runs = sorted((r for r in s.get('runs', []) if r['arm'] == arm), key=lambda r: r['rate'])
+            seen = seen or bool(runs)
+            first = next((r for r in runs if r['attainment'] < 0.9), None)
+            counts[failure_kind(first) if first else 'none'] += 1
+        if not seen:
+            print(f'{n[:-5]:28s} no runs of {arm}')
+            continue
+        print(f'{n[:-5]:28s} ' + '  '.join(f'{k} {v}' for k, v in counts.items()))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     sub = ap.add_subparsers(dest='cmd', required=True)
@@ -144,7 +183,13 @@ def main():
     c = sub.add_parser('compare', help='compare two run directories case by case')
     c.add_argument('a')
     c.add_argument('b')
+    f = sub.add_parser('failures', help='how an arm fails at each seed\'s first rate under 90%%')
+    f.add_argument('dir')
+    f.add_argument('--arm', default='adaptive')
     args = ap.parse_args()
+    if args.cmd == 'failures':
+        failures(args.dir, args.arm)
+        return
     if args.cmd == 'compare':
         compare(args.a, args.b)
         return
