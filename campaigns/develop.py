@@ -150,12 +150,19 @@ def failure_kind(run):
 
 
 def failures(directory, arm):
+    if not os.path.isdir(directory):
+        sys.exit(f'develop.py: failures: {directory}: not a directory (expected a directory of sweeps)')
     names = sorted(n for n in os.listdir(directory) if n.endswith('.json'))
     if not names:
         sys.exit(f'develop.py: failures: {directory} holds no .json sweep')
     for n in names:
-        with open(os.path.join(directory, n)) as f:
-            d = json.load(f)
+        try:
+            with open(os.path.join(directory, n)) as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit(f'develop.py: failures: {os.path.join(directory, n)}: not a sweep\'s JSON ({e})')
+        if not isinstance(d, dict):
+            sys.exit(f'develop.py: failures: {os.path.join(directory, n)}: not a sweep\'s JSON (expected an object)')
         per_seed = d.get('per_seed') or [d]
         counts = {k: 0 for k in ('ttft', 'tpot', 'both', 'joint', 'none')}
         seen = False
