@@ -151,8 +151,12 @@ def failure_kind(run):
     their cap or too short make up the rest)."""
     o = max(run['offered'], 1)
     t, p = run['miss_ttft'] / o, run['miss_tpot'] / o
-    if t > 0.1 or p > 0.1:
-        return {(True, True): 'both', (True, False): 'ttft', (False, True): 'tpot'}[(t > 0.1, p > 0.1)]
+    if t > 0.1 and p > 0.1:
+        return 'both'
+    if t > 0.1:
+        return 'ttft'
+    if p > 0.1:
+        return 'tpot'
     return 'joint' if t + p > 0.1 else 'other'
 
 
@@ -163,13 +167,14 @@ def failures(directory, arm):
     if not names:
         sys.exit(f'develop.py: failures: {directory} holds no .json sweep')
     for n in names:
+        path = os.path.join(directory, n)
         try:
-            with open(os.path.join(directory, n)) as f:
+            with open(path) as f:
                 d = json.load(f)
         except (OSError, ValueError) as e:
-            sys.exit(f'develop.py: failures: {os.path.join(directory, n)}: not a sweep\'s JSON ({e})')
+            sys.exit(f'develop.py: failures: {path}: not a sweep\'s JSON ({e})')
         if not isinstance(d, dict):
-            sys.exit(f'develop.py: failures: {os.path.join(directory, n)}: not a sweep\'s JSON (expected an object)')
+            sys.exit(f'develop.py: failures: {path}: not a sweep\'s JSON (expected an object)')
         per_seed = d.get('per_seed') or [d]
         counts = {k: 0 for k in ('ttft', 'tpot', 'both', 'joint', 'other', 'none')}
         seen = False
