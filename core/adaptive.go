@@ -94,6 +94,10 @@ type AdaptiveConfig struct {
 	// prompt no prefill engine starts within the TTFT SLO runs on an idle
 	// decode engine (see SpillConfig; issue 10, fifteenth round).
 	Spill SpillConfig
+	// Rehearsal replays the last arrivals under the neighbouring splits on
+	// the attached Rehearser (default DefaultRehearsal; see
+	// RehearsalConfig; issue 10, twenty-second round).
+	Rehearsal RehearsalConfig
 }
 
 // DefaultAdaptive is the adaptive arm's configuration.
@@ -101,7 +105,7 @@ var DefaultAdaptive = AdaptiveConfig{Step: 2 * event.Second, Window: 20 * event.
 	Margin: 0.05, RelMargin: 0.10, Confirmations: 3, TransientConfirmations: 10, Evidence: 4 * event.Second,
 	ThrashWindow: 60 * event.Second, MinPrefill: 1, MinDecode: 1, LongWindow: 120 * event.Second,
 	Attainment: ttftQuantile, BurstZ: 2, BurstHorizon: 60 * event.Second, Memory: 600 * event.Second,
-	OpeningShare: 4, Spill: DefaultSpill}
+	OpeningShare: 4, Spill: DefaultSpill, Rehearsal: DefaultRehearsal}
 
 // Adaptive is the role controller narwhal-bench is built around. Every Step
 // it scores the current split and each adjacent split one engine away. A
@@ -139,6 +143,14 @@ type Adaptive struct {
 	// delivered-attainment check's evidence about the split the fleet is
 	// on (see AdaptiveConfig.Attainment).
 	since struct{ n, ttftOK, tpotOK int }
+
+	// Rehearser, when set, is the model the rehearsal replays recent
+	// arrivals on (see RehearsalConfig); the drivers attach the simulator.
+	Rehearser    Rehearser
+	rehearseNext event.Time
+	// rehearsed is the neighbour the last rehearsals named, rehearsals
+	// how many in a row.
+	rehearsed, rehearsals int
 }
 
 // Name implements Controller.
@@ -166,11 +178,19 @@ func (a *Adaptive) Init(c *View) error {
 }
 
 // Arrived feeds the demand estimator.
-func (a *Adaptive) Arrived(c *View, r Request) { a.demand.arrived(c, r) }
+func (a *Adaptive) Arrived(c *View, r Request) {
+	a.demand.arrived(c, r)
+	if a.Rehearser != nil {
+		a.Rehearser.Arrived(c.now, r)
+	}
+}
 
 // Finished feeds the demand estimator.
 func (a *Adaptive) Finished(c *View, r Request) {
 	a.demand.finished(c, r)
+	if a.Rehearser != nil {
+		a.Rehearser.Finished(r)
+	}
 	if a.Cfg.Memory > 0 {
 		a.mem.ended(c.now, r.TTFT == event.Never || r.TTFT > c.slo.TTFT, r.TPOT != event.Never && r.TPOT > c.slo.TPOT)
 	}
@@ -619,7 +639,11 @@ func (a *Adaptive) Tick(c *View) bool {
 		return false
 	}
 	a.next = c.now + a.Cfg.Step
+	p := c.Count(event.RolePrefill)
 	a.pass(c)
+	if c.Count(event.RolePrefill) == p {
+		a.rehearse(c)
+	}
 	return true
 }
 

@@ -145,7 +145,11 @@ func runChecked(t testing.TB, cfg Config, arm string, reqs []Request) (Stats, []
 // runChecker is runChecked returning the checker (its role moves too).
 func runChecker(t testing.TB, cfg Config, arm string, reqs []Request) (*checker, Stats) {
 	t.Helper()
-	return runCheckerWith(t, cfg, mustController(t, arm, len(cfg.Profiles)), reqs)
+	ctrl := mustController(t, arm, len(cfg.Profiles))
+	if a, ok := ctrl.(*core.Adaptive); ok {
+		a.Rehearser = NewRehearser(cfg, a.Cfg.Rehearsal) // as the drivers attach it
+	}
+	return runCheckerWith(t, cfg, ctrl, reqs)
 }
 
 // runCheckerWith is runChecker with a controller of the caller's.

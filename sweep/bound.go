@@ -548,7 +548,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 	err := s.each(len(rivals), func(i int, q *qualifier) error {
 		run, ok := known[rivals[i]]
 		if !ok {
-			ctrl, err := core.NewController(rivals[i], n)
+			ctrl, err := newController(rivals[i], s.cfg)
 			if err != nil {
 				return err
 			}

@@ -114,6 +114,7 @@ func Replay(src *ReplaySource, cfg ReplayConfig) (run Run, err error) {
 		slo.TPOT = cfg.SLO.TPOT
 	}
 	simCfg := SimConfig(cfg.Fleet, slo, false)
+	AttachRehearser(ctrl, simCfg)
 	m := src.Meta
 	meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: cfg.Arm, Rate: m.Rate,
 		Seed: m.Seed, Trace: m.Trace, TraceHash: m.TraceHash, Fleet: cfg.Fleet.Name, Instances: n,

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/score"
 	"github.com/narwhal-bench/narwhal-bench/sim"
@@ -42,7 +41,7 @@ func materialised(t *testing.T, tr *traces.Trace, cfg sim.Config, arm string, sc
 	for i := range reqs {
 		w[i] = simRequest(&reqs[i])
 	}
-	ctrl, err := core.NewController(arm, len(cfg.Profiles))
+	ctrl, err := newController(arm, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +94,7 @@ func TestStreamedCellMatchesMaterialised(t *testing.T) {
 			}
 			// Row by row: the rows handed out as requests end are the
 			// materialised fold's, each once.
-			ctrl, _ := core.NewController(arm, len(cfg.Profiles))
+			ctrl, _ := newController(arm, cfg)
 			seen := make([]bool, len(wantRows))
 			n := 0
 			sf := &event.StreamFold{End: func(r *event.Row) {

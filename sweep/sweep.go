@@ -566,14 +566,14 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 		ctrl = &core.Scheduled{Arm: "phase-oracle", Steps: steps}
 	case arm == "oracle" && plan.arm != "":
 		var err error
-		if ctrl, err = core.NewController(plan.arm, n); err != nil {
+		if ctrl, err = newController(plan.arm, cfg); err != nil {
 			return Run{}, err
 		}
 	case arm == "oracle":
 		ctrl = &core.Scheduled{Arm: "oracle", Steps: plan.steps()}
 	default:
 		var err error
-		if ctrl, err = core.NewController(arm, n); err != nil {
+		if ctrl, err = newController(arm, cfg); err != nil {
 			return Run{}, err
 		}
 	}

@@ -372,6 +372,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 		if err != nil {
 			return nil, usageError{err}
 		}
+		sweep.AttachRehearser(ctrl, sweep.SimConfig(lc.spec, lc.spec.CoreSLO(), lc.spec.PrefixCache != nil))
 		rt, err := live.New(live.Config{Fleet: lc.spec, URLs: fl.urls, Controller: ctrl, Recorder: rec})
 		if err != nil {
 			return nil, usageError{err}

@@ -22,6 +22,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/live"
 	"github.com/narwhal-bench/narwhal-bench/live/ha"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
+	"github.com/narwhal-bench/narwhal-bench/sweep"
 )
 
 // serveCommand is `narwhal-bench serve`: the live router in front of a
@@ -61,6 +62,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("--arm: %w", err)}
 			}
+			sweep.AttachRehearser(ctrl, sweep.SimConfig(spec, spec.CoreSLO(), spec.PrefixCache != nil))
 			adm := spec.CoreAdmission()
 			if a := c.String("admission"); a != "" {
 				if adm.Mode, err = core.ParseAdmissionMode(a); err != nil {

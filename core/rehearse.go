@@ -1,0 +1,118 @@
+package core
+
+import (
+	"fmt"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Rehearser replays the fleet's recent arrivals under candidate splits on
+// a model of the fleet and says how many of them would have qualified
+// (issue 10, twenty-second round). The core has no model of its own: the
+// drivers attach one (sim.Rehearser, the simulator itself, in the sim
+// command, the replays and the live router). It sees only what the
+// router sees: each prompt's length and prefix at arrival, each answer's
+// length when it ends.
+type Rehearser interface {
+	// Arrived records a request at its arrival.
+	Arrived(now event.Time, r Request)
+	// Finished records an answer's length when its request ends.
+	Finished(r Request)
+	// Qualified replays the window on the current split (prefill engine
+	// count) and on each of others. It returns how many of the replayed
+	// requests qualify on both SLOs on the current split (cur) and on each
+	// other split (counts), and how many were replayed; counts nil when
+	// there is nothing to replay. A count below cur + gain(replayed) may
+	// be any value below it: a replay can stop as soon as it cannot reach
+	// that.
+	Qualified(now event.Time, current int, others []int, gain func(replayed int) int) (cur int, counts []int, replayed int)
+}
+
+// RehearsalConfig is the adaptive controller's rehearsal: every Step, when
+// the scoring pass did not move and the last move is at least Dwell old,
+// the current split and its two neighbours are replayed (Rehearser) over
+// the last Window of arrivals, repeated Tiles times so that a queue the
+// window builds is carried into its repeat. The fleet moves to the
+// neighbour that qualifies the most, when it qualifies at least Margin of
+// the replayed requests (and MinGain requests) more than the current split
+// and the controller's own projection (ScoreSplit) does not price it
+// worse than the current split while the current split is priced within
+// the SLOs. A zero Step turns it off, as does a controller with no
+// Rehearser attached.
+type RehearsalConfig struct {
+	Step, Dwell, Window event.Time
+	Tiles               int
+	Margin              float64
+	MinGain             int
+	// Confirmations is how many rehearsals in a row must name the same
+	// neighbour before the fleet moves (a change of mix, too new to show
+	// in the window, is then in the next one's).
+	Confirmations int
+}
+
+// DefaultRehearsal is the shipped rehearsal.
+var DefaultRehearsal = RehearsalConfig{Step: 10 * event.Second, Dwell: 60 * event.Second,
+	Window: 120 * event.Second, Tiles: 2, Margin: 0.05, MinGain: 3, Confirmations: 2}
+
+// rehearse is one rehearsal, after a scoring pass that did not move.
+func (a *Adaptive) rehearse(c *View) {
+	rc := a.Cfg.Rehearsal
+	if a.Rehearser == nil || rc.Step <= 0 || c.now < a.rehearseNext {
+		return
+	}
+	a.rehearseNext = c.now + rc.Step
+	if a.moved && c.now-a.lastMove < rc.Dwell {
+		a.rehearsed, a.rehearsals = 0, 0
+		return
+	}
+	n := len(c.inst)
+	p := c.Count(event.RolePrefill)
+	var others []int
+	for _, q := range []int{p - 1, p + 1} {
+		if q >= 1 && q < n && q >= a.Cfg.MinPrefill && n-q >= a.Cfg.MinDecode {
+			others = append(others, q)
+		}
+	}
+	gain := func(replayed int) int { return max(rc.MinGain, int(rc.Margin*float64(replayed))) }
+	cur, counts, replayed := a.Rehearser.Qualified(c.now, p, others, gain)
+	if len(counts) != len(others) {
+		a.rehearsed, a.rehearsals = 0, 0
+		return
+	}
+	need := cur + gain(replayed)
+	best, bestV := p, cur
+	for i, q := range others {
+		if counts[i] >= need && counts[i] > bestV {
+			best, bestV = q, counts[i]
+		}
+	}
+	if best == p {
+		a.rehearsed, a.rehearsals = 0, 0
+		return
+	}
+	if best != a.rehearsed {
+		a.rehearsed, a.rehearsals = best, 0
+	}
+	if a.rehearsals++; a.rehearsals < rc.Confirmations {
+		return
+	}
+	a.rehearsed, a.rehearsals = 0, 0
+	e := a.demand.estimate(c.now, 0)
+	if a.Cfg.LongWindow > a.Cfg.Window {
+		e = a.demand.blend(c.now, a.Cfg.Window)
+	}
+	cs, bs := ScoreSplit(c, e, p), ScoreSplit(c, e, best)
+	if bs.Score() >= 1 && bs.Score() > cs.Score() {
+		return // the projection prices the rehearsal's choice out of the SLOs, and worse
+	}
+	why := fmt.Sprintf("rehearsal: %dP%dD qualifies %d of %d replayed requests, %dP%dD %d (projected %.3f -> %.3f)",
+		best, n-best, bestV, replayed, p, n-p, cur, cs.Score(), bs.Score())
+	rec := AdaptiveDecision{Controller: "adaptive", Split: splitName(p, n-p), Rate: Ratio(e.Rate),
+		PrefillLoad: Ratio(e.PrefillLoad), DecodeSteps: Ratio(e.DecodeSteps), ShortWindow: e.ShortPrefill,
+		Candidates: []SplitCandidate{{P: p, TTFT: Ratio(cs.TTFT), TPOT: Ratio(cs.TPOT), Score: Ratio(cs.Score())},
+			{P: best, TTFT: Ratio(bs.TTFT), TPOT: Ratio(bs.TPOT), Score: Ratio(bs.Score())}}}
+	a.move(c, p, best, n, e, why, func(choice, why string) {
+		rec.Choice, rec.Why = choice, why
+		c.Decide(rec)
+	})
+}

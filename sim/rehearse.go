@@ -1,0 +1,176 @@
+package sim
+
+import (
+	"sort"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// Rehearser is the adaptive controller's rehearsal model (core.Rehearser,
+// issue 10, twenty-second round): it keeps the last Window of arrivals as
+// the router saw them (prompt length and prefix at arrival, answer length
+// once the request ends) and replays them on this simulator, once per
+// candidate split, each as a static split placing by Algorithm 1 with
+// burst spill (core.Static with Alg1), the controller's own placement.
+// An answer still running is given the mean length of the window's ended
+// answers. The window is repeated Tiles times, each copy Window later
+// with its own prefixes, so that a queue the window leaves behind meets
+// the same traffic again: a split that only keeps up for one window's
+// length does not pass for one that keeps up.
+//
+// Each replay starts from an empty fleet and is deterministic, so a run
+// with the rehearsal is as reproducible as one without.
+type Rehearser struct {
+	cfg    Config
+	window event.Time
+	tiles  int
+	misses int         // the fewest delivered misses in the window worth a replay
+	share  float64     // and the least share of the window's ended requests that missed
+	arr    []rehearsed // by arrival, IDs increasing
+	reqs   []Request
+	fold   event.StreamFold
+	ok     int
+}
+
+type rehearsed struct {
+	at     event.Time
+	id     event.RequestID
+	input  int
+	output int // 0 until the request ends
+	missed bool
+	group  int64
+	prefix int
+}
+
+// NewRehearser returns a rehearser replaying on cfg's fleet (its profiles,
+// KV, batching, prefix cache and SLO) with rc's window and repeats. A
+// replay drains for at most two minutes after its last arrival.
+func NewRehearser(cfg Config, rc core.RehearsalConfig) *Rehearser {
+	cfg.DrainLimit = 120 * event.Second
+	cfg.TokenHook = nil
+	cfg.Pinned = nil
+	return &Rehearser{cfg: cfg, window: rc.Window, tiles: max(1, rc.Tiles), misses: rc.MinGain, share: rc.Margin}
+}
+
+// Arrived implements core.Rehearser.
+func (h *Rehearser) Arrived(now event.Time, r core.Request) {
+	h.arr = append(h.arr, rehearsed{at: now, id: r.ID, input: max(1, r.InputTokens), group: r.PrefixGroup, prefix: r.PrefixTokens})
+}
+
+// Finished implements core.Rehearser.
+func (h *Rehearser) Finished(r core.Request) {
+	i := sort.Search(len(h.arr), func(i int) bool { return h.arr[i].id >= r.ID })
+	if i < len(h.arr) && h.arr[i].id == r.ID {
+		h.arr[i].output = max(1, r.OutputTokens)
+		h.arr[i].missed = r.TTFT == event.Never || r.TTFT > h.cfg.SLO.TTFT || r.TPOT != event.Never && r.TPOT > h.cfg.SLO.TPOT
+	}
+}
+
+// Qualified implements core.Rehearser.
+func (h *Rehearser) Qualified(now event.Time, current int, others []int, gain func(int) int) (int, []int, int) {
+	lo := sort.Search(len(h.arr), func(i int) bool { return h.arr[i].at >= now-h.window })
+	h.arr = append(h.arr[:0], h.arr[lo:]...)
+	if len(h.arr) < 10 {
+		return 0, nil, 0
+	}
+	sum, ended, missed := 0, 0, 0
+	for _, a := range h.arr {
+		if a.output > 0 {
+			sum += a.output
+			ended++
+		}
+		if a.missed {
+			missed++
+		}
+	}
+	if missed < h.misses || float64(missed) < h.share*float64(ended) {
+		return 0, nil, 0 // the fleet delivers the window: nothing to win
+	}
+	mean := 1
+	if ended > 0 {
+		mean = max(1, sum/ended)
+	}
+	start := h.arr[0].at
+	span := max(now-start, event.Second)
+	h.reqs = h.reqs[:0]
+	for t := range h.tiles {
+		for _, a := range h.arr {
+			q := Request{At: a.at - start + event.Time(t)*span, InputTokens: a.input, OutputTokens: a.output,
+				PrefixGroup: a.group, PrefixTokens: a.prefix}
+			if q.OutputTokens == 0 {
+				q.OutputTokens = mean
+			}
+			if q.PrefixGroup != 0 {
+				q.PrefixGroup += int64(t) << 40 // each copy its own documents
+			}
+			h.reqs = append(h.reqs, q)
+		}
+	}
+	cur, err := h.replay(current, -1)
+	if err != nil {
+		return 0, nil, 0
+	}
+	counts := make([]int, len(others))
+	for i, p := range others {
+		// Stop once more fail than the split may and still gain.
+		limit := len(h.reqs) - (cur + gain(len(h.reqs)))
+		if limit < 0 {
+			continue // it cannot gain that much: 0 is below the bar
+		}
+		n, err := h.replay(p, limit)
+		if err != nil {
+			return 0, nil, 0
+		}
+		counts[i] = n
+	}
+	return cur, counts, len(h.reqs)
+}
+
+// stopRehearsal ends a replay that can no longer gain.
+type stopRehearsal struct{}
+
+// replay runs the rehearsal's requests on split p and counts those that
+// qualify; with maxFail >= 0 it stops once more than maxFail have failed,
+// returning a count below len(h.reqs) - maxFail.
+func (h *Rehearser) replay(p, maxFail int) (ok int, err error) {
+	h.fold.Reset()
+	h.ok = 0
+	failed := 0
+	slo := h.cfg.SLO
+	h.fold.End = func(row *event.Row) {
+		if event.Qualify(row, slo) == event.CheckOK {
+			h.ok++
+			return
+		}
+		if failed++; maxFail >= 0 && failed > maxFail {
+			panic(stopRehearsal{})
+		}
+	}
+	s, err := New(h.cfg, &core.Static{Prefill: p, Alg1: true}, h.reqs, &h.fold)
+	if err != nil {
+		return 0, err
+	}
+	stopped := false
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				if _, ok := v.(stopRehearsal); !ok {
+					panic(v)
+				}
+				stopped = true
+			}
+		}()
+		_, err = s.Run()
+	}()
+	if stopped {
+		return len(h.reqs) - maxFail - 1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := h.fold.Err(); err != nil {
+		return 0, err
+	}
+	return h.ok, nil
+}

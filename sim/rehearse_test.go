@@ -1,0 +1,171 @@
+package sim
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+)
+
+// The rehearser replays the last window of arrivals: too few arrivals
+// give nothing, older arrivals fall out, repeats multiply what is
+// replayed, and a split short of decode engines qualifies fewer of a
+// decode-heavy window than one with many (issue 10, twenty-second round).
+func TestRehearserReplaysTheWindow(t *testing.T) {
+	cfg := refConfig(4)
+	h := NewRehearser(cfg, core.RehearsalConfig{Window: 60 * event.Second, Tiles: 1})
+	arrive := func(id int, at event.Time, in int) {
+		h.Arrived(at, core.Request{ID: event.RequestID(id), InputTokens: in})
+	}
+	for i := range 9 {
+		arrive(i+1, event.Time(i)*event.Second, 100)
+	}
+	if _, c, n := h.Qualified(9*event.Second, 2, []int{1, 3}, none); c != nil || n != 0 {
+		t.Fatalf("9 arrivals: %v of %d, want nothing", c, n)
+	}
+	// 40 light requests 2 s apart; at 80 s the window holds those from 20 s.
+	h = NewRehearser(cfg, core.RehearsalConfig{Window: 60 * event.Second, Tiles: 1})
+	for i := range 40 {
+		arrive(i+1, event.Time(2*i)*event.Second, 100)
+	}
+	for i := range 20 {
+		h.Finished(core.Request{ID: event.RequestID(i + 1), OutputTokens: 10})
+	}
+	h.Finished(core.Request{ID: 999, OutputTokens: 10}) // unknown: ignored
+	cur, c, n := h.Qualified(80*event.Second, 2, []int{1, 3}, none)
+	if n != 30 || len(c) != 2 {
+		t.Fatalf("replayed %d (counts %v), want 30 arrivals of the last 60 s", n, c)
+	}
+	for i, v := range append(c, cur) {
+		if v != n {
+			t.Errorf("light load, split %d: %d of %d qualify, want all", i, v, n)
+		}
+	}
+	h2 := NewRehearser(cfg, core.RehearsalConfig{Window: 60 * event.Second, Tiles: 2})
+	for i := range 40 {
+		h2.Arrived(event.Time(2*i)*event.Second, core.Request{ID: event.RequestID(i + 1), InputTokens: 100})
+	}
+	if _, _, n := h2.Qualified(80*event.Second, 2, nil, none); n != 60 {
+		t.Errorf("two repeats: replayed %d, want 60", n)
+	}
+	// A burst of long answers: one decode engine cannot keep 40 streams
+	// within the TPOT SLO, three can.
+	h = NewRehearser(cfg, core.RehearsalConfig{Window: 60 * event.Second, Tiles: 1})
+	for i := range 40 {
+		arrive(i+1, event.Time(i)*event.Millisecond, 200)
+		h.Finished(core.Request{ID: event.RequestID(i + 1), OutputTokens: 2000})
+	}
+	cur, c, n = h.Qualified(event.Second, 3, []int{1}, none)
+	if n != 40 || c[0] <= cur || cur >= n {
+		t.Errorf("decode-heavy burst: 1P3D %d, 3P1D %d of %d: want 1P3D ahead and 3P1D missing some", c[0], cur, n)
+	}
+	// Asked to gain more than 3P1D's misses, 1P3D's replay stops early
+	// with a count below the bar.
+	_, c, _ = h.Qualified(event.Second, 3, []int{1}, func(int) int { return n - cur + 1 })
+	if c[0] >= n+1 {
+		t.Errorf("a gain out of reach: count %d, want below %d", c[0], n+1)
+	}
+	// A window the fleet delivered (fewer misses than MinGain) is not
+	// replayed.
+	h = NewRehearser(cfg, core.RehearsalConfig{Window: 60 * event.Second, Tiles: 1, MinGain: 3})
+	for i := range 20 {
+		arrive(i+1, event.Time(i)*event.Second, 100)
+		r := core.Request{ID: event.RequestID(i + 1), OutputTokens: 10, TTFT: event.Second, TPOT: 10 * event.Millisecond}
+		if i < 2 {
+			r.TTFT = 20 * event.Second // missed
+		}
+		h.Finished(r)
+	}
+	if _, c, _ := h.Qualified(20*event.Second, 2, []int{1}, none); c != nil {
+		t.Errorf("2 misses with MinGain 3: replayed (%v)", c)
+	}
+	h.Finished(core.Request{ID: 3, OutputTokens: 10, TTFT: 20 * event.Second})
+	if _, c, _ := h.Qualified(20*event.Second, 2, []int{1}, none); c == nil {
+		t.Error("3 misses with MinGain 3: not replayed")
+	}
+}
+
+// none asks for no gain.
+func none(int) int { return 0 }
+
+// favourFewer is a rehearser that always finds one prefill engine fewer
+// better.
+type favourFewer struct{ calls int }
+
+func (f *favourFewer) Arrived(event.Time, core.Request) {}
+func (f *favourFewer) Finished(core.Request)            {}
+func (f *favourFewer) Qualified(_ event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
+	f.calls++
+	c := make([]int, len(others))
+	for i, q := range others {
+		if q < current {
+			c[i] = 100
+		}
+	}
+	return 0, c, 100
+}
+
+// decisionLog keeps the controller decisions' times and texts.
+type decisionLog struct {
+	at  []event.Time
+	why []string
+	p   []int
+}
+
+func (d *decisionLog) Record(r *event.Record) {
+	if r.Kind != event.KindDecision {
+		return
+	}
+	var v core.AdaptiveDecision
+	if json.Unmarshal([]byte(r.Text), &v) == nil && strings.HasPrefix(v.Why, "rehearsal:") {
+		d.at = append(d.at, r.At)
+		d.why = append(d.why, v.Choice)
+	}
+}
+
+// The adaptive controller takes the rehearsal's neighbour at most once per
+// Dwell after any move, never with the rehearsal off, and every invariant
+// holds on the runs (issue 10, twenty-second round).
+func TestAdaptiveFollowsTheRehearsal(t *testing.T) {
+	cfg := refConfig(6)
+	reqs := randomTrace(7, 600, 1)
+	for _, on := range []bool{true, false} {
+		a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+		if !on {
+			a.Cfg.Rehearsal.Step = 0
+		}
+		f := &favourFewer{}
+		a.Rehearser = f
+		c := newChecker(t)
+		cfg.TokenHook = c.hook
+		var d decisionLog
+		s, err := New(cfg, a, reqs, event.Tee{c, &d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.finish(reqs, st)
+		if !on {
+			if f.calls != 0 || len(d.at) != 0 {
+				t.Errorf("rehearsal off: %d replays, %d moves", f.calls, len(d.at))
+			}
+			continue
+		}
+		if len(d.at) == 0 {
+			t.Fatal("no move on the rehearsal's word")
+		}
+		for i, ch := range d.why {
+			if !strings.HasPrefix(ch, "move ") {
+				t.Errorf("rehearsal decision %d: choice %q, want a move", i, ch)
+			}
+			if i > 0 && d.at[i]-d.at[i-1] < core.DefaultRehearsal.Dwell {
+				t.Errorf("rehearsal moves at %v and %v: closer than the dwell %v", d.at[i-1], d.at[i], core.DefaultRehearsal.Dwell)
+			}
+		}
+	}
+}
