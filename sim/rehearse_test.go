@@ -7,6 +7,7 @@ import (
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
 )
 
 // The rehearser replays the last window of arrivals: too few arrivals
@@ -166,6 +167,36 @@ func TestAdaptiveFollowsTheRehearsal(t *testing.T) {
 			if i > 0 && d.at[i]-d.at[i-1] < core.DefaultRehearsal.Dwell {
 				t.Errorf("rehearsal moves at %v and %v: closer than the dwell %v", d.at[i-1], d.at[i], core.DefaultRehearsal.Dwell)
 			}
+		}
+	}
+}
+
+// BenchmarkRehearsal is one rehearsal on eval8: 120 s of arrivals at 4
+// req/s (half of them prompts of up to 9,000 tokens), replayed twice over
+// on the current split and its two neighbours, as the live router runs
+// it on its owner goroutine.
+func BenchmarkRehearsal(b *testing.B) {
+	fl, err := fleet.Load("eval8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := Config{Profiles: fl.Profiles(), SLO: fl.CoreSLO(), KV: fl.KVModel(), Batch: DefaultBatch}
+	if fl.Batch != nil {
+		cfg.Batch = *fl.Batch
+	}
+	h := NewRehearser(cfg, core.DefaultRehearsal)
+	reqs := randomTrace(11, 480, 4)
+	for i, r := range reqs {
+		h.Arrived(r.At, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens})
+		if i%4 != 0 {
+			h.Finished(core.Request{ID: event.RequestID(i + 1), OutputTokens: r.OutputTokens, TTFT: 10 * event.Second})
+		}
+	}
+	now := reqs[len(reqs)-1].At + event.Second
+	b.ResetTimer()
+	for range b.N {
+		if _, c, _ := h.Qualified(now, 4, []int{3, 5}, func(int) int { return 0 }); c == nil {
+			b.Fatal("nothing replayed")
 		}
 	}
 }
