@@ -152,12 +152,13 @@ func runChecker(t testing.TB, cfg Config, arm string, reqs []Request) (*checker,
 	return runCheckerWith(t, cfg, ctrl, reqs)
 }
 
-// runCheckerWith is runChecker with a controller of the caller's.
-func runCheckerWith(t testing.TB, cfg Config, ctrl core.Controller, reqs []Request) (*checker, Stats) {
+// runCheckerWith is runChecker with a controller of the caller's; the
+// run's records also go to each of also.
+func runCheckerWith(t testing.TB, cfg Config, ctrl core.Controller, reqs []Request, also ...event.Recorder) (*checker, Stats) {
 	t.Helper()
 	c := newChecker(t)
 	cfg.TokenHook = c.hook
-	s, err := New(cfg, ctrl, reqs, c)
+	s, err := New(cfg, ctrl, reqs, append(event.Tee{c}, also...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,18 +139,8 @@ func TestAdaptiveFollowsTheRehearsal(t *testing.T) {
 		}
 		f := &favourFewer{}
 		a.Rehearser = f
-		c := newChecker(t)
-		cfg.TokenHook = c.hook
 		var d decisionLog
-		s, err := New(cfg, a, reqs, event.Tee{c, &d})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := s.Run()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.finish(reqs, st)
+		runCheckerWith(t, cfg, a, reqs, &d)
 		if !on {
 			if f.calls != 0 || len(d.at) != 0 {
 				t.Errorf("rehearsal off: %d replays, %d moves", f.calls, len(d.at))
