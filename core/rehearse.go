@@ -34,11 +34,13 @@ type Rehearser interface {
 // the last Window of arrivals, repeated Tiles times so that a queue the
 // window builds is carried into its repeat. The fleet moves to the
 // neighbour that qualifies the most, when it qualifies at least Margin of
-// the replayed requests (and MinGain requests) more than the current split
-// and the controller's own projection (ScoreSplit) does not price it
-// worse than the current split while the current split is priced within
-// the SLOs. A zero Step turns it off, as does a controller with no
-// Rehearser attached.
+// the replayed requests (and MinGain requests) more than the current split,
+// when Confirmations rehearsals in a row named it, and unless the
+// controller's own projection (ScoreSplit) prices it outside the SLOs (a
+// score of 1 or more) and worse than the current split. The rehearser
+// replays only while the fleet missed at least Margin (and MinGain) of the
+// requests that ended in the window. A zero Step turns it off, as does a
+// controller with no Rehearser attached.
 type RehearsalConfig struct {
 	Step, Dwell, Window event.Time
 	Tiles               int
