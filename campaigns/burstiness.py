@@ -11,14 +11,15 @@ Usage: campaigns/burstiness.py [--bound] [--traces demo,steady,...]
        [--levels cv1,cv2,...] [--seeds A..B] [--out DIR]
 
 It runs bin/narwhal-bench sim --json once per (trace, level) and prints a
-markdown table (docs/controllers.md quotes it). Each sweep's JSON is kept
+markdown table (docs/controllers.md and the tuning log,
+docs/controllers-rounds.md, quote it). Each sweep's JSON is kept
 in DIR (default out/burstiness) under a name made of the binary's hash and
 the arguments, so a rerun with the same binary only re-reads them.
 
 Seeds: the final held-out evaluation uses seeds never looked at while the
 controller was built (demo 22-26, the others 16-20); see
-docs/controllers.md for the protocol and the earlier evaluation on demo
-17-21 and 11-15. --seeds runs every trace on other seeds (the nineteenth
+docs/controllers.md for the protocol and docs/controllers-rounds.md for
+the earlier evaluation on demo 17-21 and 11-15. --seeds runs every trace on other seeds (the nineteenth
 round's second look used 50..54, seeds no round had used).
 """
 import argparse

@@ -9,7 +9,7 @@ a hundred seeds from --first on demo and steady (short traces), twenty on
 chatdoc, mixed and Azure. The default, 600 (seeds 600-699 and 600-619), is
 the evaluation of the controller with the decode-noise robustness check,
 on seeds never used before it; 800 evaluated the delivered-attainment
-check after it (docs/controllers.md, fifth round), 1000 the check
+check after it (docs/controllers-rounds.md, fifth round), 1000 the check
 counting only the split's own requests after a move (sixth round), 1200
 the relative margin waived for a split missing an SLO by both accounts
 (seventh round); 400 evaluated the controller with the

@@ -151,6 +151,8 @@ type Adaptive struct {
 	// rehearsed is the neighbour the last rehearsals named, rehearsals
 	// how many in a row.
 	rehearsed, rehearsals int
+	// byRehearsal: the last move was a rehearsal's (see guard).
+	byRehearsal bool
 }
 
 // Name implements Controller.
@@ -821,6 +823,11 @@ func (a *Adaptive) pass(c *View) {
 		decide("propose "+target, fmt.Sprintf("score %.3f -> %.3f, waiting for evidence of the last move", cur.Score(), best.Score()))
 		return
 	}
+	if why := a.guard(c, p, best.Prefill); why != "" {
+		a.proposal, a.confirms = 0, 0
+		decide("stay", fmt.Sprintf("best neighbour %dP improves %.3f -> %.3f, but %s", best.Prefill, cur.Score(), best.Score(), why))
+		return
+	}
 	a.move(c, p, best.Prefill, n, e, fmt.Sprintf("score %.3f -> %.3f (ttft %.3f, tpot %.3f)", cur.Score(), best.Score(), best.TTFT, best.TPOT), decide)
 }
 
@@ -871,7 +878,7 @@ func (a *Adaptive) move(c *View, p, q, n int, e DemandEstimate, why string, deci
 		return
 	}
 	a.proposal, a.confirms = 0, 0
-	a.lastMove, a.lastDir, a.moved = c.now, dir, true
+	a.lastMove, a.lastDir, a.moved, a.byRehearsal = c.now, dir, true, false
 	a.moveMix, a.moveLoad, a.moveSE = e.mixNow(), e.PrefillLoad, e.PrefillSE
 	a.since.n, a.since.ttftOK, a.since.tpotOK = 0, 0, 0
 	decide("move "+target, why)
@@ -1043,6 +1050,11 @@ func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, d
 	}
 	if a.moved && c.now-a.lastMove < a.Cfg.Evidence {
 		decide("propose "+target, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx, waiting for evidence of the last move", hc, bh))
+		return "", true
+	}
+	if why := a.guard(c, p, bp); why != "" {
+		a.proposal, a.confirms = 0, 0
+		decide("stay", fmt.Sprintf("insurance: headroom %.2fx -> %.2fx, but %s", hc, bh, why))
 		return "", true
 	}
 	a.move(c, p, bp, n, e, fmt.Sprintf("insurance: headroom %.2fx -> %.2fx the load (%.2fx needed; score %.3f); misses in the last %.0f s: %d ttft, %d tpot",

@@ -117,4 +117,29 @@ func (a *Adaptive) rehearse(c *View) {
 		rec.Choice, rec.Why = choice, why
 		c.Decide(rec)
 	})
+	a.byRehearsal = a.moved && a.lastMove == c.now
+}
+
+// guard is why a move of the scoring pass or the burst insurance from p
+// prefill engines to q must wait ("" when it may go): within the
+// rehearsal's Window of a move the rehearsal made, a move undoing it goes
+// only if a replay of the window does not qualify fewer requests on q
+// than on p. The projection and the insurance price the traffic with
+// formulas that the rehearsal's replay overruled; without the guard they
+// took its engine straight back a minute later, and on the Azure traces
+// the two undid each other by turns (issue 10, twenty-third round). When
+// the fleet delivers the window (the rehearser's gate), or the replay
+// cannot be made, the move goes as before.
+func (a *Adaptive) guard(c *View, p, q int) string {
+	rc := a.Cfg.Rehearsal
+	if a.Rehearser == nil || rc.Step <= 0 || !a.byRehearsal || !a.moved ||
+		sign(q-p) != -sign(a.lastDir) || c.now-a.lastMove >= rc.Window {
+		return ""
+	}
+	cur, counts, replayed := a.Rehearser.Qualified(c.now, p, []int{q}, func(int) int { return 0 })
+	if len(counts) != 1 || counts[0] >= cur {
+		return ""
+	}
+	return fmt.Sprintf("that undoes the rehearsal's move %.0f s ago, and a replay of the window qualifies fewer of its %d requests on %dP than the %d on %dP",
+		(c.now - a.lastMove).Seconds(), replayed, q, cur, p)
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -189,4 +190,98 @@ func BenchmarkRehearsal(b *testing.B) {
 			b.Fatal("nothing replayed")
 		}
 	}
+}
+
+// favourDecode is a rehearser whose replays qualify more the fewer prefill
+// engines a split has: every rehearsal names the neighbour toward decode,
+// and every guard's replay rates a move toward prefill worse.
+type favourDecode struct{ calls, guards int }
+
+func (f *favourDecode) Arrived(event.Time, core.Request) {}
+func (f *favourDecode) Finished(core.Request)            {}
+func (f *favourDecode) Qualified(_ event.Time, current int, others []int, gain func(int) int) (int, []int, int) {
+	f.calls++
+	if gain(100) == 0 {
+		f.guards++
+	}
+	c := make([]int, len(others))
+	for i, q := range others {
+		c[i] = 100 - 10*q
+	}
+	return 100 - 10*current, c, 100
+}
+
+// Within the rehearsal's window of a move it made, the scoring pass and
+// the insurance do not undo the move when a replay rates the undoing worse
+// (the guard), and they do once the window has passed; every invariant
+// holds on the run (issue 10, twenty-third round).
+func TestGuardKeepsTheRehearsalsMove(t *testing.T) {
+	cfg := refConfig(6)
+	reqs := randomTrace(7, 900, 1.5)
+	for i := range reqs {
+		reqs[i].InputTokens *= 4 // prefill-heavy: the projection pulls toward prefill
+	}
+	a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+	f := &favourDecode{}
+	a.Rehearser = f
+	var d allMoves
+	runCheckerWith(t, cfg, a, reqs, &d)
+	if f.guards == 0 {
+		t.Fatal("the guard never replayed: the trace does not exercise it")
+	}
+	if d.vetoes == 0 {
+		t.Error("the guard never held a move")
+	}
+	undone := 0
+	for i := 1; i < len(d.moves); i++ {
+		prev, m := d.moves[i-1], d.moves[i]
+		if !prev.rehearsal || m.rehearsal || m.to <= m.from || prev.to >= prev.from {
+			continue
+		}
+		if m.at-prev.at < core.DefaultRehearsal.Window {
+			t.Errorf("at %v the pass moved %dP -> %dP, %v after the rehearsal's %dP -> %dP, against the replay",
+				m.at, m.from, m.to, m.at-prev.at, prev.from, prev.to)
+		}
+		undone++
+	}
+	if undone == 0 {
+		t.Error("no rehearsal's move was ever undone once its window had passed: the guard holds for ever")
+	}
+}
+
+type move struct {
+	at        event.Time
+	from, to  int
+	rehearsal bool
+}
+
+// allMoves keeps the controller's moves, and counts the guard's holds.
+type allMoves struct {
+	moves  []move
+	vetoes int
+}
+
+func (d *allMoves) Record(r *event.Record) {
+	if r.Kind != event.KindDecision {
+		return
+	}
+	var v core.AdaptiveDecision
+	if json.Unmarshal([]byte(r.Text), &v) != nil {
+		return
+	}
+	if strings.Contains(v.Why, "undoes the rehearsal's move") {
+		d.vetoes++
+	}
+	to, ok := strings.CutPrefix(v.Choice, "move ")
+	if !ok {
+		return
+	}
+	var fp, fd, tp, td int
+	if _, err := fmt.Sscanf(v.Split, "%dP%dD", &fp, &fd); err != nil {
+		return
+	}
+	if _, err := fmt.Sscanf(to, "%dP%dD", &tp, &td); err != nil {
+		return
+	}
+	d.moves = append(d.moves, move{at: r.At, from: fp, to: tp, rehearsal: strings.HasPrefix(v.Why, "rehearsal:")})
 }
