@@ -153,6 +153,10 @@ type Adaptive struct {
 	rehearsed, rehearsals int
 	// byRehearsal: the last move was a rehearsal's (see guard).
 	byRehearsal bool
+	// mixFrom is when the last change of mix began (the first pass to see
+	// one after Step without): since then counts only requests that
+	// arrived after it too, as after a move.
+	mixFrom event.Time
 }
 
 // Name implements Controller.
@@ -196,7 +200,7 @@ func (a *Adaptive) Finished(c *View, r Request) {
 	if a.Cfg.Memory > 0 {
 		a.mem.ended(c.now, r.TTFT == event.Never || r.TTFT > c.slo.TTFT, r.TPOT != event.Never && r.TPOT > c.slo.TPOT)
 	}
-	if !a.moved || r.TTFT == event.Never {
+	if !a.moved && a.mixFrom == 0 || r.TTFT == event.Never {
 		return
 	}
 	// The request's arrival: its end less its first-token time and its
@@ -205,8 +209,8 @@ func (a *Adaptive) Finished(c *View, r Request) {
 	if r.TPOT != event.Never && r.OutputTokens > 1 {
 		arr -= r.TPOT * event.Time(r.OutputTokens-1)
 	}
-	if arr < a.lastMove {
-		return // served in part by the split before the last move
+	if arr < max(a.lastMove, a.mixFrom) {
+		return // served in part by the split before the last move, or of the old mix
 	}
 	a.since.n++
 	if r.TTFT <= c.slo.TTFT {
@@ -683,11 +687,22 @@ func (a *Adaptive) pass(c *View) {
 			e.LongArrivals, ca2, float64(e.LongArrivals)/clumpSize(ca2), a.Cfg.MinArrivals))
 		return
 	}
-	if a.moved && c.now-a.lastMove < a.Cfg.LongWindow {
+	if e.mixShift && (!a.mixSeen || c.now-a.lastMix > a.Cfg.Step) {
+		// A change of mix begins: the window's endings are the old mix's,
+		// whose misses say little of what this split delivers to the new
+		// one (after the Azure code trace's change to conversation, its
+		// TTFT misses held the fleet on a split that failed the
+		// conversations' TPOT for ~100 s). The evidence restarts, as at a
+		// move.
+		a.mixFrom = c.now
+		a.since.n, a.since.ttftOK, a.since.tpotOK = 0, 0, 0
+	}
+	if a.moved && c.now-a.lastMove < a.Cfg.LongWindow || a.mixFrom > 0 && c.now-a.mixFrom < a.Cfg.LongWindow {
 		// Within the long window of a move, the window's endings mix the
 		// split before it with the one after: only requests that arrived
 		// after the move, served by this split alone, are evidence of
 		// what it delivers (the check waits for MinArrivals of them).
+		// Likewise within the long window of a change of mix.
 		e.Finishes = a.since.n
 		if n := a.since.n; n > 0 {
 			e.TTFTOK, e.TPOTOK = float64(a.since.ttftOK)/float64(n), float64(a.since.tpotOK)/float64(n)

@@ -581,6 +581,67 @@ func TestAttainmentCheckAfterMove(t *testing.T) {
 	}
 }
 
+// A change of mix restarts the delivered-attainment check's evidence as a
+// move does (issue 10, twenty-fourth round): the endings in the window
+// are the old mix's requests, and their misses say little of what the
+// split delivers to the new one. On the Azure traces the code phase's
+// TTFT misses held the fleet ~100 s on a split failing the conversations'
+// TPOT. The same twenty endings, 14 missing the TPOT SLO: with a steady
+// mix the check scales the projections; when the pass sees the mix
+// change, it waits; and requests that arrived after the change count
+// again at the next pass.
+func TestAttainmentCheckAfterMixChange(t *testing.T) {
+	setup := func(shift bool) (*Adaptive, *View) {
+		a, v := lightAdaptive(t, 1200)
+		a.Cfg.BurstZ = 0 // the scored path
+		if shift {
+			// The last 4 s bring prompts four times as long as the minute's.
+			for k := 0; k < 8; k++ {
+				a.demand.addArrival(96*event.Second+event.Time(k)*500*event.Millisecond, 0.04, 40)
+			}
+		}
+		end := func(at event.Time) { // 14 of 20 missed the TPOT SLO; each arrived ~0.95 s before its end
+			for k := 0; k < 20; k++ {
+				v.now = at + event.Time(k)*20*event.Millisecond
+				tpot := 10 * event.Millisecond
+				if k%10 < 7 {
+					tpot = 80 * event.Millisecond
+				}
+				a.Finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 900 * event.Millisecond, TPOT: tpot})
+			}
+		}
+		end(90 * event.Second)
+		v.now = 100 * event.Second
+		return a, v
+	}
+	a, v := setup(false)
+	if d := passDecision(t, a, v); !strings.Contains(d.Why, "delivered attainment (ttft 1.00, tpot 0.30)") {
+		t.Fatalf("steady mix: %s (%s), want the check to scale the projections", d.Choice, d.Why)
+	}
+	a, v = setup(true)
+	d := passDecision(t, a, v)
+	if !a.mixSeen {
+		t.Fatalf("fixture: the pass at 100 s must see the change of mix")
+	}
+	if strings.Contains(d.Why, "delivered attainment") || a.mixFrom != 100*event.Second {
+		t.Fatalf("change of mix: %s (%s, from %v), want the check to wait for the new mix's endings", d.Choice, d.Why, a.mixFrom)
+	}
+	// Twenty endings of requests that arrived after the change, the same
+	// misses: the next pass (within Step, the same change) counts them.
+	for k := 0; k < 20; k++ {
+		v.now = 101*event.Second + event.Time(k)*20*event.Millisecond
+		tpot := 10 * event.Millisecond
+		if k%10 < 7 {
+			tpot = 80 * event.Millisecond
+		}
+		a.Finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 900 * event.Millisecond, TPOT: tpot})
+	}
+	v.now = 101500 * event.Millisecond
+	if d := passDecision(t, a, v); !strings.Contains(d.Why, "delivered attainment (ttft 1.00, tpot 0.30)") || a.mixFrom != 100*event.Second {
+		t.Fatalf("endings after the change: %s (%s, from %v), want the check to scale the projections from them", d.Choice, d.Why, a.mixFrom)
+	}
+}
+
 // passAfterEndings ends twenty light requests, one every half second from
 // 90 s, each missing the TPOT SLO (80 ms a token, else 10 ms) when
 // missed(k), then runs one scoring pass at 100 s and returns its decision.
