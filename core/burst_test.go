@@ -562,14 +562,7 @@ func TestAttainmentCheckAfterMove(t *testing.T) {
 		a, v := lightAdaptive(t, 1200)
 		a.Cfg.BurstZ = 0 // the scored path (the insurance would answer the remembered misses)
 		a.moved, a.lastMove = true, moveAt
-		for k := 0; k < 20; k++ { // 14 of 20 missed the TPOT SLO; each arrived ~0.95 s before its end
-			v.now = 90*event.Second + event.Time(k)*20*event.Millisecond
-			tpot := 10 * event.Millisecond
-			if k%10 < 7 {
-				tpot = 80 * event.Millisecond
-			}
-			a.Finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 900 * event.Millisecond, TPOT: tpot})
-		}
+		endMissingTPOT(a, v, 90*event.Second)
 		v.now = 100 * event.Second
 		return passDecision(t, a, v)
 	}
@@ -600,17 +593,7 @@ func TestAttainmentCheckAfterMixChange(t *testing.T) {
 				a.demand.addArrival(96*event.Second+event.Time(k)*500*event.Millisecond, 0.04, 40)
 			}
 		}
-		end := func(at event.Time) { // 14 of 20 missed the TPOT SLO; each arrived ~0.95 s before its end
-			for k := 0; k < 20; k++ {
-				v.now = at + event.Time(k)*20*event.Millisecond
-				tpot := 10 * event.Millisecond
-				if k%10 < 7 {
-					tpot = 80 * event.Millisecond
-				}
-				a.Finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 900 * event.Millisecond, TPOT: tpot})
-			}
-		}
-		end(90 * event.Second)
+		endMissingTPOT(a, v, 90*event.Second)
 		v.now = 100 * event.Second
 		return a, v
 	}
@@ -628,17 +611,24 @@ func TestAttainmentCheckAfterMixChange(t *testing.T) {
 	}
 	// Twenty endings of requests that arrived after the change, the same
 	// misses: the next pass (within Step, the same change) counts them.
+	endMissingTPOT(a, v, 101*event.Second)
+	v.now = 101500 * event.Millisecond
+	if d := passDecision(t, a, v); !strings.Contains(d.Why, "delivered attainment (ttft 1.00, tpot 0.30)") || a.mixFrom != 100*event.Second {
+		t.Fatalf("endings after the change: %s (%s, from %v), want the check to scale the projections from them", d.Choice, d.Why, a.mixFrom)
+	}
+}
+
+// endMissingTPOT ends twenty light requests on a, one every 20 ms from
+// at, 14 of them missing the TPOT SLO (80 ms a token, else 10 ms); each
+// arrived about 0.95 s before its end.
+func endMissingTPOT(a *Adaptive, v *View, at event.Time) {
 	for k := 0; k < 20; k++ {
-		v.now = 101*event.Second + event.Time(k)*20*event.Millisecond
+		v.now = at + event.Time(k)*20*event.Millisecond
 		tpot := 10 * event.Millisecond
 		if k%10 < 7 {
 			tpot = 80 * event.Millisecond
 		}
 		a.Finished(v, Request{InputTokens: 10, OutputTokens: 2, TTFT: 900 * event.Millisecond, TPOT: tpot})
-	}
-	v.now = 101500 * event.Millisecond
-	if d := passDecision(t, a, v); !strings.Contains(d.Why, "delivered attainment (ttft 1.00, tpot 0.30)") || a.mixFrom != 100*event.Second {
-		t.Fatalf("endings after the change: %s (%s, from %v), want the check to scale the projections from them", d.Choice, d.Why, a.mixFrom)
 	}
 }
 
