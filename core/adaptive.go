@@ -157,6 +157,10 @@ type Adaptive struct {
 	// one after Step without): since then counts only requests that
 	// arrived after it too, as after a move.
 	mixFrom event.Time
+	// agg: the rehearsal moved the fleet to aggregated serving (every
+	// engine both phases) from a split of aggFrom prefill engines.
+	agg     bool
+	aggFrom int
 }
 
 // Name implements Controller.
@@ -165,7 +169,19 @@ func (a *Adaptive) Name() string { return "adaptive" }
 // PlacePrefill implements Controller: Algorithm 1 without inline flips
 // (Arrow §5.3), with burst spill (AdaptiveConfig.Spill).
 func (a *Adaptive) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
+	if a.agg {
+		return Aggregated{}.PlacePrefill(c, r)
+	}
 	return c.placeSpilling(a.Cfg.Spill, r)
+}
+
+// PlaceDecode implements Controller: Algorithm 1, local when possible;
+// aggregated, where the prompt ran.
+func (a *Adaptive) PlaceDecode(c *View, r Request) event.Instance {
+	if a.agg && r.PrefillInst >= 0 && c.inst[r.PrefillInst].Role == event.RoleMixed {
+		return r.PrefillInst
+	}
+	return a.owned.PlaceDecode(c, r)
 }
 
 // Init implements Controller.
@@ -645,9 +661,15 @@ func (a *Adaptive) Tick(c *View) bool {
 		return false
 	}
 	a.next = c.now + a.Cfg.Step
+	if a.agg {
+		// Aggregated serving: the projections price splits only, so the
+		// rehearsal alone decides when to leave.
+		a.rehearse(c)
+		return true
+	}
 	p := c.Count(event.RolePrefill)
 	a.pass(c)
-	if c.Count(event.RolePrefill) == p {
+	if c.Count(event.RolePrefill) == p && !a.agg {
 		a.rehearse(c)
 	}
 	return true

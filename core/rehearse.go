@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
@@ -19,7 +20,8 @@ type Rehearser interface {
 	// Finished records an answer's length when its request ends.
 	Finished(r Request)
 	// Qualified replays the window on the current split (prefill engine
-	// count) and on each of others. It returns how many of the replayed
+	// count; 0 is aggregated serving, every engine taking both phases as
+	// the aggregated arm places them) and on each of others. It returns how many of the replayed
 	// requests qualify on both SLOs on the current split (cur) and on each
 	// other split (counts), and how many were replayed; counts nil when
 	// there is nothing to replay. A count below cur + gain(replayed) may
@@ -41,6 +43,16 @@ type Rehearser interface {
 // replays only while the fleet missed at least Margin (and MinGain) of the
 // requests that ended in the window. A zero Step turns it off, as does a
 // controller with no Rehearser attached.
+//
+// Aggregated serving is rehearsed beside the neighbours (issue 10,
+// twenty-fifth round) once the window holds one mix of prompts (no change
+// of mix seen for the controller's LongWindow): taken, every engine is
+// relabelled to run both phases (event.RoleMixed), prompts go where the
+// aggregated arm sends them and decode where they ran. While the fleet is
+// aggregated the scoring pass, whose projections price splits only, does
+// not run; the rehearsal replays the split the fleet left and its two
+// neighbours against it, and the fleet leaves for the one that qualifies
+// the most by the same margin and confirmations.
 type RehearsalConfig struct {
 	Step, Dwell, Window event.Time
 	Tiles               int
@@ -69,11 +81,20 @@ func (a *Adaptive) rehearse(c *View) {
 	}
 	n := len(c.inst)
 	p := c.Count(event.RolePrefill)
+	around := []int{p - 1, p + 1}
+	if a.agg {
+		// Aggregated: the split the fleet left and its neighbours.
+		p, around = 0, []int{a.aggFrom - 1, a.aggFrom, a.aggFrom + 1}
+	}
 	var others []int
-	for _, q := range []int{p - 1, p + 1} {
+	for _, q := range around {
 		if q >= 1 && q < n && q >= a.Cfg.MinPrefill && n-q >= a.Cfg.MinDecode {
 			others = append(others, q)
 		}
+	}
+	if !a.agg && (!a.mixSeen || c.now-a.lastMix >= a.Cfg.LongWindow) {
+		// Aggregated serving, once the window holds one mix of prompts.
+		others = append(others, 0)
 	}
 	gain := func(replayed int) int { return max(rc.MinGain, int(rc.Margin*float64(replayed))) }
 	cur, counts, replayed := a.Rehearser.Qualified(c.now, p, others, gain)
@@ -102,6 +123,11 @@ func (a *Adaptive) rehearse(c *View) {
 	e := a.demand.estimate(c.now, 0)
 	if a.Cfg.LongWindow > a.Cfg.Window {
 		e = a.demand.blend(c.now, a.Cfg.Window)
+	}
+	if p == 0 || best == 0 {
+		a.aggregate(c, p, best, e, fmt.Sprintf("rehearsal: %s qualifies %d of %d replayed requests, %s %d",
+			fleetName(best, n), bestV, replayed, fleetName(p, n), cur))
+		return
 	}
 	cs, bs := ScoreSplit(c, e, p), ScoreSplit(c, e, best)
 	if bs.Score() >= 1 && bs.Score() > cs.Score() {
@@ -142,4 +168,74 @@ func (a *Adaptive) guard(c *View, p, q int) string {
 	}
 	return fmt.Sprintf("that undoes the rehearsal's move %.0f s ago, and a replay of the window qualifies fewer of its %d requests on %dP than the %d on %dP",
 		(c.now - a.lastMove).Seconds(), replayed, q, cur, p)
+}
+
+// fleetName names a split, 0 prefill engines being aggregated serving.
+func fleetName(p, n int) string {
+	if p == 0 {
+		return "aggregated"
+	}
+	return splitName(p, n-p)
+}
+
+// aggregate moves the fleet between a split of p prefill engines and
+// aggregated serving (q == 0), or back from it (p == 0) to q prefill
+// engines: every engine is relabelled at once, as a move's engines are
+// (resident work stays where it is, Arrow §5.2).
+func (a *Adaptive) aggregate(c *View, p, q int, e DemandEstimate, why string) {
+	n := len(c.inst)
+	moved := 0
+	if q == 0 {
+		for i := range c.inst {
+			if c.Move(event.Instance(i), event.RoleMixed, c.now, event.CauseController, why) {
+				moved++
+			}
+		}
+	} else {
+		type candidate struct {
+			i event.Instance
+			k Cost
+		}
+		var cs []candidate
+		for i := range c.inst {
+			in := &c.inst[i]
+			if in.Role != event.RoleMixed || in.Pinned {
+				continue
+			}
+			k := moverCost(in, event.RoleDecode)
+			if !in.Online(c.now) {
+				k[0] = 2
+			}
+			cs = append(cs, candidate{event.Instance(i), k})
+		}
+		sort.SliceStable(cs, func(x, y int) bool { return cs[x].k.Less(cs[y].k) })
+		need := q - c.Count(event.RolePrefill) // pinned prefill engines count
+		for j, x := range cs {
+			to := event.RoleDecode
+			if j < need {
+				to = event.RolePrefill
+			}
+			if c.Move(x.i, to, c.now, event.CauseController, why) {
+				moved++
+			}
+		}
+	}
+	rec := AdaptiveDecision{Controller: "adaptive", Split: fleetName(p, n), Rate: Ratio(e.Rate),
+		PrefillLoad: Ratio(e.PrefillLoad), DecodeSteps: Ratio(e.DecodeSteps), ShortWindow: e.ShortPrefill,
+		Candidates: []SplitCandidate{}, Choice: "move " + fleetName(q, n), Why: why}
+	if moved == 0 {
+		rec.Choice, rec.Why = "stay", "no instance can move"
+		c.Decide(rec)
+		return
+	}
+	if q == 0 {
+		a.agg, a.aggFrom = true, p
+	} else {
+		a.agg = false
+	}
+	c.Decide(rec)
+	a.proposal, a.confirms = 0, 0
+	a.lastMove, a.lastDir, a.moved, a.byRehearsal = c.now, sign(q-p), true, true
+	a.moveMix, a.moveLoad, a.moveSE = e.mixNow(), e.PrefillLoad, e.PrefillSE
+	a.since.n, a.since.ttftOK, a.since.tpotOK = 0, 0, 0
 }

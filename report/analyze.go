@@ -170,7 +170,10 @@ func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, m
 	pl.splits = Splits(moves)
 	rr.Thrash = Thrash(pl.splits, DefaultThrashWindow)
 	for i := range moves {
-		if moves[i].Kind == event.KindRoleMove && moves[i].To == event.RoleMixed {
+		if moves[i].Opening() && moves[i].To == event.RoleMixed {
+			// the aggregated arm: no prefill pool from the start (the
+			// adaptive arm's aggregated spells are moves, and keep their
+			// split line at 0 prefill engines)
 			pl.mixed = true
 		}
 	}

@@ -12,7 +12,8 @@ import (
 // the router saw them (prompt length and prefix at arrival, answer length
 // once the request ends) and replays them on this simulator, once per
 // candidate split, each as a static split placing by Algorithm 1 with
-// burst spill (core.Static with Alg1), the controller's own placement.
+// burst spill (core.Static with Alg1), the controller's own placement,
+// or, for 0 prefill engines, as the aggregated arm (core.Aggregated).
 // An answer still running is given the mean length of the window's ended
 // answers. The window is repeated Tiles times, each copy Window later
 // with its own prefixes, so that a queue the window leaves behind meets
@@ -147,7 +148,11 @@ func (h *Rehearser) replay(p, maxFail int) (ok int, err error) {
 			panic(stopRehearsal{})
 		}
 	}
-	s, err := New(h.cfg, &core.Static{Prefill: p, Alg1: true}, h.reqs, &h.fold)
+	var ctrl core.Controller = &core.Static{Prefill: p, Alg1: true}
+	if p == 0 {
+		ctrl = core.Aggregated{} // aggregated serving (core.Rehearser)
+	}
+	s, err := New(h.cfg, ctrl, h.reqs, &h.fold)
 	if err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -207,6 +208,9 @@ func (f *favourDecode) Qualified(_ event.Time, current int, others []int, gain f
 	c := make([]int, len(others))
 	for i, q := range others {
 		c[i] = 100 - 10*q
+		if q == 0 {
+			c[i] = 0 // not aggregated serving
+		}
 	}
 	return 100 - 10*current, c, 100
 }
@@ -284,4 +288,179 @@ func (d *allMoves) Record(r *event.Record) {
 		return
 	}
 	d.moves = append(d.moves, move{at: r.At, from: fp, to: tp, rehearsal: strings.HasPrefix(v.Why, "rehearsal:")})
+}
+
+// favourAggregated is a rehearser whose replays rate aggregated serving
+// (0 prefill engines) best until `until`, and after it the split the
+// fleet left (from) best.
+type favourAggregated struct {
+	until event.Time
+	from  int
+	calls int
+}
+
+func (f *favourAggregated) Arrived(event.Time, core.Request) {}
+func (f *favourAggregated) Finished(core.Request)            {}
+func (f *favourAggregated) Qualified(now event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
+	f.calls++
+	score := func(q int) int {
+		if now < f.until {
+			if q == 0 {
+				return 100
+			}
+			return 50
+		}
+		if q == f.from {
+			return 100
+		}
+		return 50
+	}
+	c := make([]int, len(others))
+	for i, q := range others {
+		c[i] = score(q)
+	}
+	return score(current), c, 100
+}
+
+// aggLog follows the fleet's roles and each request's two legs.
+type aggLog struct {
+	mixed      int // engines labelled aggregated now
+	enter      []event.Time
+	leave      []event.Time
+	prefillAt  map[event.RequestID]event.Time
+	prefillOn  map[event.RequestID]event.Instance
+	aggPrompts int
+	crossed    []event.RequestID // prompts run while aggregated whose decode moved while aggregated
+	split      int               // prefill engines when the fleet last left aggregated serving
+}
+
+func (d *aggLog) Record(r *event.Record) {
+	switch r.Kind {
+	case event.KindRoleMove:
+		if r.Opening() {
+			return
+		}
+		if r.To == event.RoleMixed {
+			if d.mixed++; d.mixed == 1 {
+				d.split = 0
+				d.enter = append(d.enter, r.At)
+			}
+		} else if r.From == event.RoleMixed {
+			if r.To == event.RolePrefill {
+				d.split++
+			}
+			if d.mixed--; d.mixed == 0 {
+				d.leave = append(d.leave, r.At)
+			}
+		}
+	case event.KindPrefillStart:
+		if d.mixed > 0 {
+			d.prefillAt[r.Req], d.prefillOn[r.Req] = r.At, r.Inst
+			d.aggPrompts++
+		}
+	case event.KindDecodeStart:
+		if on, ok := d.prefillOn[r.Req]; ok && d.mixed > 0 && r.Inst != on {
+			d.crossed = append(d.crossed, r.Req)
+		}
+	}
+}
+
+// When the rehearsal rates aggregated serving best, every engine is
+// relabelled to take both phases at once, each prompt then decodes where
+// it ran (its KV never moves while the fleet is aggregated), and when a replay rates the split the
+// fleet left best again, it goes back to that split; every invariant
+// holds through both changes (issue 10, twenty-fifth round).
+func TestAdaptiveAggregatesOnTheRehearsal(t *testing.T) {
+	cfg := refConfig(6)
+	reqs := randomTrace(7, 900, 1.5)
+	a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+	f := &favourAggregated{until: 300 * event.Second, from: 3}
+	a.Rehearser = f
+	d := &aggLog{prefillAt: map[event.RequestID]event.Time{}, prefillOn: map[event.RequestID]event.Instance{}}
+	runCheckerWith(t, cfg, a, reqs, d)
+	if len(d.enter) == 0 {
+		t.Fatal("the fleet never aggregated on the rehearsal's word")
+	}
+	if d.enter[0] >= f.until {
+		t.Errorf("aggregated at %v, after the rehearsal stopped rating it best (%v)", d.enter[0], f.until)
+	}
+	if len(d.leave) == 0 || d.leave[0] < f.until {
+		t.Fatalf("left aggregated serving at %v, want once after %v", d.leave, f.until)
+	}
+	if d.aggPrompts == 0 {
+		t.Error("no prompt ran while the fleet was aggregated")
+	}
+	if len(d.crossed) > 0 {
+		t.Errorf("%d prompts run while aggregated decoded elsewhere (first: request %d)", len(d.crossed), d.crossed[0])
+	}
+	if d.split != f.from {
+		t.Errorf("left aggregated serving for %dP, want %dP", d.split, f.from)
+	}
+	if len(d.enter) != 1 {
+		t.Errorf("aggregated %d times (%v), want once", len(d.enter), d.enter)
+	}
+}
+
+// offersLog is a rehearser that rates every candidate alike (the fleet
+// never moves on its word) and keeps when aggregated serving was among
+// the candidates.
+type offersLog struct{ with, without []event.Time }
+
+func (f *offersLog) Arrived(event.Time, core.Request) {}
+func (f *offersLog) Finished(core.Request)            {}
+func (f *offersLog) Qualified(now event.Time, _ int, others []int, _ func(int) int) (int, []int, int) {
+	if slices.Contains(others, 0) {
+		f.with = append(f.with, now)
+	} else {
+		f.without = append(f.without, now)
+	}
+	return 50, make([]int, len(others)), 100
+}
+
+// Aggregated serving is rehearsed only once the window holds one mix of
+// prompts: not within the long window of a change of mix (issue 10,
+// twenty-fifth round; a window straddling the change from short to long
+// prompts rated it best on chatdoc in batches of 4, where the long
+// prompts' chunks then cost the streams their TPOT).
+func TestAggregatedRehearsedOnOneMix(t *testing.T) {
+	cfg := refConfig(6)
+	const change = 400 * event.Second
+	var reqs []Request
+	for i := range 1000 {
+		at := event.Time(i) * event.Second
+		in := 200
+		if at >= change {
+			in = 4000
+		}
+		reqs = append(reqs, Request{At: at, InputTokens: in, OutputTokens: 100})
+	}
+	a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+	f := &offersLog{}
+	a.Rehearser = f
+	runCheckerWith(t, cfg, a, reqs)
+	before, after := 0, 0
+	for _, at := range f.with {
+		switch {
+		case at < change:
+			before++
+		case at < change+a.Cfg.Window:
+			// the short window has yet to show the change
+		case at < change+a.Cfg.LongWindow:
+			t.Errorf("aggregated serving rehearsed at %v, within %v of the change of mix at %v", at, a.Cfg.LongWindow, change)
+		default:
+			after++
+		}
+	}
+	if before == 0 || after == 0 {
+		t.Errorf("aggregated serving rehearsed %d times before the change and %d after its long window, want both", before, after)
+	}
+	held := 0
+	for _, at := range f.without {
+		if at >= change+a.Cfg.Window && at < change+a.Cfg.LongWindow {
+			held++
+		}
+	}
+	if held == 0 {
+		t.Error("no rehearsal within the long window of the change: the test does not exercise the rule")
+	}
 }
