@@ -734,3 +734,46 @@ func TestSpilledReported(t *testing.T) {
 		}
 	}
 }
+
+// An adaptive run that aggregates for a while (every engine relabelled
+// mixed by moves, issue 10's twenty-fifth round) keeps its split line and
+// its adaptation lag: only an aggregated opening means no split.
+func TestAggregatedSpellKeepsTheSplit(t *testing.T) {
+	root := t.TempDir()
+	P, D, M := event.RolePrefill, event.RoleDecode, event.RoleMixed
+	f := newFixtureRun(t, filepath.Join(root, "adaptive@1"), fixtureMeta("adaptive", 1, 8))
+	f.roles(4, 4, false)
+	for i := range 8 {
+		from := P
+		if i >= 4 {
+			from = D
+		}
+		f.rec(event.Record{At: sec(20), Kind: event.KindRoleMove, Inst: event.Instance(i), From: from, To: M, Cause: event.CauseController, Text: "aggregated"})
+	}
+	for i := range 8 {
+		to := D
+		if i < 4 {
+			to = P
+		}
+		f.rec(event.Record{At: sec(40), Kind: event.KindRoleMove, Inst: event.Instance(i), From: M, To: to, Cause: event.CauseController, Text: "back"})
+	}
+	f.outcomes(20, 1)
+	f.close()
+	f = newFixtureRun(t, filepath.Join(root, "oracle@1"), fixtureMeta("oracle", 1, 8))
+	f.roles(4, 4, false)
+	f.move(sec(30), 1, D, P)
+	f.outcomes(20, 1)
+	f.close()
+
+	r := load(t, root, Options{})
+	for _, run := range r.Runs {
+		if run.Arm != "adaptive" {
+			continue
+		}
+		if run.Moves != 16 || run.Lag.Status != LagMeasured {
+			t.Errorf("adaptive with an aggregated spell: %d moves, lag %+v; want 16 moves and a measured lag", run.Moves, run.Lag)
+		}
+		return
+	}
+	t.Fatal("no adaptive run")
+}
