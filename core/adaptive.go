@@ -1234,6 +1234,13 @@ func pickMovers(c *View, to event.Role, n int) []event.Instance {
 		return nil
 	}
 	from := moverFrom(to)
+	out := inCostOrder(c, from, func(in *Instance) (Cost, bool) { return moverCost(in, from), in.Online(c.now) })
+	return out[:min(n, len(out))]
+}
+
+// inCostOrder returns the unpinned instances in role from that cost
+// admits, in order of their cost, lowest index first among equals.
+func inCostOrder(c *View, from event.Role, cost func(in *Instance) (Cost, bool)) []event.Instance {
 	type candidate struct {
 		i event.Instance
 		k Cost
@@ -1241,15 +1248,17 @@ func pickMovers(c *View, to event.Role, n int) []event.Instance {
 	var cs []candidate
 	for i := range c.inst {
 		in := &c.inst[i]
-		if in.Role != from || !in.Online(c.now) || in.Pinned {
+		if in.Role != from || in.Pinned {
 			continue
 		}
-		cs = append(cs, candidate{event.Instance(i), moverCost(in, from)})
+		if k, ok := cost(in); ok {
+			cs = append(cs, candidate{event.Instance(i), k})
+		}
 	}
 	sort.SliceStable(cs, func(a, b int) bool { return cs[a].k.Less(cs[b].k) })
-	out := make([]event.Instance, 0, min(n, len(cs)))
-	for _, x := range cs[:min(n, len(cs))] {
-		out = append(out, x.i)
+	out := make([]event.Instance, len(cs))
+	for j, x := range cs {
+		out[j] = x.i
 	}
 	return out
 }

@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
@@ -192,30 +191,22 @@ func (a *Adaptive) aggregate(c *View, p, q int, e DemandEstimate, why string) {
 			}
 		}
 	} else {
-		type candidate struct {
-			i event.Instance
-			k Cost
-		}
-		var cs []candidate
-		for i := range c.inst {
-			in := &c.inst[i]
-			if in.Role != event.RoleMixed || in.Pinned {
-				continue
-			}
+		// The engines holding prompts first, then the fewest decode
+		// tokens (pickMover's order toward prefill), offline ones last.
+		cs := inCostOrder(c, event.RoleMixed, func(in *Instance) (Cost, bool) {
 			k := moverCost(in, event.RoleDecode)
 			if !in.Online(c.now) {
 				k[0] = 2
 			}
-			cs = append(cs, candidate{event.Instance(i), k})
-		}
-		sort.SliceStable(cs, func(x, y int) bool { return cs[x].k.Less(cs[y].k) })
+			return k, true
+		})
 		need := q - c.Count(event.RolePrefill) // pinned prefill engines count
-		for j, x := range cs {
+		for j, inst := range cs {
 			to := event.RoleDecode
 			if j < need {
 				to = event.RolePrefill
 			}
-			if c.Move(x.i, to, c.now, event.CauseController, why) {
+			if c.Move(inst, to, c.now, event.CauseController, why) {
 				moved++
 			}
 		}
