@@ -669,7 +669,7 @@ func (a *Adaptive) Tick(c *View) bool {
 	}
 	p := c.Count(event.RolePrefill)
 	a.pass(c)
-	if c.Count(event.RolePrefill) == p && !a.agg {
+	if c.Count(event.RolePrefill) == p {
 		a.rehearse(c)
 	}
 	return true

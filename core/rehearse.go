@@ -20,12 +20,12 @@ type Rehearser interface {
 	Finished(r Request)
 	// Qualified replays the window on the current split (prefill engine
 	// count; 0 is aggregated serving, every engine taking both phases as
-	// the aggregated arm places them) and on each of others. It returns how many of the replayed
-	// requests qualify on both SLOs on the current split (cur) and on each
-	// other split (counts), and how many were replayed; counts nil when
-	// there is nothing to replay. A count below cur + gain(replayed) may
-	// be any value below it: a replay can stop as soon as it cannot reach
-	// that.
+	// the aggregated arm places them) and on each of others. It returns
+	// how many of the replayed requests qualify on both SLOs on the
+	// current split (cur) and on each other split (counts), and how many
+	// were replayed; counts nil when there is nothing to replay. A count
+	// below cur + gain(replayed) may be any value below it: a replay can
+	// stop as soon as it cannot reach that.
 	Qualified(now event.Time, current int, others []int, gain func(replayed int) int) (cur int, counts []int, replayed int)
 }
 
