@@ -327,7 +327,6 @@ type aggLog struct {
 	mixed      int // engines labelled aggregated now
 	enter      []event.Time
 	leave      []event.Time
-	prefillAt  map[event.RequestID]event.Time
 	prefillOn  map[event.RequestID]event.Instance
 	aggPrompts int
 	crossed    []event.RequestID // prompts run while aggregated whose decode moved while aggregated
@@ -355,7 +354,7 @@ func (d *aggLog) Record(r *event.Record) {
 		}
 	case event.KindPrefillStart:
 		if d.mixed > 0 {
-			d.prefillAt[r.Req], d.prefillOn[r.Req] = r.At, r.Inst
+			d.prefillOn[r.Req] = r.Inst
 			d.aggPrompts++
 		}
 	case event.KindDecodeStart:
@@ -376,7 +375,7 @@ func TestAdaptiveAggregatesOnTheRehearsal(t *testing.T) {
 	a := &core.Adaptive{Cfg: core.DefaultAdaptive}
 	f := &favourAggregated{until: 300 * event.Second, from: 3}
 	a.Rehearser = f
-	d := &aggLog{prefillAt: map[event.RequestID]event.Time{}, prefillOn: map[event.RequestID]event.Instance{}}
+	d := &aggLog{prefillOn: map[event.RequestID]event.Instance{}}
 	runCheckerWith(t, cfg, a, reqs, d)
 	if len(d.enter) == 0 {
 		t.Fatal("the fleet never aggregated on the rehearsal's word")
