@@ -18,7 +18,8 @@ type Rehearser interface {
 	Arrived(now event.Time, r Request)
 	// Finished records an answer's length when its request ends.
 	Finished(r Request)
-	// Qualified replays the window on the current split (prefill engine
+	// Qualified replays the window's arrivals at or after from (all of
+	// the window's with from 0) on the current split (prefill engine
 	// count; 0 is aggregated serving, every engine taking both phases as
 	// the aggregated arm places them) and on each of others. It returns
 	// how many of the replayed requests qualify on both SLOs on the
@@ -26,7 +27,7 @@ type Rehearser interface {
 	// were replayed; counts nil when there is nothing to replay. A count
 	// below cur + gain(replayed) may be any value below it: a replay can
 	// stop as soon as it cannot reach that.
-	Qualified(now event.Time, current int, others []int, gain func(replayed int) int) (cur int, counts []int, replayed int)
+	Qualified(now, from event.Time, current int, others []int, gain func(replayed int) int) (cur int, counts []int, replayed int)
 }
 
 // RehearsalConfig is the adaptive controller's rehearsal: every Step, when
@@ -44,19 +45,29 @@ type Rehearser interface {
 // controller with no Rehearser attached.
 //
 // Aggregated serving is rehearsed beside the neighbours (issue 10,
-// twenty-fifth round) once the window holds one mix of prompts (no change
-// of mix seen for the controller's LongWindow): taken, every engine is
+// twenty-fifth round) on one mix of prompts: over the window once no
+// change of mix has been seen for the controller's LongWindow, before
+// that over the window's part since the change began once it is OneMix
+// long (twenty-sixth round). Taken, every engine is
 // relabelled to run both phases (event.RoleMixed), prompts go where the
 // aggregated arm sends them and decode where they ran. While the fleet is
 // aggregated the scoring pass, whose projections price splits only, does
 // not run; the rehearsal replays the split the fleet left and its two
 // neighbours against it, and the fleet leaves for the one that qualifies
-// the most by the same margin and confirmations.
+// the most by LeaveMargin, with the same confirmations.
 type RehearsalConfig struct {
 	Step, Dwell, Window event.Time
 	Tiles               int
 	Margin              float64
 	MinGain             int
+	// LeaveMargin is the margin a split must clear to take the fleet
+	// out of aggregated serving (at least Margin; 0: Margin).
+	LeaveMargin float64
+	// OneMix: while the window straddles a change of mix, aggregated
+	// serving is rehearsed on the window's part since the change began
+	// once that part is at least OneMix long (0: only once no change of
+	// mix has been seen for LongWindow).
+	OneMix event.Time
 	// Confirmations is how many rehearsals in a row must name the same
 	// neighbour before the fleet moves (a change of mix, too new to show
 	// in the window, is then in the next one's).
@@ -65,7 +76,8 @@ type RehearsalConfig struct {
 
 // DefaultRehearsal is the shipped rehearsal.
 var DefaultRehearsal = RehearsalConfig{Step: 10 * event.Second, Dwell: 60 * event.Second,
-	Window: 120 * event.Second, Tiles: 2, Margin: 0.05, MinGain: 3, Confirmations: 2}
+	Window: 120 * event.Second, Tiles: 2, Margin: 0.05, MinGain: 3, Confirmations: 2,
+	OneMix: 60 * event.Second, LeaveMargin: 0.10}
 
 // rehearse is one rehearsal, after a scoring pass that did not move.
 func (a *Adaptive) rehearse(c *View) {
@@ -91,21 +103,33 @@ func (a *Adaptive) rehearse(c *View) {
 			others = append(others, q)
 		}
 	}
-	if !a.agg && (!a.mixSeen || c.now-a.lastMix >= a.Cfg.LongWindow) {
+	oneMix := !a.mixSeen || c.now-a.lastMix >= a.Cfg.LongWindow
+	if !a.agg && oneMix {
 		// Aggregated serving, once the window holds one mix of prompts.
 		others = append(others, 0)
 	}
-	gain := func(replayed int) int { return max(rc.MinGain, int(rc.Margin*float64(replayed))) }
-	cur, counts, replayed := a.Rehearser.Qualified(c.now, p, others, gain)
-	if len(counts) != len(others) {
-		a.rehearsed, a.rehearsals = 0, 0
-		return
+	margin := rc.Margin
+	if a.agg {
+		margin = max(margin, rc.LeaveMargin)
 	}
-	need := cur + gain(replayed)
+	gain := func(replayed int) int { return max(rc.MinGain, int(margin*float64(replayed))) }
+	cur, counts, replayed := a.Rehearser.Qualified(c.now, 0, p, others, gain)
 	best, bestV := p, cur
-	for i, q := range others {
-		if counts[i] >= need && counts[i] > bestV {
-			best, bestV = q, counts[i]
+	if len(counts) == len(others) {
+		need := cur + gain(replayed)
+		for i, q := range others {
+			if counts[i] >= need && counts[i] > bestV {
+				best, bestV = q, counts[i]
+			}
+		}
+	}
+	if best == p && !a.agg && !oneMix && rc.OneMix > 0 && a.mixFrom > 0 && c.now-a.mixFrom >= rc.OneMix {
+		// The window straddles a change of mix, but its part since the
+		// change began is at least OneMix long: aggregated serving is
+		// rehearsed on that part alone.
+		c1, k, r := a.Rehearser.Qualified(c.now, a.mixFrom, p, []int{0}, gain)
+		if len(k) == 1 && k[0] >= c1+gain(r) {
+			best, bestV, cur, replayed = 0, k[0], c1, r
 		}
 	}
 	if best == p {
@@ -161,7 +185,7 @@ func (a *Adaptive) guard(c *View, p, q int) string {
 		sign(q-p) != -sign(a.lastDir) || c.now-a.lastMove >= rc.Window {
 		return ""
 	}
-	cur, counts, replayed := a.Rehearser.Qualified(c.now, p, []int{q}, func(int) int { return 0 })
+	cur, counts, replayed := a.Rehearser.Qualified(c.now, 0, p, []int{q}, func(int) int { return 0 })
 	if len(counts) != 1 || counts[0] >= cur {
 		return ""
 	}

@@ -23,7 +23,7 @@ type aggThenSplit struct {
 
 func (f *aggThenSplit) Arrived(event.Time, core.Request) {}
 func (f *aggThenSplit) Finished(core.Request)            {}
-func (f *aggThenSplit) Qualified(now event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
+func (f *aggThenSplit) Qualified(now event.Time, _ event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
 	f.calls++
 	best := 1
 	if now < f.flip {

@@ -14,8 +14,9 @@ import (
 // candidate split, each as a static split placing by Algorithm 1 with
 // burst spill (core.Static with Alg1), the controller's own placement,
 // or, for 0 prefill engines, as the aggregated arm (core.Aggregated).
-// An answer still running is given the mean length of the window's ended
-// answers. The window is repeated Tiles times, each copy Window later
+// A replay from a time takes only the window's arrivals since (the
+// controller's part of the window since a change of mix). An answer
+// still running is given the mean length of the replayed ended answers. The window is repeated Tiles times, each copy Window later
 // with its own prefixes, so that a queue the window leaves behind meets
 // the same traffic again: a split that only keeps up for one window's
 // length does not pass for one that keeps up.
@@ -69,14 +70,16 @@ func (h *Rehearser) Finished(r core.Request) {
 }
 
 // Qualified implements core.Rehearser.
-func (h *Rehearser) Qualified(now event.Time, current int, others []int, gain func(int) int) (int, []int, int) {
+func (h *Rehearser) Qualified(now, from event.Time, current int, others []int, gain func(int) int) (int, []int, int) {
 	lo := sort.Search(len(h.arr), func(i int) bool { return h.arr[i].at >= now-h.window })
 	h.arr = append(h.arr[:0], h.arr[lo:]...)
-	if len(h.arr) < 10 {
+	lo = sort.Search(len(h.arr), func(i int) bool { return h.arr[i].at >= from })
+	arr := h.arr[lo:]
+	if len(arr) < 10 {
 		return 0, nil, 0
 	}
 	sum, ended, missed := 0, 0, 0
-	for _, a := range h.arr {
+	for _, a := range arr {
 		if a.output > 0 {
 			sum += a.output
 			ended++
@@ -92,11 +95,11 @@ func (h *Rehearser) Qualified(now event.Time, current int, others []int, gain fu
 	if ended > 0 {
 		mean = max(1, sum/ended)
 	}
-	start := h.arr[0].at
+	start := arr[0].at
 	span := max(now-start, event.Second)
 	h.reqs = h.reqs[:0]
 	for t := range h.tiles {
-		for _, a := range h.arr {
+		for _, a := range arr {
 			q := Request{At: a.at - start + event.Time(t)*span, InputTokens: a.input, OutputTokens: a.output,
 				PrefixGroup: a.group, PrefixTokens: a.prefix}
 			if q.OutputTokens == 0 {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -14,7 +15,7 @@ import (
 
 // The rehearser replays the last window of arrivals: too few arrivals
 // give nothing, older arrivals fall out, repeats multiply what is
-// replayed, and a split short of decode engines qualifies fewer of a
+// replayed, a replay from a time takes only the arrivals since, and a split short of decode engines qualifies fewer of a
 // decode-heavy window than one with many (issue 10, twenty-second round).
 func TestRehearserReplaysTheWindow(t *testing.T) {
 	cfg := refConfig(4)
@@ -25,7 +26,7 @@ func TestRehearserReplaysTheWindow(t *testing.T) {
 	for i := range 9 {
 		arrive(i+1, event.Time(i)*event.Second, 100)
 	}
-	if _, c, n := h.Qualified(9*event.Second, 2, []int{1, 3}, none); c != nil || n != 0 {
+	if _, c, n := h.Qualified(9*event.Second, 0, 2, []int{1, 3}, none); c != nil || n != 0 {
 		t.Fatalf("9 arrivals: %v of %d, want nothing", c, n)
 	}
 	// 40 light requests 2 s apart; at 80 s the window holds those from 20 s.
@@ -37,7 +38,7 @@ func TestRehearserReplaysTheWindow(t *testing.T) {
 		h.Finished(core.Request{ID: event.RequestID(i + 1), OutputTokens: 10})
 	}
 	h.Finished(core.Request{ID: 999, OutputTokens: 10}) // unknown: ignored
-	cur, c, n := h.Qualified(80*event.Second, 2, []int{1, 3}, none)
+	cur, c, n := h.Qualified(80*event.Second, 0, 2, []int{1, 3}, none)
 	if n != 30 || len(c) != 2 {
 		t.Fatalf("replayed %d (counts %v), want 30 arrivals of the last 60 s", n, c)
 	}
@@ -50,8 +51,16 @@ func TestRehearserReplaysTheWindow(t *testing.T) {
 	for i := range 40 {
 		h2.Arrived(event.Time(2*i)*event.Second, core.Request{ID: event.RequestID(i + 1), InputTokens: 100})
 	}
-	if _, _, n := h2.Qualified(80*event.Second, 2, nil, none); n != 60 {
+	if _, _, n := h2.Qualified(80*event.Second, 0, 2, nil, none); n != 60 {
 		t.Errorf("two repeats: replayed %d, want 60", n)
+	}
+	// From a time within the window: only the arrivals since (50 s to
+	// 78 s, 15 of them, twice), and the window's older ones are kept.
+	if _, _, n := h2.Qualified(80*event.Second, 50*event.Second, 2, nil, none); n != 30 {
+		t.Errorf("two repeats from 50 s: replayed %d, want 30", n)
+	}
+	if _, _, n := h2.Qualified(80*event.Second, 0, 2, nil, none); n != 60 {
+		t.Errorf("two repeats after a replay from 50 s: replayed %d, want 60", n)
 	}
 	// A burst of long answers: one decode engine cannot keep 40 streams
 	// within the TPOT SLO, three can.
@@ -60,13 +69,13 @@ func TestRehearserReplaysTheWindow(t *testing.T) {
 		arrive(i+1, event.Time(i)*event.Millisecond, 200)
 		h.Finished(core.Request{ID: event.RequestID(i + 1), OutputTokens: 2000})
 	}
-	cur, c, n = h.Qualified(event.Second, 3, []int{1}, none)
+	cur, c, n = h.Qualified(event.Second, 0, 3, []int{1}, none)
 	if n != 40 || c[0] <= cur || cur >= n {
 		t.Errorf("decode-heavy burst: 1P3D %d, 3P1D %d of %d: want 1P3D ahead and 3P1D missing some", c[0], cur, n)
 	}
 	// Asked to gain more than 3P1D's misses, 1P3D's replay stops early
 	// with a count below the bar.
-	_, c, _ = h.Qualified(event.Second, 3, []int{1}, func(int) int { return n - cur + 1 })
+	_, c, _ = h.Qualified(event.Second, 0, 3, []int{1}, func(int) int { return n - cur + 1 })
 	if c[0] >= n+1 {
 		t.Errorf("a gain out of reach: count %d, want below %d", c[0], n+1)
 	}
@@ -81,11 +90,11 @@ func TestRehearserReplaysTheWindow(t *testing.T) {
 		}
 		h.Finished(r)
 	}
-	if _, c, _ := h.Qualified(20*event.Second, 2, []int{1}, none); c != nil {
+	if _, c, _ := h.Qualified(20*event.Second, 0, 2, []int{1}, none); c != nil {
 		t.Errorf("2 misses with MinGain 3: replayed (%v)", c)
 	}
 	h.Finished(core.Request{ID: 3, OutputTokens: 10, TTFT: 20 * event.Second})
-	if _, c, _ := h.Qualified(20*event.Second, 2, []int{1}, none); c == nil {
+	if _, c, _ := h.Qualified(20*event.Second, 0, 2, []int{1}, none); c == nil {
 		t.Error("3 misses with MinGain 3: not replayed")
 	}
 }
@@ -99,7 +108,7 @@ type favourFewer struct{ calls int }
 
 func (f *favourFewer) Arrived(event.Time, core.Request) {}
 func (f *favourFewer) Finished(core.Request)            {}
-func (f *favourFewer) Qualified(_ event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
+func (f *favourFewer) Qualified(_ event.Time, _ event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
 	f.calls++
 	c := make([]int, len(others))
 	for i, q := range others {
@@ -187,7 +196,7 @@ func BenchmarkRehearsal(b *testing.B) {
 	now := reqs[len(reqs)-1].At + event.Second
 	b.ResetTimer()
 	for range b.N {
-		if _, c, _ := h.Qualified(now, 4, []int{3, 5}, func(int) int { return 0 }); c == nil {
+		if _, c, _ := h.Qualified(now, 0, 4, []int{3, 5}, func(int) int { return 0 }); c == nil {
 			b.Fatal("nothing replayed")
 		}
 	}
@@ -200,7 +209,7 @@ type favourDecode struct{ calls, guards int }
 
 func (f *favourDecode) Arrived(event.Time, core.Request) {}
 func (f *favourDecode) Finished(core.Request)            {}
-func (f *favourDecode) Qualified(_ event.Time, current int, others []int, gain func(int) int) (int, []int, int) {
+func (f *favourDecode) Qualified(_ event.Time, _ event.Time, current int, others []int, gain func(int) int) (int, []int, int) {
 	f.calls++
 	if gain(100) == 0 {
 		f.guards++
@@ -292,16 +301,17 @@ func (d *allMoves) Record(r *event.Record) {
 
 // favourAggregated is a rehearser whose replays rate aggregated serving
 // (0 prefill engines) best until `until`, and after it the split the
-// fleet left (from) best.
+// fleet left (from) best, by lead of the 100 replayed requests (0: 50).
 type favourAggregated struct {
 	until event.Time
 	from  int
+	lead  int
 	calls int
 }
 
 func (f *favourAggregated) Arrived(event.Time, core.Request) {}
 func (f *favourAggregated) Finished(core.Request)            {}
-func (f *favourAggregated) Qualified(now event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
+func (f *favourAggregated) Qualified(now event.Time, _ event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
 	f.calls++
 	score := func(q int) int {
 		if now < f.until {
@@ -311,7 +321,7 @@ func (f *favourAggregated) Qualified(now event.Time, current int, others []int, 
 			return 50
 		}
 		if q == f.from {
-			return 100
+			return 50 + cmp.Or(f.lead, 50)
 		}
 		return 50
 	}
@@ -320,6 +330,29 @@ func (f *favourAggregated) Qualified(now event.Time, current int, others []int, 
 		c[i] = score(q)
 	}
 	return score(current), c, 100
+}
+
+// Leaving aggregated serving takes LeaveMargin: a split the replays rate
+// 7 of 100 requests ahead clears the 5% Margin that takes the fleet into
+// aggregated serving but not the 10% that takes it out (issue 10,
+// twenty-sixth round: on chatdoc in batches of 8 the fleet left on a
+// dense spell's window and came back within two minutes).
+func TestLeavingAggregatedTakesLeaveMargin(t *testing.T) {
+	cfg := refConfig(6)
+	reqs := randomTrace(7, 900, 1.5)
+	for _, leave := range []float64{0.10, 0.05} {
+		a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+		a.Cfg.Rehearsal.LeaveMargin = leave
+		a.Rehearser = &favourAggregated{until: 300 * event.Second, from: 3, lead: 7}
+		d := &aggLog{prefillOn: map[event.RequestID]event.Instance{}}
+		runCheckerWith(t, cfg, a, reqs, d)
+		if len(d.enter) == 0 {
+			t.Fatalf("leave margin %.2f: the fleet never aggregated", leave)
+		}
+		if left := len(d.leave) > 0; left != (leave < 0.07) {
+			t.Errorf("leave margin %.2f, a split 7 of 100 ahead: left aggregated serving at %v", leave, d.leave)
+		}
+	}
 }
 
 // aggLog follows the fleet's roles and each request's two legs.
@@ -402,13 +435,16 @@ func TestAdaptiveAggregatesOnTheRehearsal(t *testing.T) {
 
 // offersLog is a rehearser that rates every candidate alike (the fleet
 // never moves on its word) and keeps when aggregated serving was among
-// the candidates.
-type offersLog struct{ with, without []event.Time }
+// the candidates over the whole window (with), over the part of it
+// since a time (part, with that time in from), or not at all (without).
+type offersLog struct{ with, without, part, from []event.Time }
 
 func (f *offersLog) Arrived(event.Time, core.Request) {}
 func (f *offersLog) Finished(core.Request)            {}
-func (f *offersLog) Qualified(now event.Time, _ int, others []int, _ func(int) int) (int, []int, int) {
-	if slices.Contains(others, 0) {
+func (f *offersLog) Qualified(now, from event.Time, _ int, others []int, _ func(int) int) (int, []int, int) {
+	if slices.Contains(others, 0) && from > 0 {
+		f.part, f.from = append(f.part, now), append(f.from, from)
+	} else if slices.Contains(others, 0) {
 		f.with = append(f.with, now)
 	} else {
 		f.without = append(f.without, now)
@@ -416,11 +452,13 @@ func (f *offersLog) Qualified(now event.Time, _ int, others []int, _ func(int) i
 	return 50, make([]int, len(others)), 100
 }
 
-// Aggregated serving is rehearsed only once the window holds one mix of
-// prompts: not within the long window of a change of mix (issue 10,
-// twenty-fifth round; a window straddling the change from short to long
-// prompts rated it best on chatdoc in batches of 4, where the long
-// prompts' chunks then cost the streams their TPOT).
+// Aggregated serving is rehearsed only on one mix of prompts: over the
+// whole window once no change of mix has been seen for the long window,
+// and before that over the window's part since the change began, once
+// that part is OneMix long (issue 10, twenty-fifth and twenty-sixth
+// rounds; a window straddling the change from short to long prompts
+// rated it best on chatdoc in batches of 4, where the long prompts'
+// chunks then cost the streams their TPOT).
 func TestAggregatedRehearsedOnOneMix(t *testing.T) {
 	cfg := refConfig(6)
 	const change = 400 * event.Second
@@ -434,9 +472,21 @@ func TestAggregatedRehearsedOnOneMix(t *testing.T) {
 		reqs = append(reqs, Request{At: at, InputTokens: in, OutputTokens: 100})
 	}
 	a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+	if a.Cfg.Rehearsal.OneMix <= 0 || a.Cfg.Rehearsal.OneMix >= a.Cfg.LongWindow {
+		t.Fatalf("OneMix %v: the test wants it shorter than the long window %v", a.Cfg.Rehearsal.OneMix, a.Cfg.LongWindow)
+	}
 	f := &offersLog{}
 	a.Rehearser = f
 	runCheckerWith(t, cfg, a, reqs)
+	for i, at := range f.part {
+		if from := f.from[i]; from < change || at-from < a.Cfg.Rehearsal.OneMix {
+			t.Errorf("aggregated serving rehearsed at %v on the part since %v: want a part after the change at %v and at least %v long",
+				at, from, change, a.Cfg.Rehearsal.OneMix)
+		}
+	}
+	if len(f.part) == 0 || f.part[0] >= change+a.Cfg.LongWindow {
+		t.Errorf("aggregated serving rehearsed on the new mix alone at %v, want it within the long window of the change", f.part)
+	}
 	before, after := 0, 0
 	for _, at := range f.with {
 		switch {
