@@ -16,8 +16,9 @@ import (
 // or, for 0 prefill engines, as the aggregated arm (core.Aggregated).
 // A replay from a time takes only the window's arrivals since (the
 // controller's part of the window since a change of mix). An answer
-// still running is given the mean length of the replayed ended answers. The window is repeated Tiles times, each copy Window later
-// with its own prefixes, so that a queue the window leaves behind meets
+// still running is given the mean length of the replayed ended answers.
+// The window is repeated Tiles times, each copy Window later with its
+// own prefixes, so that a queue the window leaves behind meets
 // the same traffic again: a split that only keeps up for one window's
 // length does not pass for one that keeps up.
 //

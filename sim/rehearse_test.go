@@ -15,8 +15,9 @@ import (
 
 // The rehearser replays the last window of arrivals: too few arrivals
 // give nothing, older arrivals fall out, repeats multiply what is
-// replayed, a replay from a time takes only the arrivals since, and a split short of decode engines qualifies fewer of a
-// decode-heavy window than one with many (issue 10, twenty-second round).
+// replayed, a replay from a time takes only the arrivals since, and a
+// split short of decode engines qualifies fewer of a decode-heavy window
+// than one with many (issue 10, twenty-second round).
 func TestRehearserReplaysTheWindow(t *testing.T) {
 	cfg := refConfig(4)
 	h := NewRehearser(cfg, core.RehearsalConfig{Window: 60 * event.Second, Tiles: 1})
