@@ -49,6 +49,13 @@ TRACES = {
 # than the 3% the 0.97 figure resolves (docs/controllers.md).
 GRID = {'demo': '0.2x..4x/0.1x', 'chatdoc': '0.1x..2x/0.1x', 'steady': '0.3x..2x/0.1x',
         'mixed': '0.1x..2.5x/0.1x', 'azure': '0.3x..3x/0.1x'}
+# Bisections of each arm's sustained rate within the grid step above it
+# (sim --refine): a step is a tenth of the base rate, 20-50% of the rate
+# sustained at CV 3-4 and in batches of 8 on chatdoc and mixed, so one seed
+# a step apart moved a five-seed mean ratio by 4-10%, more than the 0.97
+# and 0.95 figures resolve; three bisections resolve an eighth of a step,
+# at three more runs per arm and seed (issue 10, twenty-seventh round).
+REFINE = 3
 SEEDS = {'demo': '22..26', 'chatdoc': '16..20', 'steady': '16..20', 'mixed': '16..20', 'azure': '16..20'}
 LEVELS = {'cv1': [], 'cv2': ['--arrival-cv', '2'], 'cv3': ['--arrival-cv', '3'], 'cv4': ['--arrival-cv', '4'],
           'b4': ['--batch-mean', '4'], 'b8': ['--batch-mean', '8']}
@@ -71,9 +78,11 @@ def run_cached(cmd, path, env=None):
     os.replace(path + '.tmp', path)
 
 
-def sweep(binary, out, trace, level, arms, seeds=None):
+def sweep(binary, out, trace, level, arms, seeds=None, refine=0):
     args = ['sim'] + TRACES[trace] + LEVELS[level] + ['--arms', arms, '--rates', GRID[trace],
                                                       '--seeds', seeds or SEEDS[trace], '--json']
+    if refine:
+        args += ['--refine', str(refine)]
     with open(binary, 'rb') as f:
         tag = hashlib.sha256(f.read()).hexdigest()[:16]
     key = hashlib.sha256((tag + ' '.join(args)).encode()).hexdigest()[:24]
@@ -170,6 +179,9 @@ def main():
     ap.add_argument('--bin', default=os.path.join(ROOT, 'bin', 'narwhal-bench'))
     ap.add_argument('--seeds', help='the same seeds for every trace (e.g. 50..54), in place of the '
                     'final evaluation\'s (demo 22..26, the others 16..20)')
+    ap.add_argument('--refine', type=int, default=REFINE,
+                    help=f'bisections of each arm\'s sustained rate within its grid step (sim --refine; '
+                    f'default {REFINE}, 0 for the grid alone)')
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     arms = STATIC + ',' + STATIC_ALG1 + ',adaptive' + (',phase-oracle,oracle' if a.bound else '')
@@ -200,7 +212,7 @@ def main():
                 # An imported trace keeps its recorded arrival times: only
                 # batches can be laid over it.
                 continue
-            d = sweep(a.bin, a.out, t, lv, arms, a.seeds)
+            d = sweep(a.bin, a.out, t, lv, arms, a.seeds, a.refine)
             r = summarise(d, 'adaptive', 'oracle' if a.bound else None)
             g = r['alg1']
             if r['best_mean'] > 0:  # a case no arm sustains at any rate has no ratio

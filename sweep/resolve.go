@@ -37,6 +37,8 @@ type Options struct {
 	Admission string
 	Workers   int
 	Version   string
+	// Refine is Config.Refine: bisections of each arm's sustained rate.
+	Refine int
 }
 
 // OptionError is bad input in one option of Options; Option is its name
@@ -84,6 +86,9 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	if o.Workers < 0 {
 		return cfg, nil, optErr("workers", fmt.Errorf("%d: expected 0 (one per CPU) or more", o.Workers))
 	}
+	if o.Refine < 0 || o.Refine > MaxRefine {
+		return cfg, nil, optErr("refine", fmt.Errorf("%d: expected 0 (the grid alone) to %d bisections", o.Refine, MaxRefine))
+	}
 	fleetName := o.Fleet
 	if fleetName == "" {
 		fleetName = tr.Fleet
@@ -103,7 +108,7 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 		return cfg, nil, optErr("fleet", err)
 	}
 	cfg = Config{Trace: tr, Fleet: fl, Seed: tr.Seed, Workers: o.Workers, Version: o.Version, PrefixCache: o.PrefixCache,
-		Admission: fl.CoreAdmission()}
+		Admission: fl.CoreAdmission(), Refine: o.Refine}
 	if o.Admission != "" {
 		if cfg.Admission.Mode, err = core.ParseAdmissionMode(o.Admission); err != nil {
 			return cfg, nil, fmt.Errorf("--admission: %w", err)

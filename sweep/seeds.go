@@ -126,6 +126,9 @@ type Multi struct {
 	GridTop   map[string]int  `json:"sustained_grid_top_seeds"`
 	// Crossing is the interpolated crossing over the seeds that have one.
 	Crossing map[string]Stat `json:"sustained_crossing"`
+	// Refine is the bisections that refined each seed's sustained rates
+	// (Config.Refine; each seed's runs for it are in PerSeed[i].Refined).
+	Refine int `json:"refine,omitempty"`
 }
 
 // CellStat is one (arm, rate) cell over seeds.
@@ -160,7 +163,7 @@ func ExecuteSeeds(cfg Config, seeds []uint64) (*Multi, error) {
 
 func (m *Multi) summarise() {
 	r0 := m.PerSeed[0]
-	m.Trace, m.Fleet, m.Rates, m.Arms, m.SLO = r0.Trace, r0.Fleet, r0.Rates, r0.Arms, r0.SLO
+	m.Trace, m.Fleet, m.Rates, m.Arms, m.SLO, m.Refine = r0.Trace, r0.Fleet, r0.Rates, r0.Arms, r0.SLO, r0.Refine
 	m.Sustained, m.GridTop, m.Crossing = map[string]Stat{}, map[string]int{}, map[string]Stat{}
 	for k := range r0.Runs {
 		var att, fail, mv, rev []float64
@@ -224,7 +227,8 @@ func WriteMultiTable(w interface{ Write([]byte) (int, error) }, m *Multi) error 
 	fmt.Fprintf(&b, "trace: %s | fleet: %s | SLO ttft<=%gs tpot<=%gs | %d seeds: %s\n", m.Trace, m.Fleet, m.SLO.TTFT, m.SLO.TPOT,
 		len(m.Seeds), seedList(m.Seeds))
 	fmt.Fprintf(&b, "cells: mean share of offered requests that met both SLOs [%s]\n", kind)
-	fmt.Fprintf(&b, "sustained: highest rate such that it and every lower swept rate reach 90%%, per seed, then over seeds (a seed with none counts 0)\n\n")
+	fmt.Fprintf(&b, "sustained: highest rate such that it and every lower swept rate reach 90%%, per seed, then over seeds (a seed with none counts 0)\n")
+	b.WriteString(refineNote(m.Refine) + "\n")
 	width := len("arm")
 	for _, a := range m.Arms {
 		width = max(width, len(a))

@@ -6,6 +6,15 @@ import (
 	"strings"
 )
 
+// refineNote is the tables' line on refined sustained rates ("" when the
+// grid alone gave them).
+func refineNote(refine int) string {
+	if refine == 0 {
+		return ""
+	}
+	return fmt.Sprintf("sustained and crossing refined: %d bisections within the grid step above each arm's last passing rate (to a step over %d; those runs, off the grid, are in --json's refined)\n", refine, 1<<refine)
+}
+
 // WriteTable prints the sweep as a terminal table: one row per arm, the
 // attainment (share of offered requests that met both SLOs) per rate, and
 // the sustained rate; then the best static split and every other arm's
@@ -15,7 +24,8 @@ func WriteTable(w io.Writer, r *Result) error {
 	fmt.Fprintf(&b, "trace: %s (base rate %.3g req/s, seed %d) | fleet: %s, %d instances | SLO ttft<=%gs tpot<=%gs\n",
 		r.Trace, r.BaseRate, r.Seed, r.Fleet, r.Instances, r.SLO.TTFT, r.SLO.TPOT)
 	fmt.Fprintf(&b, "cells: share of offered requests that met both SLOs; sustained: highest rate such that it and every lower rate reach 90%%\n")
-	fmt.Fprintf(&b, "(crossing: where attainment crosses 90%%, interpolated; \">= X, grid top\": passes at the top swept rate, so X is a floor)\n\n")
+	fmt.Fprintf(&b, "(crossing: where attainment crosses 90%%, interpolated; \">= X, grid top\": passes at the top swept rate, so X is a floor)\n")
+	b.WriteString(refineNote(r.Refine) + "\n")
 	width := len("arm")
 	for _, a := range r.Arms {
 		width = max(width, len(a))

@@ -38,6 +38,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"sim", "--rates", "0"}, 2, `--rates: rate "0"`},
 		{[]string{"sim", "--speedup", "0"}, 2, "--speedup 0: expected a factor > 0"},
 		{[]string{"sim", "--workers", "-3"}, 2, "--workers: -3"},
+		{[]string{"sim", "--refine", "9"}, 2, "--refine: 9: expected 0 (the grid alone) to 8 bisections"},
+		{[]string{"sim", "--refine", "2", "--journal", filepath.Join(dir, "j")}, 2, "--refine with --journal"},
 		{[]string{"sim", "--arms", "static:4P4D,static:4P4D"}, 2, "--arms: static:4P4D given twice"},
 		{[]string{"sim", "--trace", zero}, 2, "no phase has arrivals"},
 		{[]string{"sim", "--trace", bad}, 2, "--trace: " + bad + ": invalid YAML at line 2"},

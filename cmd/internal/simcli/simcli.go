@@ -104,6 +104,7 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
 			&cli.BoolFlag{Name: "prefix-cache", Usage: "turn on each engine's prefix cache (sized by the fleet's prefix_cache, default 16-token blocks, 200,000 tokens)"},
 			&cli.StringFlag{Name: "admission", Usage: "admission gate: open (place every arrival at once) or queue (price each arrival's TTFT; queue it until it fits or its deadline passes); default: the fleet's, else open"},
+			&cli.IntFlag{Name: "refine", Usage: "bisect each arm's sustained rate N times (0 to 8) within the grid step above it: N more runs per arm, the rate resolved to a step over 2^N (not with --journal)"},
 			&cli.IntFlag{Name: "workers", Usage: "runs in parallel, 0 for one per CPU", DefaultText: "one per CPU"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (see docs/sim.md)"},
 			&cli.StringFlag{Name: "journal", Usage: "write every run's records to a Pebble journal DIR/ARM@RATE (e.g. DIR/static-4P4D@1.6), then export them to Parquet in DIR/parquet; DIR must hold no runs unless --resume or --force"},
@@ -126,6 +127,9 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 			cfg.Progress = ProgressBar(stderr)
 			cfg.Context = ctx
 			dir := c.String("journal")
+			if dir != "" && cfg.Refine > 0 {
+				return cliexit.Input(errors.New("--refine with --journal: refined runs are at rates each arm's own results pick, which a journal's resume cannot check: journal the grid alone, or refine without --journal"))
+			}
 			if c.IsSet("seeds") {
 				if dir != "" {
 					return cliexit.Input(errors.New("--seeds with --journal: journal one seed per sweep, or use an experiment file's seeds: list with narwhal-bench run"))
@@ -182,6 +186,7 @@ func Config(c *cli.Command) (sweep.Config, error) {
 	o := sweep.Options{Trace: c.String("trace"), TraceFormat: c.String("trace-format"), Fleet: c.String("fleet"),
 		TTFT: c.String("ttft-slo"), TPOT: c.String("tpot-slo"), Rates: c.String("rates"), Speedup: c.Float64("speedup"),
 		PrefixCache: c.Bool("prefix-cache"), Admission: c.String("admission"), Workers: int(c.Int("workers")), Version: Version,
+		Refine:    int(c.Int("refine")),
 		ArrivalCV: c.Float64("arrival-cv"), BatchMean: c.Float64("batch-mean")}
 	if c.IsSet("speedup") && !(o.Speedup > 0) {
 		return sweep.Config{}, cliexit.Input(fmt.Errorf("--speedup %v: expected a factor > 0", o.Speedup))
