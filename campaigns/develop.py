@@ -16,8 +16,10 @@ Usage:
 TRACE-LEVEL.json; a case whose file exists is not run again. Environment
 variables reach BIN unchanged, so a variant gated by one runs the same way.
 DIR is stamped with BIN's SHA-256 and the NB_* variables of the first run
-(and the seeds, with --first); a run of another build, environment or
-seeds into it is refused, so a directory never mixes two controllers.
+(and the seeds, with --first, and the refinement); a run of another build,
+environment, seeds or refinement into it is refused, so a directory never
+mixes two controllers. `--refine N` (default 3, as the evaluation) bisects
+each seed's sustained rate N times within its grid step (sim --refine).
 Two sweeps at a time (the machine's two cores).
 
 `run --first N` sweeps fresh seeds instead: 100 from N on demo and steady,
@@ -83,15 +85,18 @@ def parse_cases(text):
     return out
 
 
-def stamp_dir(out, binary, seeds):
-    """Stamps out with the build and the NB_* environment of its sweeps,
-    or exits when it holds another's."""
+def stamp_dir(out, binary, seeds, refine):
+    """Stamps out with the build, the NB_* environment and the refinement
+    of its sweeps, or exits when it holds another's."""
     with open(binary, 'rb') as f:
         build = hashlib.sha256(f.read()).hexdigest()
     env = ' '.join(f'{k}={v}' for k, v in sorted(os.environ.items()) if k.startswith('NB_'))
-    stamp = f'{build} {env}'.strip() + '\n'
+    stamp = f'{build} {env}'.strip()
     if seeds is not DEV_SEEDS:
-        stamp = f'{build} {env} seeds {seeds["demo"]}'.strip() + '\n'
+        stamp = f'{build} {env} seeds {seeds["demo"]}'.strip()
+    if refine:
+        stamp += f' refine {refine}'
+    stamp += '\n'
     path = os.path.join(out, 'STAMP')
     if os.path.exists(path):
         with open(path) as f:
@@ -104,10 +109,12 @@ def stamp_dir(out, binary, seeds):
         f.write(stamp)
 
 
-def run_case(binary, out, trace, level, seeds):
+def run_case(binary, out, trace, level, seeds, refine):
     path = os.path.join(out, f'{trace}-{level}.json')
     args = [binary, 'sim'] + B.TRACES[trace] + B.LEVELS[level] + [
         '--arms', 'adaptive', '--rates', B.GRID[trace], '--seeds', seeds[trace], '--json']
+    if refine:
+        args += ['--refine', str(refine)]
     try:
         B.run_cached(args, path)
     except RuntimeError as e:
@@ -199,6 +206,9 @@ def main():
     r.add_argument('--first', type=int, default=0,
                    help='evaluate on fresh seeds from FIRST (100 on demo and steady, 20 on chatdoc '
                         'and mixed, 5 on Azure) instead of the development seeds')
+    r.add_argument('--refine', type=int, default=B.REFINE,
+                   help=f'bisections of the sustained rate within its grid step (sim --refine; default '
+                        f'{B.REFINE}, as the evaluation; 0 for the grid alone)')
     c = sub.add_parser('compare', help='compare two run directories case by case')
     c.add_argument('a')
     c.add_argument('b')
@@ -217,10 +227,10 @@ def main():
         sys.exit(f'develop.py: --bin {args.bin}: not an executable file (build it: make build)')
     os.makedirs(args.out, exist_ok=True)
     seeds = eval_seeds(args.first) if args.first else DEV_SEEDS
-    stamp_dir(args.out, binary, seeds)
+    stamp_dir(args.out, binary, seeds, args.refine)
     cases = parse_cases(args.cases)
     with cf.ThreadPoolExecutor(2) as ex:
-        jobs = {ex.submit(run_case, binary, args.out, t, lv, seeds): (t, lv) for t, lv in cases}
+        jobs = {ex.submit(run_case, binary, args.out, t, lv, seeds, args.refine): (t, lv) for t, lv in cases}
         for j in cf.as_completed(jobs):
             t, lv = jobs[j]
             try:
