@@ -91,6 +91,17 @@ const (
 	StageDecode
 )
 
+// DefaultObserveEvery is how stale the drivers let the core's view of the
+// engines (Observation) get before they feed it a request to place: the
+// simulator and the live router observe every engine at the controller's
+// ticks and, before an arrival or a finished prefill, when the last
+// observation is this old. Between observations the core's decode context
+// counts placements and endings only, not the tokens generated, so it
+// falls behind the engines' with every answer; placed only at ticks, a
+// controller that never ticks (a static split) placed decode legs on a
+// view that had drifted for the whole run (issue 10, twenty-seventh round).
+const DefaultObserveEvery = event.Second
+
 // Observation is what a driver saw an engine do since its previous
 // Observation: the decode iterations it ran and how long they took, and the
 // decode context it holds now. The simulator reports it before each tick;

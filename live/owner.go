@@ -86,10 +86,13 @@ type owner struct {
 	tick    *time.Timer
 	tickAt  event.Time
 	lastObs []obsMark
-	moves   int
-	counts  Counts
-	err     error
-	names   []string // engine names, for the metrics' labels
+	// observedAt is when every engine was last observed (observed: ever).
+	observedAt event.Time
+	observed   bool
+	moves      int
+	counts     Counts
+	err        error
+	names      []string // engine names, for the metrics' labels
 }
 
 // obsMark is what the owner last read of an engine's gap counters.
@@ -297,6 +300,7 @@ func (o *owner) arrive(now event.Time, f *flight) {
 	f.stage = core.StageQueued
 	o.active[f.id] = f
 	o.counts.InFlight++
+	o.observeStale(now)
 	if !o.fact(o.core.Arrive(now, core.Request{ID: f.id, InputTokens: f.input})) {
 		o.end(now, f, event.KindFail, event.CauseEngineError)
 		f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
@@ -321,6 +325,7 @@ func (o *owner) prefilled(now event.Time, f *flight) {
 	if f.noDecode {
 		req.OutputTokens, req.TTFT, req.TPOT = 1, now-o.scheduledOf(f), event.Never
 	}
+	o.observeStale(now)
 	if !o.fact(o.core.PrefillDone(now, req)) {
 		f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
 		return
@@ -456,6 +461,26 @@ func (o *owner) arm(t event.Time) {
 // onTick observes every engine, then lets the controller act.
 func (o *owner) onTick() {
 	now := o.r.now()
+	o.observe(now)
+	o.fact(o.core.Tick(now))
+	o.apply(o.core.Ready())
+}
+
+// observeStale observes every engine when the last observation is
+// core.DefaultObserveEvery old or older, so that the core places a request
+// on a view of the engines at most that stale, whether or not its
+// controller ticks (a static split never does), as the simulator does.
+func (o *owner) observeStale(now event.Time) {
+	if o.observed && now-o.observedAt < core.DefaultObserveEvery {
+		return
+	}
+	o.observe(now)
+}
+
+// observe tells the core each engine's decode pace since the last
+// observation and its resident decode context now.
+func (o *owner) observe(now event.Time) {
+	o.observedAt, o.observed = now, true
 	ctx := make([]int64, len(o.r.engines))
 	waiting := make([]int, len(o.r.engines))
 	for _, f := range o.active {
@@ -474,8 +499,6 @@ func (o *owner) onTick() {
 			DecodeIters: gaps - last.gaps, DecodeSeconds: time.Duration(nanos - last.nanos).Seconds(),
 			DecodeTokens: ctx[i], DecodeWaiting: waiting[i]}))
 	}
-	o.fact(o.core.Tick(now))
-	o.apply(o.core.Ready())
 }
 
 // end journals f's terminal record and releases what it held in the core.

@@ -38,11 +38,24 @@ type Config struct {
 	// running; requests still open then end as expired (drain_limit).
 	// Default 600 s.
 	DrainLimit event.Time
+	// ObserveEvery is how stale the core's view of the engines (each
+	// engine's resident decode context and decode pace, core.Observation)
+	// may be when it places a request: before an arrival or a finished
+	// prefill is fed to the core, every engine is observed when the last
+	// observation is at least this old. The controller's ticks observe
+	// too. 0 is DefaultObserveEvery; a negative value observes at the
+	// controller's ticks only, as the simulator did before (a controller
+	// that never ticks, a static split, then placed on a view that
+	// drifted further from the engines with every request).
+	ObserveEvery event.Time
 	// TokenHook, when set, is called for every output token with its
 	// 1-based index and time, in time order per request. It costs an event
 	// per token; tests use it to check causality.
 	TokenHook func(req event.RequestID, k int, at event.Time)
 }
+
+// DefaultObserveEvery is the default Config.ObserveEvery, the core's.
+const DefaultObserveEvery = core.DefaultObserveEvery
 
 // DefaultDrainLimit is how long a run drains after its last arrival.
 const DefaultDrainLimit = 600 * event.Second

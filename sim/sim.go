@@ -198,6 +198,9 @@ type Sim struct {
 	tickAskSeq uint64
 	tickAsked  bool
 	started    bool
+	// observedAt is when every engine was last observed (observed: ever).
+	observedAt event.Time
+	observed   bool
 	stats      Stats
 	record     event.Record
 	drainEnd   event.Time
@@ -611,6 +614,7 @@ func (s *Sim) arrive() {
 		Inst: event.NoInstance, Peer: event.NoInstance, Tokens: int64(r.InputTokens),
 		Want: int64(st.want), Ref: r.At, Class: r.Class}
 	s.emit(&s.record)
+	s.observeStale()
 	s.fact(s.core.Arrive(s.now, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens,
 		PrefixGroup: r.PrefixGroup, PrefixTokens: r.PrefixTokens}))
 }
@@ -984,6 +988,7 @@ func (s *Sim) advanceDecode(e *engine, n int64) {
 
 // observe tells the core what every engine did since the last tick.
 func (s *Sim) observe() {
+	s.observedAt, s.observed = s.now, true
 	for k := range s.eng {
 		e := &s.eng[k]
 		iters, secs, ctx := e.decIters, e.decSecs, e.ctx
@@ -1001,6 +1006,20 @@ func (s *Sim) observe() {
 		}
 		e.reportedIters, e.reportedSecs = iters, secs
 	}
+}
+
+// observeStale observes every engine when the last observation is
+// Config.ObserveEvery old or older (never, with a negative ObserveEvery),
+// so that the core places a request on a view at most that stale.
+func (s *Sim) observeStale() {
+	every := s.cfg.ObserveEvery
+	if every == 0 {
+		every = DefaultObserveEvery
+	}
+	if every < 0 || s.observed && s.now-s.observedAt < every {
+		return
+	}
+	s.observe()
 }
 
 // reportTokens calls the TokenHook for every token of the next n iterations
@@ -1030,6 +1049,7 @@ func (s *Sim) prefillDone(e *engine, i int32) {
 		s.cfg.TokenHook(event.RequestID(i+1), 1, s.now)
 	}
 	req := core.Request{ID: event.RequestID(i + 1), InputTokens: int(st.input), PrefillInst: event.Instance(e.id)}
+	s.observeStale()
 	if st.want <= 1 {
 		// The answer is complete with its first token: no decode leg.
 		req.NoDecode, req.OutputTokens = true, 1

@@ -107,7 +107,7 @@ func TestOracleReusesTheRivalsRun(t *testing.T) {
 	tr, fl := load(t, "mixed")
 	replay := func(string, event.RunMeta) (Sink, error) { return nil, nil } // journaled: the oracle replays
 	for _, arms := range [][]string{{"oracle"}, {"arrow", "oracle"}} {
-		cfg := Config{Trace: tr, Fleet: fl, Arms: arms, Rates: []float64{6.00792}, Seed: 2, Workers: 2}
+		cfg := Config{Trace: tr, Fleet: fl, Arms: arms, Rates: []float64{5.6}, Seed: 2, Workers: 2}
 		got, err := Execute(cfg)
 		if err != nil {
 			t.Fatal(err)
