@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/narwhal-bench/narwhal-bench/score"
@@ -29,12 +30,17 @@ func (res *Result) refine(cfg Config) error {
 			continue
 		}
 		// The first grid rate above the sustained one fails (else it
-		// would be the sustained rate).
-		i := slices.Index(res.Rates, *s)
-		if i < 0 || i+1 >= len(res.Rates) {
-			return fmt.Errorf("sweep: refine: %s's sustained rate %v is not a grid rate below the top", arm, *s)
+		// would be the sustained rate); the grid may be given in any order.
+		hi := math.Inf(1)
+		for _, r := range res.Rates {
+			if r > *s {
+				hi = min(hi, r)
+			}
 		}
-		open[arm] = &bracket{lo: *s, hi: res.Rates[i+1]}
+		if math.IsInf(hi, 1) {
+			return fmt.Errorf("sweep: refine: %s's sustained rate %v is the grid's top, yet not marked so", arm, *s)
+		}
+		open[arm] = &bracket{lo: *s, hi: hi}
 	}
 	for step := 0; step < cfg.Refine; step++ {
 		byMid := map[float64][]string{}

@@ -124,3 +124,26 @@ func TestRefineOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// A grid given in any order brackets each arm between its sustained rate
+// and the next higher grid rate: the same refined sweep as in order.
+func TestRefineUnorderedGrid(t *testing.T) {
+	tr, fl := load(t, "demo")
+	arms := []string{"static:4P4D", "adaptive"}
+	cfg := Config{Trace: tr, Fleet: fl, Arms: arms, Rates: []float64{1.2, 2.4, 3.6, 4.8, 6}, Seed: 3, Workers: 2, Refine: 2}
+	in, err := Execute(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Rates = []float64{6, 2.4, 4.8, 1.2, 3.6}
+	out, err := Execute(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in.Sustained, out.Sustained) || !reflect.DeepEqual(in.Refined, out.Refined) {
+		t.Errorf("grid in order: sustained %v, refined %+v; out of order: %v, %+v", in.Sustained, in.Refined, out.Sustained, out.Refined)
+	}
+	if len(in.Refined) == 0 {
+		t.Fatal("nothing refined: the test checks nothing")
+	}
+}
