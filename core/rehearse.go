@@ -178,7 +178,10 @@ func (a *Adaptive) rehearse(c *View) {
 // took its engine straight back a minute later, and on the Azure traces
 // the two undid each other by turns (issue 10, twenty-third round). When
 // the fleet delivers the window (the rehearser's gate), or the replay
-// cannot be made, the move goes as before.
+// cannot be made, the move goes as before. The scoring pass overrides a
+// hold when the move answers a confirmed miss (Adaptive.confirmedMiss;
+// twenty-eighth round); the insurance, which moves only when every SLO
+// is projected met, never does.
 func (a *Adaptive) guard(c *View, p, q int) string {
 	rc := a.Cfg.Rehearsal
 	if a.Rehearser == nil || rc.Step <= 0 || !a.byRehearsal || !a.moved ||

@@ -227,8 +227,10 @@ func (f *favourDecode) Qualified(_ event.Time, _ event.Time, current int, others
 
 // Within the rehearsal's window of a move it made, the scoring pass and
 // the insurance do not undo the move when a replay rates the undoing worse
-// (the guard), and they do once the window has passed; every invariant
-// holds on the run (issue 10, twenty-third round).
+// (the guard), and they do once the window has passed, or before when the
+// split the rehearsal chose misses an SLO as delivered and as projected
+// (twenty-eighth round: the move then says the guard yields); every
+// invariant holds on the run (issue 10, twenty-third round).
 func TestGuardKeepsTheRehearsalsMove(t *testing.T) {
 	cfg := refConfig(6)
 	reqs := randomTrace(7, 900, 1.5)
@@ -252,7 +254,7 @@ func TestGuardKeepsTheRehearsalsMove(t *testing.T) {
 		if !prev.rehearsal || m.rehearsal || m.to <= m.from || prev.to >= prev.from {
 			continue
 		}
-		if m.at-prev.at < core.DefaultRehearsal.Window {
+		if m.at-prev.at < core.DefaultRehearsal.Window && !m.yields {
 			t.Errorf("at %v the pass moved %dP -> %dP, %v after the rehearsal's %dP -> %dP, against the replay",
 				m.at, m.from, m.to, m.at-prev.at, prev.from, prev.to)
 		}
@@ -267,6 +269,9 @@ type move struct {
 	at        event.Time
 	from, to  int
 	rehearsal bool
+	// yields: a move the guard let through because the split the
+	// rehearsal chose misses an SLO as delivered and as projected.
+	yields bool
 }
 
 // allMoves keeps the controller's moves, and counts the guard's holds.
@@ -297,7 +302,8 @@ func (d *allMoves) Record(r *event.Record) {
 	if _, err := fmt.Sscanf(to, "%dP%dD", &tp, &td); err != nil {
 		return
 	}
-	d.moves = append(d.moves, move{at: r.At, from: fp, to: tp, rehearsal: strings.HasPrefix(v.Why, "rehearsal:")})
+	d.moves = append(d.moves, move{at: r.At, from: fp, to: tp, rehearsal: strings.HasPrefix(v.Why, "rehearsal:"),
+		yields: strings.Contains(v.Why, "the rehearsal's guard yields: ")})
 }
 
 // favourAggregated is a rehearser whose replays rate aggregated serving
