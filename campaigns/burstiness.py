@@ -5,7 +5,9 @@ trace and the Azure traces, at arrival CV 1-4 and batched arrivals, over
 five seeds each. The static splits run twice: placed by token count (the
 reference's static arms) and placed as adaptive places (static:kPmD/alg1),
 so the table gives adaptive against the best of each; against the second,
-routing is held equal and the difference is role control alone.
+routing is held equal and the difference is role control alone. The
+partly aggregated fleets (hybrid:kPmM) run beside them, in a column of
+their own: they are fleet designs, not splits.
 
 Usage: campaigns/burstiness.py [--bound] [--traces demo,steady,...]
        [--levels cv1,cv2,...] [--seeds A..B] [--out DIR]
@@ -35,6 +37,10 @@ STATIC = ','.join(f'static:{k}P{8 - k}D' for k in range(1, 8))
 # flips): adaptive against the best of these is role control alone, with
 # routing held equal (issue 10, deliverable 6).
 STATIC_ALG1 = ','.join(f'static:{k}P{8 - k}D/alg1' for k in range(1, 8))
+# Partly aggregated fleets (k prefill engines, the rest taking both
+# phases; issue 10, twenty-ninth round): a fleet design beside the splits,
+# not one of them, shown in its own column.
+HYBRID = ','.join(f'hybrid:{k}P{8 - k}M' for k in range(1, 8))
 TRACES = {
     'demo': ['--trace', 'demo'],
     'chatdoc': ['--trace', 'chatdoc'],
@@ -170,6 +176,17 @@ def crossing(d, arm, bound=None):
                 bound=ratio(mean(bound)) if bound else None)
 
 
+def best_hybrid(d, arm):
+    """The best hybrid fleet (hybrid:kPmM) by mean sustained rate and arm's
+    ratio to it; None when the sweep has none."""
+    mean = lambda a: d['sustained'][a]['mean'] or 0.0
+    hybrids = [a for a in d['arms'] if a.startswith('hybrid:')]
+    if not hybrids:
+        return None
+    best = max(hybrids, key=mean)
+    return dict(best=best, mean=mean(best), ratio=mean(arm) / mean(best) if mean(best) else float('nan'))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--bound', action='store_true', help='run the oracle arm too (slow)')
@@ -184,11 +201,11 @@ def main():
                     f'default {REFINE}, 0 for the grid alone)')
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    arms = STATIC + ',' + STATIC_ALG1 + ',adaptive' + (',phase-oracle,oracle' if a.bound else '')
+    arms = STATIC + ',' + STATIC_ALG1 + ',' + HYBRID + ',adaptive' + (',phase-oracle,oracle' if a.bound else '')
     head = ('| trace | arrivals | best static: mean sustained (min-max), req/s | adaptive | '
             'adaptive / best static: of means; worst seed | best static placed as adaptive places (/alg1) | '
-            'adaptive / it: of means; worst seed |')
-    sep = '|---|---|---|---|---|---|---|'
+            'adaptive / it: of means; worst seed | best hybrid fleet (kPmM) | adaptive / it |')
+    sep = '|---|---|---|---|---|---|---|---|---|'
     if a.bound:
         head += (' bound (oracle) | adaptive / bound: of means; worst seed | arms above the bound | '
                  'bound reversals within 60 s / changes | adaptive / phase-oracle |')
@@ -197,7 +214,7 @@ def main():
     sep += '---|---|---|'
     print(head)
     print(sep)
-    worst = worst_alg1 = worst_bound = (9.0, '')
+    worst = worst_alg1 = worst_bound = worst_hyb = (9.0, '')
     # The same ratios by the interpolated crossing rate (sweep's
     # sustained_crossing: where attainment crosses 90%, between grid
     # rates), which a one-step difference of the grid at one seed moves
@@ -239,6 +256,10 @@ def main():
             row = (f"| {t} | {label} | {r['best'][7:]} {r['best_mean']:.2f} ({r['best_lo']:.2f}-{r['best_hi']:.2f}) "
                    f"| {r['arm_mean']:.2f} ({r['arm_lo']:.2f}-{r['arm_hi']:.2f}) | {r['ratio']:.2f}; {r['seed_min']:.2f} "
                    f"| {g['best'][7:]} {g['mean']:.2f} | {g['ratio']:.2f}; {g['seed_min']:.2f} |")
+            h = best_hybrid(d, 'adaptive')
+            row += f" {h['best'][7:]} {h['mean']:.2f} | {h['ratio']:.2f} |" if h else ' - | - |'
+            if h and h['mean'] > 0:
+                worst_hyb = min(worst_hyb, (h['ratio'], f'{t} {lv}'))
             if a.bound:
                 row += (f" {r['bound_mean']:.2f} | {r['bound_ratio']:.2f}; {r['worst_bound']:.2f} | "
                         f"{', '.join(r['above']) or 'none'} | {r['bound_revs']} | {r['phase_ratio']:.2f} |")
@@ -251,6 +272,7 @@ def main():
     print(f'\nminimum adaptive / best static (of means) over the cases: {worst[0]:.3f} ({worst[1]})')
     print(f'minimum adaptive / best static placed as adaptive places (/alg1), of means: '
           f'{worst_alg1[0]:.3f} ({worst_alg1[1]})')
+    print(f'minimum adaptive / best hybrid fleet (kPmM), of means: {worst_hyb[0]:.3f} ({worst_hyb[1]})')
     if a.bound:
         print(f'minimum adaptive / bound (of means) over the cases: {worst_bound[0]:.3f} ({worst_bound[1]})')
         print(f'cases with adaptive / bound >= 0.95 (of means): {at95} of {cases}')

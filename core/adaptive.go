@@ -161,6 +161,16 @@ type Adaptive struct {
 	// engine both phases) from a split of aggFrom prefill engines.
 	agg     bool
 	aggFrom int
+	// hyb: while agg, the fleet is hybrid (Hybrid) with hyb prefill
+	// engines, the rest mixed; 0 is aggregated serving. hybConfirms
+	// counts the pass's proposals of it in a row (see hybrid).
+	hyb         int
+	hybConfirms int
+	// hybRefuted: a replay rated the hybrid worse than the split at the
+	// pass's proposal, or the rehearsal took the fleet out of it, at
+	// hybLeft; the pass proposes none until a change of mix after it.
+	hybRefuted bool
+	hybLeft    event.Time
 }
 
 // Name implements Controller.
@@ -169,6 +179,9 @@ func (a *Adaptive) Name() string { return "adaptive" }
 // PlacePrefill implements Controller: Algorithm 1 without inline flips
 // (Arrow §5.3), with burst spill (AdaptiveConfig.Spill).
 func (a *Adaptive) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
+	if a.agg && a.hyb > 0 {
+		return placeHybridPrefill(c), event.CauseNone
+	}
 	if a.agg {
 		return Aggregated{}.PlacePrefill(c, r)
 	}
@@ -178,6 +191,9 @@ func (a *Adaptive) PlacePrefill(c *View, r Request) (event.Instance, event.Cause
 // PlaceDecode implements Controller: Algorithm 1, local when possible;
 // aggregated, where the prompt ran.
 func (a *Adaptive) PlaceDecode(c *View, r Request) event.Instance {
+	if a.agg && a.hyb > 0 {
+		return placeHybridDecode(c, r)
+	}
 	if a.agg && r.PrefillInst >= 0 && c.inst[r.PrefillInst].Role == event.RoleMixed {
 		return r.PrefillInst
 	}
@@ -661,6 +677,19 @@ func (a *Adaptive) Tick(c *View) bool {
 		return false
 	}
 	a.next = c.now + a.Cfg.Step
+	if a.agg && a.hyb > 0 {
+		// Hybrid serving was taken on one mix of prompts: a change of mix
+		// takes the fleet back to the split it left, where the scoring
+		// pass prices the new mix.
+		e := a.estimate(c)
+		if e.mixShift {
+			a.mixSeen, a.lastMix, a.mixFrom = true, c.now, c.now
+			a.aggregate(c, -a.hyb, a.aggFrom, e, fmt.Sprintf("hybrid: a change of mix (mean prefill %.4f s now), back to %s",
+				e.mixNow().mean, fleetName(a.aggFrom, len(c.inst))))
+			a.byRehearsal = false
+			return true
+		}
+	}
 	if a.agg {
 		// Aggregated serving: the projections price splits only, so the
 		// rehearsal alone decides when to leave.
@@ -675,15 +704,21 @@ func (a *Adaptive) Tick(c *View) bool {
 	return true
 }
 
+// estimate is the pass's demand estimate now: the short window's, blended
+// with the long window's when that is longer.
+func (a *Adaptive) estimate(c *View) DemandEstimate {
+	if a.Cfg.LongWindow > a.Cfg.Window {
+		return a.demand.blend(c.now, a.Cfg.Window)
+	}
+	return a.demand.estimate(c.now, 0)
+}
+
 // pass is one scoring pass: it decides, records why, and may move one
 // engine.
 func (a *Adaptive) pass(c *View) {
 	n := len(c.inst)
 	p := c.Count(event.RolePrefill)
-	e := a.demand.estimate(c.now, 0)
-	if a.Cfg.LongWindow > a.Cfg.Window {
-		e = a.demand.blend(c.now, a.Cfg.Window)
-	}
+	e := a.estimate(c)
 	rec := AdaptiveDecision{Controller: "adaptive", Split: splitName(p, n-p), Rate: Ratio(e.Rate),
 		PrefillLoad: Ratio(e.PrefillLoad), DecodeSteps: Ratio(e.DecodeSteps), ShortWindow: e.ShortPrefill,
 		Candidates: []SplitCandidate{}}
@@ -763,6 +798,9 @@ func (a *Adaptive) pass(c *View) {
 			return
 		}
 		scaled += "; no insurance: " + why
+	}
+	if settled && a.hybrid(c, e, p, cur, best, decide) {
+		return
 	}
 	if best.Prefill == p {
 		a.proposal, a.confirms = 0, 0
@@ -883,6 +921,59 @@ func (a *Adaptive) pass(c *View) {
 		scaled += "; the rehearsal's guard yields: " + slo
 	}
 	a.move(c, p, best.Prefill, n, e, fmt.Sprintf("score %.3f -> %.3f (ttft %.3f, tpot %.3f)", cur.Score(), best.Score(), best.TTFT, best.TPOT), decide)
+}
+
+// hybrid is the scoring pass's move to hybrid serving (Hybrid; issue 10,
+// twenty-ninth round), on one mix of prompts (the caller's settled), and
+// reports whether the pass is done. From p >= 2 prefill engines it
+// proposes (p-1)P with the rest mixed when the current split is bound by
+// TPOT, the neighbour toward decode breaks TTFT, and the hybrid, priced
+// as (p-1)P's TPOT and pP's TTFT (its mixed engines taking the prompts
+// one prefill engine fewer leaves waiting), projects under 1 and under
+// every split, and under the current one by the plain margin. Three
+// proposals in a row, then a replay of the window on both (Replayer,
+// whether or not the fleet delivered the window) must not rate the hybrid
+// worse: the projection counts no prompt on a mixed engine, and on
+// chatdoc's documents those stall the streams (a replay rated 3P5M at
+// half of 4P4D's window). Once a replay rated it worse, or the rehearsal
+// took the fleet out of it, no hybrid is proposed until the mix changes.
+// Without a rehearser the fleet never goes hybrid: nothing would take it
+// out.
+func (a *Adaptive) hybrid(c *View, e DemandEstimate, p int, cur, best SplitScore, decide func(string, string)) bool {
+	if a.hybRefuted && a.mixSeen && a.lastMix > a.hybLeft {
+		a.hybRefuted = false
+	}
+	if p < 2 || a.Rehearser == nil || a.hybRefuted {
+		return false
+	}
+	n := len(c.inst)
+	lo := ScoreSplit(c, e, p-1)
+	h := math.Max(lo.TPOT, cur.TTFT)
+	if cur.TPOT < cur.TTFT || lo.TTFT < 1 || cur.Score()-h < a.Cfg.Margin || h >= best.Score() || h >= 1 {
+		a.hybConfirms = 0
+		return false
+	}
+	if a.hybConfirms++; a.hybConfirms < a.Cfg.Confirmations {
+		return false
+	}
+	a.hybConfirms = 0
+	q := -(p - 1)
+	var cq, r int
+	var k []int
+	if rp, ok := a.Rehearser.(Replayer); ok {
+		cq, k, r = rp.Replay(c.now, p, []int{q})
+	} else {
+		cq, k, r = a.Rehearser.Qualified(c.now, 0, p, []int{q}, func(int) int { return 0 })
+	}
+	if len(k) == 1 && k[0] < cq {
+		a.hybRefuted, a.hybLeft = true, c.now
+		decide("stay", fmt.Sprintf("hybrid %s projected %.3f, but a replay of the window qualifies fewer of its %d requests on it (%d) than on %s (%d)",
+			fleetName(q, n), h, r, k[0], splitName(p, n-p), cq))
+		return true
+	}
+	a.aggregate(c, p, q, e, fmt.Sprintf("hybrid: %s projected %.3f (tpot of %dP, ttft of %dP), %s %.3f",
+		fleetName(q, n), h, p-1, p, splitName(p, n-p), cur.Score()))
+	return true
 }
 
 // overloadReversal is why a reversal of the last move within the thrash

@@ -34,7 +34,10 @@ type Controller interface {
 	NextTick() event.Time
 }
 
-var staticRE = regexp.MustCompile(`^static:(\d+)P(\d+)D(/alg1)?$`)
+var (
+	staticRE = regexp.MustCompile(`^static:(\d+)P(\d+)D(/alg1)?$`)
+	hybridRE = regexp.MustCompile(`^hybrid:(\d+)P(\d+)M$`)
+)
 
 // NewController builds the controller an arm name asks for, for a fleet of n
 // instances. Known arms: "static:kPmD" (k+m must equal n) and "aggregated".
@@ -46,6 +49,14 @@ func NewController(arm string, n int) (Controller, error) {
 			return nil, fmt.Errorf("arm %q: %dP%dD on %d instances: expected k>=1 prefill and m>=1 decode with k+m = %d", arm, p, d, n, n)
 		}
 		return &Static{Prefill: p, Alg1: m[3] != ""}, nil
+	}
+	if m := hybridRE.FindStringSubmatch(arm); m != nil {
+		p, _ := strconv.Atoi(m[1])
+		k, _ := strconv.Atoi(m[2])
+		if p < 1 || k < 1 || p+k != n {
+			return nil, fmt.Errorf("arm %q: %dP%dM on %d instances: expected k>=1 prefill and m>=1 mixed with k+m = %d", arm, p, k, n, n)
+		}
+		return &Hybrid{Prefill: p}, nil
 	}
 	if name, params, ok := strings.Cut(arm, ":"); ok && (name == "dynamo" || name == "ray") {
 		return baselineWith(arm, name, params)
@@ -68,7 +79,7 @@ func NewController(arm string, n int) (Controller, error) {
 	case "oracle", "phase-oracle":
 		return nil, fmt.Errorf("arm %q: the oracle needs a schedule chosen in hindsight; the sweep builds it (core.Scheduled)", arm)
 	}
-	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, dynamo, ray, oracle, phase-oracle, aggregated, static:kPmD/alg1, static:kPmD (e.g. static:3P5D), or dynamo:KEY=V/... and ray:KEY=V/... (baselines with a parameter changed)", arm)
+	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, dynamo, ray, oracle, phase-oracle, aggregated, static:kPmD/alg1, static:kPmD, hybrid:kPmM (e.g. static:3P5D; hybrid:1P7M: 1 prefill engine, 7 taking both phases), or dynamo:KEY=V/... and ray:KEY=V/... (baselines with a parameter changed)", arm)
 }
 
 // baselineWith builds dynamo or ray with parameters changed from their
@@ -239,6 +250,107 @@ func (Aggregated) Tick(*View) bool { return false }
 
 // NextTick implements Controller.
 func (Aggregated) NextTick() event.Time { return event.Never }
+
+// Hybrid is partly aggregated serving: the first Prefill instances take
+// prefill only, the rest both phases (event.RoleMixed). A prompt goes to
+// the engine with the least prompt work waiting, a mixed engine's resident
+// decode context counting HybridDecodeWeight tokens per token (its streams
+// slow the prompt's chunks, and the prompt stalls them): the prefill
+// engines take the prompts while they keep up, and the mixed engines the
+// overflow. A prompt that ran on a mixed engine decodes there (no KV
+// moves); one from a prefill engine goes to the mixed engine holding the
+// fewest context tokens. It behaves as a split with a fractional prefill
+// pool: on steady, 1P7M sustains more than 1P7D and 2P6D (issue 10,
+// twenty-ninth round).
+type Hybrid struct {
+	Prefill int
+}
+
+// HybridDecodeWeight is what a mixed engine's resident decode token
+// weighs against a waiting prompt token when a hybrid fleet places a
+// prompt (0.2-0.5 sustained the same on steady's development seeds).
+const HybridDecodeWeight = 0.3
+
+// Name implements Controller.
+func (h *Hybrid) Name() string { return "hybrid" }
+
+// Init implements Controller.
+func (h *Hybrid) Init(c *View) error {
+	n := c.N()
+	if h.Prefill < 1 || h.Prefill >= n {
+		return fmt.Errorf("hybrid fleet: %d prefill of %d instances: expected 1..%d", h.Prefill, n, n-1)
+	}
+	for i := range n {
+		r := event.RoleMixed
+		if i < h.Prefill {
+			r = event.RolePrefill
+		}
+		c.SetRole(event.Instance(i), r)
+	}
+	return nil
+}
+
+// PlacePrefill implements Controller.
+func (h *Hybrid) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
+	return placeHybridPrefill(c), event.CauseNone
+}
+
+// PlaceDecode implements Controller.
+func (h *Hybrid) PlaceDecode(c *View, r Request) event.Instance { return placeHybridDecode(c, r) }
+
+// Tick implements Controller.
+func (h *Hybrid) Tick(*View) bool { return false }
+
+// NextTick implements Controller.
+func (h *Hybrid) NextTick() event.Time { return event.Never }
+
+// placeHybridPrefill is a hybrid fleet's prompt placement (Hybrid): the
+// online prefill or mixed engine with the least prompt work waiting, a
+// mixed engine's decode context weighed HybridDecodeWeight, lowest index
+// on ties; with none online, argmin's fallbacks.
+func placeHybridPrefill(c *View) event.Instance {
+	best, bestK := event.NoInstance, 0.0
+	for i := range c.inst {
+		in := &c.inst[i]
+		if !in.Online(c.now) || (in.Role != event.RolePrefill && in.Role != event.RoleMixed) {
+			continue
+		}
+		k := float64(in.PrefillTokens)
+		if in.Role == event.RoleMixed {
+			k += HybridDecodeWeight * float64(in.DecodeTokens)
+		}
+		if best == event.NoInstance || k < bestK {
+			best, bestK = event.Instance(i), k
+		}
+	}
+	if best == event.NoInstance {
+		return argmin(c, event.RolePrefill, func(in *Instance) int64 { return in.PrefillTokens })
+	}
+	return best
+}
+
+// placeHybridDecode is a hybrid fleet's decode placement (Hybrid): where
+// the prompt ran when that is a mixed engine, else the online mixed (or
+// decode) engine holding the fewest context tokens.
+func placeHybridDecode(c *View, r Request) event.Instance {
+	if r.PrefillInst >= 0 && c.inst[r.PrefillInst].Role == event.RoleMixed {
+		return r.PrefillInst
+	}
+	best, bestK := event.NoInstance, int64(0)
+	for i := range c.inst {
+		in := &c.inst[i]
+		if !in.Online(c.now) || (in.Role != event.RoleDecode && in.Role != event.RoleMixed) {
+			continue
+		}
+		if k := in.DecodeTokens; best == event.NoInstance || k < bestK {
+			best, bestK = event.Instance(i), k
+		}
+	}
+	if best == event.NoInstance {
+		return argmin(c, event.RoleMixed, func(in *Instance) int64 { return in.DecodeTokens })
+	}
+	return best
+}
 
 // argmin returns the online instance of role with the smallest key (lowest
 // index on ties); with none online in that role it searches every online

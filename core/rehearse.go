@@ -30,6 +30,14 @@ type Rehearser interface {
 	Qualified(now, from event.Time, current int, others []int, gain func(replayed int) int) (cur int, counts []int, replayed int)
 }
 
+// Replayer is a Rehearser that can also replay the window whether or not
+// the fleet delivered it (Qualified replays only while it missed), every
+// count exact: the adaptive controller asks it before the scoring pass
+// takes the fleet to hybrid serving (twenty-ninth round).
+type Replayer interface {
+	Replay(now event.Time, current int, others []int) (cur int, counts []int, replayed int)
+}
+
 // RehearsalConfig is the adaptive controller's rehearsal: every Step, when
 // the scoring pass did not move and the last move is at least Dwell old,
 // the current split and its two neighbours are replayed (Rehearser) over
@@ -95,7 +103,7 @@ func (a *Adaptive) rehearse(c *View) {
 	around := []int{p - 1, p + 1}
 	if a.agg {
 		// Aggregated: the split the fleet left and its neighbours.
-		p, around = 0, []int{a.aggFrom - 1, a.aggFrom, a.aggFrom + 1}
+		p, around = -a.hyb, []int{a.aggFrom - 1, a.aggFrom, a.aggFrom + 1}
 	}
 	var others []int
 	for _, q := range around {
@@ -107,6 +115,9 @@ func (a *Adaptive) rehearse(c *View) {
 	if !a.agg && oneMix {
 		// Aggregated serving, once the window holds one mix of prompts.
 		others = append(others, 0)
+		if p >= 2 {
+			others = append(others, -(p - 1))
+		}
 	}
 	margin := rc.Margin
 	if a.agg {
@@ -143,11 +154,8 @@ func (a *Adaptive) rehearse(c *View) {
 		return
 	}
 	a.rehearsed, a.rehearsals = 0, 0
-	e := a.demand.estimate(c.now, 0)
-	if a.Cfg.LongWindow > a.Cfg.Window {
-		e = a.demand.blend(c.now, a.Cfg.Window)
-	}
-	if p == 0 || best == 0 {
+	e := a.estimate(c)
+	if p <= 0 || best <= 0 {
 		a.aggregate(c, p, best, e, fmt.Sprintf("rehearsal: %s qualifies %d of %d replayed requests, %s %d",
 			fleetName(best, n), bestV, replayed, fleetName(p, n), cur))
 		return
@@ -201,6 +209,9 @@ func fleetName(p, n int) string {
 	if p == 0 {
 		return "aggregated"
 	}
+	if p < 0 {
+		return fmt.Sprintf("%dP%dM", -p, n+p)
+	}
 	return splitName(p, n-p)
 }
 
@@ -211,7 +222,26 @@ func fleetName(p, n int) string {
 func (a *Adaptive) aggregate(c *View, p, q int, e DemandEstimate, why string) {
 	n := len(c.inst)
 	moved := 0
-	if q == 0 {
+	if q < 0 {
+		// Hybrid: -q prefill engines stay (those holding the most prompt
+		// work), every other engine takes both phases.
+		keep := map[event.Instance]bool{}
+		for _, i := range inCostOrder(c, event.RolePrefill, func(in *Instance) (Cost, bool) {
+			return Cost{-float64(in.PrefillTokens)}, true
+		}) {
+			if len(keep) < -q {
+				keep[i] = true
+			}
+		}
+		for i := range c.inst {
+			if c.inst[i].Role == event.RolePrefill && keep[event.Instance(i)] {
+				continue
+			}
+			if c.Move(event.Instance(i), event.RoleMixed, c.now, event.CauseController, why) {
+				moved++
+			}
+		}
+	} else if q == 0 {
 		for i := range c.inst {
 			if c.Move(event.Instance(i), event.RoleMixed, c.now, event.CauseController, why) {
 				moved++
@@ -246,10 +276,13 @@ func (a *Adaptive) aggregate(c *View, p, q int, e DemandEstimate, why string) {
 		c.Decide(rec)
 		return
 	}
-	if q == 0 {
-		a.agg, a.aggFrom = true, p
+	if q <= 0 {
+		a.agg, a.aggFrom, a.hyb = true, p, -q
 	} else {
-		a.agg = false
+		if a.hyb > 0 {
+			a.hybRefuted, a.hybLeft = true, c.now
+		}
+		a.agg, a.hyb = false, 0
 	}
 	c.Decide(rec)
 	a.proposal, a.confirms = 0, 0

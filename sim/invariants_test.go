@@ -216,7 +216,7 @@ func (s *randomSource) Err() error { return nil }
 // overloaded rates, with small and large batch budgets: the invariants
 // hold on every run.
 func TestInvariantsAcrossArms(t *testing.T) {
-	arms := append(core.StaticArms(4), "aggregated", "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray")
+	arms := append(core.StaticArms(4), "aggregated", "hybrid:1P3M", "hybrid:2P2M", "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray")
 	for _, rate := range []float64{0.5, 4, 30} {
 		for _, batch := range []Batch{DefaultBatch, {ChunkTokens: 512, BudgetTokens: 1024, MaxSeqs: 8}} {
 			for _, arm := range arms {

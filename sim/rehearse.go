@@ -72,6 +72,16 @@ func (h *Rehearser) Finished(r core.Request) {
 
 // Qualified implements core.Rehearser.
 func (h *Rehearser) Qualified(now, from event.Time, current int, others []int, gain func(int) int) (int, []int, int) {
+	return h.qualified(now, from, current, others, gain, true)
+}
+
+// Replay implements core.Replayer: the window replayed on current and on
+// each of others whether or not the fleet delivered it, every count exact.
+func (h *Rehearser) Replay(now event.Time, current int, others []int) (int, []int, int) {
+	return h.qualified(now, 0, current, others, nil, false)
+}
+
+func (h *Rehearser) qualified(now, from event.Time, current int, others []int, gain func(int) int, gate bool) (int, []int, int) {
 	lo := sort.Search(len(h.arr), func(i int) bool { return h.arr[i].at >= now-h.window })
 	h.arr = append(h.arr[:0], h.arr[lo:]...)
 	lo = sort.Search(len(h.arr), func(i int) bool { return h.arr[i].at >= from })
@@ -89,7 +99,7 @@ func (h *Rehearser) Qualified(now, from event.Time, current int, others []int, g
 			missed++
 		}
 	}
-	if missed < h.misses || float64(missed) < h.share*float64(ended) {
+	if gate && (missed < h.misses || float64(missed) < h.share*float64(ended)) {
 		return 0, nil, 0 // the fleet delivers the window: nothing to win
 	}
 	mean := 1
@@ -119,9 +129,11 @@ func (h *Rehearser) Qualified(now, from event.Time, current int, others []int, g
 	counts := make([]int, len(others))
 	for i, p := range others {
 		// Stop once more fail than the split may and still gain.
-		limit := len(h.reqs) - (cur + gain(len(h.reqs)))
-		if limit < 0 {
-			continue // it cannot gain that much: 0 is below the bar
+		limit := -1
+		if gain != nil {
+			if limit = len(h.reqs) - (cur + gain(len(h.reqs))); limit < 0 {
+				continue // it cannot gain that much: 0 is below the bar
+			}
 		}
 		n, err := h.replay(p, limit)
 		if err != nil {
@@ -155,6 +167,8 @@ func (h *Rehearser) replay(p, maxFail int) (ok int, err error) {
 	var ctrl core.Controller = &core.Static{Prefill: p, Alg1: true}
 	if p == 0 {
 		ctrl = core.Aggregated{} // aggregated serving (core.Rehearser)
+	} else if p < 0 {
+		ctrl = &core.Hybrid{Prefill: -p} // hybrid serving (core.Rehearser)
 	}
 	s, err := New(h.cfg, ctrl, h.reqs, &h.fold)
 	if err != nil {

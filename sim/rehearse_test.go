@@ -218,8 +218,8 @@ func (f *favourDecode) Qualified(_ event.Time, _ event.Time, current int, others
 	c := make([]int, len(others))
 	for i, q := range others {
 		c[i] = 100 - 10*q
-		if q == 0 {
-			c[i] = 0 // not aggregated serving
+		if q <= 0 {
+			c[i] = 0 // not aggregated or hybrid serving
 		}
 	}
 	return 100 - 10*current, c, 100
@@ -518,5 +518,211 @@ func TestAggregatedRehearsedOnOneMix(t *testing.T) {
 	}
 	if held == 0 {
 		t.Error("no rehearsal within the long window of the change: the test does not exercise the rule")
+	}
+}
+
+// favourHybrid is a rehearser whose replays rate hybrid serving (a
+// negative count: that many prefill engines, the rest mixed) best until
+// `until`, and after it the split the fleet left (from), by 50 of 100.
+type favourHybrid struct {
+	until   event.Time
+	from    int
+	offered []int // the hybrid candidates offered
+}
+
+func (f *favourHybrid) Arrived(event.Time, core.Request) {}
+func (f *favourHybrid) Finished(core.Request)            {}
+func (f *favourHybrid) Qualified(now event.Time, _ event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
+	score := func(q int) int {
+		if now < f.until && q < 0 || now >= f.until && q == f.from {
+			return 100
+		}
+		return 50
+	}
+	c := make([]int, len(others))
+	for i, q := range others {
+		c[i] = score(q)
+		if q < 0 {
+			f.offered = append(f.offered, q)
+		}
+	}
+	return score(current), c, 100
+}
+
+// hybLog follows each engine's role and each request's two legs.
+type hybLog struct {
+	roles     map[event.Instance]event.Role
+	enter     []event.Time // the fleet went hybrid: prefill and mixed engines both
+	leave     []event.Time
+	hybrid    bool
+	prefill   int // prefill engines while hybrid
+	prefillOn map[event.RequestID]event.Instance
+	onMixed   int               // prompts run on a mixed engine
+	crossed   []event.RequestID // of those, decoded elsewhere
+	split     int               // prefill engines once it left
+}
+
+func (d *hybLog) Record(r *event.Record) {
+	switch r.Kind {
+	case event.KindRoleMove:
+		d.roles[r.Inst] = r.To
+		p, m := 0, 0
+		for _, role := range d.roles {
+			switch role {
+			case event.RolePrefill:
+				p++
+			case event.RoleMixed:
+				m++
+			}
+		}
+		switch {
+		case !d.hybrid && p > 0 && m > 0:
+			d.hybrid, d.prefill = true, p
+			d.enter = append(d.enter, r.At)
+		case d.hybrid && m == 0:
+			d.hybrid, d.split = false, p
+			d.leave = append(d.leave, r.At)
+		}
+	case event.KindPrefillStart:
+		if d.roles[r.Inst] == event.RoleMixed {
+			d.prefillOn[r.Req] = r.Inst
+			d.onMixed++
+		}
+	case event.KindDecodeStart:
+		if on, ok := d.prefillOn[r.Req]; ok && r.Inst != on {
+			d.crossed = append(d.crossed, r.Req)
+		}
+	}
+}
+
+// When the rehearsal rates hybrid serving best, the fleet keeps one
+// prefill engine fewer than its split and relabels every other engine to
+// take both phases; prompts overflow onto the mixed engines and decode
+// where they ran; when a replay rates the split it left best again, it
+// goes back. Every invariant holds through both changes (issue 10,
+// twenty-ninth round).
+func TestAdaptiveGoesHybridOnTheRehearsal(t *testing.T) {
+	cfg := refConfig(6)
+	reqs := randomTrace(7, 900, 3)
+	for i := range reqs {
+		reqs[i].InputTokens = 1000 // one mix of prompts: no change of mix takes the fleet back
+	}
+	a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+	f := &favourHybrid{until: 200 * event.Second, from: 3}
+	a.Rehearser = f
+	d := &hybLog{roles: map[event.Instance]event.Role{}, prefillOn: map[event.RequestID]event.Instance{}}
+	var w hybridWhys
+	runCheckerWith(t, cfg, a, reqs, d, &w)
+	if len(w.enter) > 0 {
+		t.Fatalf("the scoring pass went hybrid at %v: the test wants the rehearsal's move", w.enter)
+	}
+	if len(f.offered) == 0 || slices.ContainsFunc(f.offered, func(q int) bool { return q != -2 }) {
+		t.Fatalf("hybrid candidates offered %v, want 2P4M from 3P3D", f.offered)
+	}
+	if len(d.enter) != 1 || d.enter[0] >= f.until {
+		t.Fatalf("went hybrid at %v, want once before %v", d.enter, f.until)
+	}
+	if d.prefill != 2 {
+		t.Errorf("hybrid with %d prefill engines, want 2", d.prefill)
+	}
+	if d.onMixed == 0 {
+		t.Error("no prompt ran on a mixed engine")
+	}
+	if len(d.crossed) > 0 {
+		t.Errorf("%d prompts run on a mixed engine decoded elsewhere (first: request %d)", len(d.crossed), d.crossed[0])
+	}
+	if len(d.leave) != 1 || d.leave[0] < f.until || d.split != f.from {
+		t.Errorf("left hybrid serving at %v for %dP, want once after %v for %dP", d.leave, d.split, f.until, f.from)
+	}
+}
+
+// replayVerdict is a rehearser that never replays in the rehearsal (the
+// fleet delivers its window) and whose Replay, the check before the
+// scoring pass's hybrid, rates the hybrid better or worse than the split.
+type replayVerdict struct {
+	better  bool
+	replays int
+}
+
+func (f *replayVerdict) Arrived(event.Time, core.Request) {}
+func (f *replayVerdict) Finished(core.Request)            {}
+func (f *replayVerdict) Qualified(event.Time, event.Time, int, []int, func(int) int) (int, []int, int) {
+	return 0, nil, 0
+}
+func (f *replayVerdict) Replay(_ event.Time, _ int, others []int) (int, []int, int) {
+	f.replays++
+	c := make([]int, len(others))
+	for i := range c {
+		c[i] = 40
+		if f.better {
+			c[i] = 100
+		}
+	}
+	return 90, c, 100
+}
+
+// hybridWhys keeps the decisions that speak of hybrid serving.
+type hybridWhys struct {
+	enter, vetoes, back []event.Time
+	enterSplit          []string
+}
+
+func (d *hybridWhys) Record(r *event.Record) {
+	if r.Kind != event.KindDecision {
+		return
+	}
+	var v core.AdaptiveDecision
+	if json.Unmarshal([]byte(r.Text), &v) != nil {
+		return
+	}
+	switch {
+	case strings.HasPrefix(v.Why, "hybrid: a change of mix"):
+		d.back = append(d.back, r.At)
+	case strings.HasPrefix(v.Why, "hybrid: "):
+		d.enter, d.enterSplit = append(d.enter, r.At), append(d.enterSplit, v.Split+" -> "+v.Choice)
+	case strings.Contains(v.Why, "but a replay of the window qualifies fewer"):
+		d.vetoes = append(d.vetoes, r.At)
+	}
+}
+
+// The scoring pass takes the fleet to hybrid serving, one prefill engine
+// fewer than its split and the rest mixed, when the split is bound by
+// TPOT, the neighbour toward decode breaks TTFT and the hybrid projects
+// lower by the margin, before any request missed; a replay of the window
+// that rates the hybrid worse holds it; a change of mix takes the fleet
+// back to its split (issue 10, twenty-ninth round).
+func TestPassGoesHybridOnOneMix(t *testing.T) {
+	cfg := refConfig(6)
+	reqs := randomTrace(7, 1500, 3)
+	for _, better := range []bool{true, false} {
+		a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+		f := &replayVerdict{better: better}
+		a.Rehearser = f
+		var d hybridWhys
+		runCheckerWith(t, cfg, a, reqs, &d)
+		if f.replays == 0 {
+			t.Fatalf("better %v: the pass never proposed hybrid serving: the trace does not exercise the rule", better)
+		}
+		if !better {
+			if len(d.enter) > 0 || len(d.vetoes) == 0 {
+				t.Errorf("a replay rating the hybrid worse: went hybrid at %v, held at %v; want held, never entered", d.enter, d.vetoes)
+			}
+			if len(d.vetoes) != f.replays {
+				t.Errorf("%d replays, %d holds", f.replays, len(d.vetoes))
+			}
+			continue
+		}
+		if len(d.enter) == 0 {
+			t.Fatal("a replay rating the hybrid better: never went hybrid")
+		}
+		for _, s := range d.enterSplit {
+			var p, q, m, dd int
+			if _, err := fmt.Sscanf(s, "%dP%dD -> move %dP%dM", &p, &dd, &q, &m); err != nil || q != p-1 || q+m != 6 {
+				t.Errorf("went hybrid %q: want (p-1)P with the rest mixed", s)
+			}
+		}
+		if len(d.back) == 0 {
+			t.Error("no change of mix took the fleet back from hybrid serving: the trace does not exercise it")
+		}
 	}
 }

@@ -5,6 +5,7 @@ var ArmHelp = []struct{ Arm, Help string }{
 	{"static:kPmD", "a fixed split: k prefill and m decode engines, k+m = the fleet's size (static:3P5D)"},
 	{"static:kPmD/alg1", "the same fixed split, with both legs placed by Algorithm 1 as adaptive and the oracles place them"},
 	{"aggregated", "every engine runs prefill and decode in one batch (no disaggregation)"},
+	{"hybrid:kPmM", "partly aggregated: k prefill engines, m engines taking both phases (the prefill engines' overflow), k+m = the fleet's size (hybrid:1P7M)"},
 	{"adaptive", "the project's role controller: adjacent-split moves scored on projected SLO ratios"},
 	{"arrow", "the Arrow paper's reactive Algorithms 1-3"},
 	{"planner", "the Narwhal reference's target-state planner"},

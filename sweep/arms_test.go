@@ -24,6 +24,7 @@ func TestArmHelpCoversEveryArm(t *testing.T) {
 		help[h.Arm] = true
 		arm := h.Arm
 		arm = strings.Replace(arm, "static:kPmD", "static:3P5D", 1)
+		arm = strings.Replace(arm, "hybrid:kPmM", "hybrid:1P7M", 1)
 		if err := CheckArm(arm, 8); err != nil {
 			t.Errorf("ArmHelp lists %s: %v", h.Arm, err)
 		}

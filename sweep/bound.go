@@ -31,9 +31,9 @@ import (
 //     longer qualify than the plan's: a screen, which can drop a candidate
 //     that would have won later); and
 //   - every online arm (the rivals: every arm the project ships with its
-//     default settings, the static splits among them those of splitGrid
-//     on a fleet of more than ExhaustiveSplits+1 instances, and every arm
-//     of the sweep), played as it is.
+//     default settings, the static splits and hybrid fleets among them
+//     those of splitGrid on a fleet of more than ExhaustiveSplits+1
+//     instances, and every arm of the sweep), played as it is.
 //
 // Because the rivals are in the class, the oracle's attainment is at least
 // every rival's at every rate and seed, by construction; the search decides
@@ -44,12 +44,12 @@ import (
 
 // BoundRivals are the arms, besides the sweep's own, that the oracle must
 // be at least: every shipped arm with its defaults, for a fleet of n (on
-// a fleet of more than ExhaustiveSplits+1 instances, the static splits of
-// splitGrid only).
+// a fleet of more than ExhaustiveSplits+1 instances, the static splits and
+// hybrid fleets of splitGrid only).
 func BoundRivals(n int) []string {
 	var out []string
 	for _, p := range splitGrid(n) {
-		out = append(out, fmt.Sprintf("static:%dP%dD", p, n-p))
+		out = append(out, fmt.Sprintf("static:%dP%dD", p, n-p), fmt.Sprintf("hybrid:%dP%dM", p, n-p))
 	}
 	return append(out, "aggregated", "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray")
 }

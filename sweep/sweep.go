@@ -803,7 +803,7 @@ func dispatchOrder(arms []string, rates []float64) []int {
 	cost := func(k int) float64 {
 		a := arms[k/len(rates)]
 		w := 2.0
-		if a == "aggregated" || strings.HasPrefix(a, "static:") {
+		if a == "aggregated" || strings.HasPrefix(a, "static:") || strings.HasPrefix(a, "hybrid:") {
 			w = 1
 		}
 		return w * rates[k%len(rates)]
