@@ -185,13 +185,20 @@ func (s *Static) Name() string { return "static" }
 
 // Init implements Controller.
 func (s *Static) Init(c *View) error {
+	return openFixed(c, "static split", s.Prefill, event.RoleDecode)
+}
+
+// openFixed opens a fixed fleet: the first prefill instances take
+// prefill and the others take role rest; what names the fleet in the
+// error.
+func openFixed(c *View, what string, prefill int, rest event.Role) error {
 	n := c.N()
-	if s.Prefill < 1 || s.Prefill >= n {
-		return fmt.Errorf("static split: %d prefill of %d instances: expected 1..%d", s.Prefill, n, n-1)
+	if prefill < 1 || prefill >= n {
+		return fmt.Errorf("%s: %d prefill of %d instances: expected 1..%d", what, prefill, n, n-1)
 	}
-	for i := range c.N() {
-		r := event.RoleDecode
-		if i < s.Prefill {
+	for i := range n {
+		r := rest
+		if i < prefill {
 			r = event.RolePrefill
 		}
 		c.SetRole(event.Instance(i), r)
@@ -276,18 +283,7 @@ func (h *Hybrid) Name() string { return "hybrid" }
 
 // Init implements Controller.
 func (h *Hybrid) Init(c *View) error {
-	n := c.N()
-	if h.Prefill < 1 || h.Prefill >= n {
-		return fmt.Errorf("hybrid fleet: %d prefill of %d instances: expected 1..%d", h.Prefill, n, n-1)
-	}
-	for i := range n {
-		r := event.RoleMixed
-		if i < h.Prefill {
-			r = event.RolePrefill
-		}
-		c.SetRole(event.Instance(i), r)
-	}
-	return nil
+	return openFixed(c, "hybrid fleet", h.Prefill, event.RoleMixed)
 }
 
 // PlacePrefill implements Controller.
