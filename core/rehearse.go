@@ -21,7 +21,9 @@ type Rehearser interface {
 	// Qualified replays the window's arrivals at or after from (all of
 	// the window's with from 0) on the current split (prefill engine
 	// count; 0 is aggregated serving, every engine taking both phases as
-	// the aggregated arm places them) and on each of others. It returns
+	// the aggregated arm places them; -k is hybrid serving, k prefill
+	// engines and the rest mixed, as hybrid:kPmM places them) and on
+	// each of others. It returns
 	// how many of the replayed requests qualify on both SLOs on the
 	// current split (cur) and on each other split (counts), and how many
 	// were replayed; counts nil when there is nothing to replay. A count
@@ -62,7 +64,10 @@ type Replayer interface {
 // aggregated the scoring pass, whose projections price splits only, does
 // not run; the rehearsal replays the split the fleet left and its two
 // neighbours against it, and the fleet leaves for the one that qualifies
-// the most by LeaveMargin, with the same confirmations.
+// the most by LeaveMargin, with the same confirmations. Hybrid serving
+// with one prefill engine fewer than the split (twenty-ninth round; see
+// Adaptive.hybrid) is rehearsed, taken and left the same way, over the
+// whole window only.
 type RehearsalConfig struct {
 	Step, Dwell, Window event.Time
 	Tiles               int
@@ -113,7 +118,8 @@ func (a *Adaptive) rehearse(c *View) {
 	}
 	oneMix := !a.mixSeen || c.now-a.lastMix >= a.Cfg.LongWindow
 	if !a.agg && oneMix {
-		// Aggregated serving, once the window holds one mix of prompts.
+		// Aggregated serving, and hybrid serving with one prefill engine
+		// fewer, once the window holds one mix of prompts.
 		others = append(others, 0)
 		if p >= 2 {
 			others = append(others, -(p - 1))
@@ -215,21 +221,29 @@ func fleetName(p, n int) string {
 	return splitName(p, n-p)
 }
 
-// aggregate moves the fleet between a split of p prefill engines and
-// aggregated serving (q == 0), or back from it (p == 0) to q prefill
+// aggregate moves the fleet from a split of p prefill engines to
+// aggregated serving (q == 0) or hybrid serving (q < 0: -q prefill
+// engines, the rest mixed), or back from either (p <= 0) to q prefill
 // engines: every engine is relabelled at once, as a move's engines are
 // (resident work stays where it is, Arrow §5.2).
 func (a *Adaptive) aggregate(c *View, p, q int, e DemandEstimate, why string) {
 	n := len(c.inst)
 	moved := 0
 	if q < 0 {
-		// Hybrid: -q prefill engines stay (those holding the most prompt
-		// work), every other engine takes both phases.
+		// Hybrid: -q prefill engines stay (pinned ones first, then those
+		// holding the most prompt work), every other engine takes both
+		// phases.
 		keep := map[event.Instance]bool{}
+		pinned := 0
+		for i := range c.inst {
+			if in := &c.inst[i]; in.Role == event.RolePrefill && in.Pinned {
+				pinned++
+			}
+		}
 		for _, i := range inCostOrder(c, event.RolePrefill, func(in *Instance) (Cost, bool) {
 			return Cost{-float64(in.PrefillTokens)}, true
 		}) {
-			if len(keep) < -q {
+			if len(keep) < -q-pinned {
 				keep[i] = true
 			}
 		}

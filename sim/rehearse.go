@@ -13,7 +13,8 @@ import (
 // once the request ends) and replays them on this simulator, once per
 // candidate split, each as a static split placing by Algorithm 1 with
 // burst spill (core.Static with Alg1), the controller's own placement,
-// or, for 0 prefill engines, as the aggregated arm (core.Aggregated).
+// or, for 0 prefill engines, as the aggregated arm (core.Aggregated), and
+// for -k, as the hybrid fleet of k prefill engines (core.Hybrid).
 // A replay from a time takes only the window's arrivals since (the
 // controller's part of the window since a change of mix). An answer
 // still running is given the mean length of the replayed ended answers.
