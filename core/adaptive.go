@@ -772,9 +772,12 @@ func (a *Adaptive) pass(c *View) {
 		}
 	}
 	cur := ScoreSplit(c, e, p)
-	best := cur
+	best, down := cur, cur // down: the neighbour toward decode, p-1
 	for _, q := range candidateSplits(p, n) {
 		s := ScoreSplit(c, e, q)
+		if q == p-1 {
+			down = s
+		}
 		rec.Candidates = append(rec.Candidates, SplitCandidate{P: q, TTFT: Ratio(s.TTFT), TPOT: Ratio(s.TPOT), Score: Ratio(s.Score())})
 		if q < a.Cfg.MinPrefill || n-q < a.Cfg.MinDecode || q < 1 || q >= n {
 			continue
@@ -799,7 +802,7 @@ func (a *Adaptive) pass(c *View) {
 		}
 		scaled += "; no insurance: " + why
 	}
-	if settled && a.hybrid(c, e, p, cur, best, decide) {
+	if settled && a.hybrid(c, e, p, cur, down, best, decide) {
 		return
 	}
 	if best.Prefill == p {
@@ -925,7 +928,7 @@ func (a *Adaptive) pass(c *View) {
 
 // hybrid is the scoring pass's move to hybrid serving (Hybrid; issue 10,
 // twenty-ninth round), on one mix of prompts (the caller's settled), and
-// reports whether the pass is done. From p >= 2 prefill engines it
+// reports whether the pass is done; lo is the pass's score of p-1. From p >= 2 prefill engines it
 // proposes (p-1)P with the rest mixed when the current split is bound by
 // TPOT, the neighbour toward decode breaks TTFT, and the hybrid, priced
 // as (p-1)P's TPOT and pP's TTFT (its mixed engines taking the prompts
@@ -939,7 +942,7 @@ func (a *Adaptive) pass(c *View) {
 // took the fleet out of it, no hybrid is proposed until the mix changes.
 // Without a rehearser the fleet never goes hybrid: nothing would take it
 // out.
-func (a *Adaptive) hybrid(c *View, e DemandEstimate, p int, cur, best SplitScore, decide func(string, string)) bool {
+func (a *Adaptive) hybrid(c *View, e DemandEstimate, p int, cur, lo, best SplitScore, decide func(string, string)) bool {
 	if a.hybRefuted && a.mixSeen && a.lastMix > a.hybLeft {
 		a.hybRefuted = false
 	}
@@ -947,7 +950,6 @@ func (a *Adaptive) hybrid(c *View, e DemandEstimate, p int, cur, best SplitScore
 		return false
 	}
 	n := len(c.inst)
-	lo := ScoreSplit(c, e, p-1)
 	h := math.Max(lo.TPOT, cur.TTFT)
 	if cur.TPOT < cur.TTFT || lo.TTFT < 1 || cur.Score()-h < a.Cfg.Margin || h >= best.Score() || h >= 1 {
 		a.hybConfirms = 0
