@@ -61,7 +61,11 @@ type AdaptiveConfig struct {
 	// can now decide the score, and a move away from a split projected at
 	// 1 is a crossing (issue 10, fifth round). Within the long window of
 	// a move, only requests that arrived after the move count: the others
-	// were served in part by the split before it (sixth round).
+	// were served in part by the split before it (sixth round). A miss
+	// counts only while the short window's endings, when at least
+	// MinArrivals of them, show it too (thirtieth round; see
+	// DemandEstimate.ttftMissed); so do the opening split's answer and
+	// the guard's confirmed miss, which read the same shares.
 	Attainment float64
 	// BurstZ turns on the burst insurance (see Adaptive.insure; default 2,
 	// 0 turns it off): when every split scored meets both SLOs, a split is
@@ -163,9 +167,12 @@ type Adaptive struct {
 	aggFrom int
 	// hyb: while agg, the fleet is hybrid (Hybrid) with hyb prefill
 	// engines, the rest mixed; 0 is aggregated serving. hybConfirms
-	// counts the pass's proposals of it in a row (see hybrid).
-	hyb         int
-	hybConfirms int
+	// counts the pass's proposals of it in a row (see hybrid);
+	// hybMixPasses the passes in a row that saw a change of mix while
+	// hybrid (see Tick).
+	hyb          int
+	hybConfirms  int
+	hybMixPasses int
 	// hybRefuted: a replay rated the hybrid worse than the split at the
 	// pass's proposal, or the rehearsal took the fleet out of it, at
 	// hybLeft; the pass proposes none until a change of mix after it.
@@ -564,18 +571,18 @@ func largestUnder(f func(float64) float64, limit float64) float64 {
 // met while p's projection of it is under 1, so ScoreSplit projects that
 // SLO at 1 on p and scales every other split's by the same factor. It
 // reports the factors set (1 where none).
-func attainmentScales(c *View, e *DemandEstimate, p int, floor float64) (ttft, tpot float64) {
+func attainmentScales(c *View, e *DemandEstimate, p int, floor float64, min int) (ttft, tpot float64) {
 	e.ttftScale, e.tpotScale = 0, 0
 	ttft, tpot = 1, 1
 	if floor <= 0 || e.Finishes == 0 {
 		return
 	}
 	cur := ScoreSplit(c, *e, p)
-	if e.TTFTOK < floor && cur.TTFT > 0 && cur.TTFT < 1 {
+	if e.ttftMissed(floor, min) && cur.TTFT > 0 && cur.TTFT < 1 {
 		ttft = 1 / cur.TTFT
 		e.ttftScale = ttft
 	}
-	if e.TPOTOK < floor && cur.TPOT > 0 && cur.TPOT < 1 {
+	if e.tpotMissed(floor, min) && cur.TPOT > 0 && cur.TPOT < 1 {
 		tpot = 1 / cur.TPOT
 		e.tpotScale = tpot
 	}
@@ -683,6 +690,16 @@ func (a *Adaptive) Tick(c *View) bool {
 		// pass prices the new mix.
 		e := a.estimate(c)
 		if e.mixShift {
+			a.hybMixPasses++
+		} else {
+			a.hybMixPasses = 0
+		}
+		// The change must show at Confirmations passes in a row: in mixed
+		// traffic a clump of long prompts moves the quarter window's mean
+		// prefill time for a pass or two, and leaving on it undid the
+		// hybrid within a minute (issue 10, thirtieth round).
+		if a.hybMixPasses >= a.Cfg.Confirmations {
+			a.hybMixPasses = 0
 			a.mixSeen, a.lastMix, a.mixFrom = true, c.now, c.now
 			a.aggregate(c, -a.hyb, a.aggFrom, e, fmt.Sprintf("hybrid: a change of mix (mean prefill %.4f s now), back to %s",
 				e.mixNow().mean, fleetName(a.aggFrom, len(c.inst))))
@@ -766,7 +783,7 @@ func (a *Adaptive) pass(c *View) {
 		}
 	}
 	if e.Finishes >= a.Cfg.MinArrivals {
-		ts, ps := attainmentScales(c, &e, p, a.Cfg.Attainment)
+		ts, ps := attainmentScales(c, &e, p, a.Cfg.Attainment, a.Cfg.MinArrivals)
 		if ts != 1 || ps != 1 {
 			scaled = fmt.Sprintf("; delivered attainment (ttft %.2f, tpot %.2f) scales projections ×%.2f ttft, ×%.2f tpot", e.TTFTOK, e.TPOTOK, ts, ps)
 		}
@@ -1220,10 +1237,10 @@ func (a *Adaptive) confirmedMiss(e DemandEstimate, cur, best SplitScore) string 
 	if e.Finishes < a.Cfg.MinArrivals || a.Cfg.Attainment <= 0 {
 		return ""
 	}
-	if e.TPOTOK < a.Cfg.Attainment && cur.TPOT >= 1 && best.TPOT < cur.TPOT && best.TTFT < 1 {
+	if e.tpotMissed(a.Cfg.Attainment, a.Cfg.MinArrivals) && cur.TPOT >= 1 && best.TPOT < cur.TPOT && best.TTFT < 1 {
 		return fmt.Sprintf("tpot missed as delivered (%.2f) and projected (%.2f)", e.TPOTOK, cur.TPOT)
 	}
-	if e.TTFTOK < a.Cfg.Attainment && cur.TTFT >= 1 && best.TTFT < cur.TTFT && best.TPOT < 1 {
+	if e.ttftMissed(a.Cfg.Attainment, a.Cfg.MinArrivals) && cur.TTFT >= 1 && best.TTFT < cur.TTFT && best.TPOT < 1 {
 		return fmt.Sprintf("ttft missed as delivered (%.2f) and projected (%.2f)", e.TTFTOK, cur.TTFT)
 	}
 	return ""
@@ -1248,10 +1265,10 @@ func (a *Adaptive) openingMiss(c *View, e DemandEstimate, p int, cur, best Split
 		return ""
 	}
 	switch {
-	case best.Prefill > p && e.TTFTOK < a.Cfg.Attainment && best.TTFT < cur.TTFT && best.TPOT < 1:
+	case best.Prefill > p && e.ttftMissed(a.Cfg.Attainment, a.Cfg.MinArrivals) && best.TTFT < cur.TTFT && best.TPOT < 1:
 		return fmt.Sprintf("ttft met by %.2f of the ended requests; misses in the last %.0f s: %d ttft, %d tpot",
 			e.TTFTOK, a.Cfg.Memory.Seconds(), take, give)
-	case best.Prefill < p && e.TPOTOK < a.Cfg.Attainment && best.TPOT < cur.TPOT && best.TTFT < 1:
+	case best.Prefill < p && e.tpotMissed(a.Cfg.Attainment, a.Cfg.MinArrivals) && best.TPOT < cur.TPOT && best.TTFT < 1:
 		return fmt.Sprintf("tpot met by %.2f of the ended requests; misses in the last %.0f s: %d tpot, %d ttft",
 			e.TPOTOK, a.Cfg.Memory.Seconds(), take, give)
 	}

@@ -462,9 +462,19 @@ func TestAttainmentScales(t *testing.T) {
 		t.Fatalf("fixture: 4P4D must project both SLOs met, got %+v", plain[4])
 	}
 	s := e
-	ttft, tpot := attainmentScales(c.View(), &s, 4, 0.9)
+	ttft, tpot := attainmentScales(c.View(), &s, 4, 0.9, 10)
 	if ttft != 1 || math.Abs(tpot-1/plain[4].TPOT) > 1e-12 {
 		t.Fatalf("factors (%v, %v), want (1, %v)", ttft, tpot, 1/plain[4].TPOT)
+	}
+	// The short window's endings speak only when there are enough of
+	// them (min, 10), and only for the SLO they met: nine requests ended
+	// meeting it, or ten still missing it, leave the check as it was.
+	for _, recent := range [][3]float64{{9, 1, 1}, {10, 1, 0.8}} {
+		r := e
+		r.recentN, r.recentTTFT, r.recentTPOT = int(recent[0]), recent[1], recent[2]
+		if _, got := attainmentScales(c.View(), &r, 4, 0.9, 10); got != tpot {
+			t.Errorf("short window %v: tpot factor %v, want %v", recent, got, tpot)
+		}
 	}
 	if got := ScoreSplit(c.View(), s, 4); math.Abs(got.TPOT-1) > 1e-12 || got.TTFT != plain[4].TTFT {
 		t.Fatalf("current split after the check: %+v, want TPOT 1 and TTFT %v", got, plain[4].TTFT)
@@ -481,6 +491,10 @@ func TestAttainmentScales(t *testing.T) {
 		"attainment at the floor": func(e *DemandEstimate) float64 { e.TPOTOK = 0.9; return 0.9 },
 		"check off":               func(e *DemandEstimate) float64 { return 0 },
 		"nothing ended":           func(e *DemandEstimate) float64 { e.Finishes, e.TTFTOK, e.TPOTOK = 0, 0, 0; return 0.9 },
+		// Issue 10, thirtieth round: ten or more requests ended in the
+		// short window, and the target share of them met TPOT: the
+		// misses the window counts have passed.
+		"misses passed": func(e *DemandEstimate) float64 { e.recentN, e.recentTTFT, e.recentTPOT = 10, 1, 0.9; return 0.9 },
 		"projection already broken": func(e *DemandEstimate) float64 {
 			e.DecodeSteps = 4 / fixture.Slope // saturates four decode engines
 			return 0.9
@@ -489,7 +503,7 @@ func TestAttainmentScales(t *testing.T) {
 		s := e
 		floor := mod(&s)
 		want := ScoreSplit(c.View(), s, 4)
-		if ttft, tpot := attainmentScales(c.View(), &s, 4, floor); ttft != 1 || tpot != 1 {
+		if ttft, tpot := attainmentScales(c.View(), &s, 4, floor, 10); ttft != 1 || tpot != 1 {
 			t.Errorf("%s: factors (%v, %v), want none", name, ttft, tpot)
 		}
 		if got := ScoreSplit(c.View(), s, 4); got != want {

@@ -240,6 +240,28 @@ type DemandEstimate struct {
 	// short is the short window's mix in a blended estimate (the
 	// estimate's own otherwise, see mixNow).
 	short promptMix
+	// recentN is how many requests ended in the short window, in a
+	// blended estimate, and recentTTFT and recentTPOT the shares of them
+	// meeting each SLO (see ttftMissed).
+	recentN                int
+	recentTTFT, recentTPOT float64
+}
+
+// ttftMissed reports whether fewer than floor of the ended requests the
+// estimate counts met the TTFT SLO, and the short window's endings, when
+// at least min of them, missed it too. A miss the short window no longer
+// shows has passed: at the start of a chatdoc document phase the first
+// documents' streams miss TPOT beside the chat phase's last answers, the
+// endings since the change of mix carried those misses for two minutes,
+// and the fleet gave a prefill engine to decode 90 s into the phase and
+// took it back 30 s later (issue 10, thirtieth round).
+func (e DemandEstimate) ttftMissed(floor float64, min int) bool {
+	return e.TTFTOK < floor && !(e.recentN >= min && e.recentTTFT >= floor)
+}
+
+// tpotMissed is ttftMissed for the TPOT SLO.
+func (e DemandEstimate) tpotMissed(floor float64, min int) bool {
+	return e.TPOTOK < floor && !(e.recentN >= min && e.recentTPOT >= floor)
 }
 
 // promptMix is a window's mix: the mean prefill time per arrival, its
@@ -357,6 +379,7 @@ func (d *Demand) blend(now, short event.Time) DemandEstimate {
 	}
 	q := d.estimateSpan(now, 0, short/4)
 	e.short = mixOf(s)
+	e.recentN, e.recentTTFT, e.recentTPOT = s.Finishes, s.TTFTOK, s.TPOTOK
 	e.mixShift = mixMoved(mixOf(l), mixOf(s)) || mixMoved(mixOf(l), mixOf(q))
 	if moved(l, s) {
 		use := s

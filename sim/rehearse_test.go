@@ -690,10 +690,17 @@ func (d *hybridWhys) Record(r *event.Record) {
 // TPOT, the neighbour toward decode breaks TTFT and the hybrid projects
 // lower by the margin, before any request missed; a replay of the window
 // that rates the hybrid worse holds it; a change of mix takes the fleet
-// back to its split (issue 10, twenty-ninth round).
+// back to its split (issue 10, twenty-ninth round), once it shows at three
+// passes in a row: the first 900 requests, one random mix, hold clumps of
+// long prompts that took it back at 34 s before the thirtieth round; from
+// the 900th (320 s) every prompt is short.
 func TestPassGoesHybridOnOneMix(t *testing.T) {
 	cfg := refConfig(6)
 	reqs := randomTrace(7, 1500, 3)
+	change := reqs[900].At
+	for i := 900; i < len(reqs); i++ {
+		reqs[i].InputTokens = 50 + reqs[i].InputTokens%500
+	}
 	for _, better := range []bool{true, false} {
 		a := &core.Adaptive{Cfg: core.DefaultAdaptive}
 		f := &replayVerdict{better: better}
@@ -723,6 +730,14 @@ func TestPassGoesHybridOnOneMix(t *testing.T) {
 		}
 		if len(d.back) == 0 {
 			t.Error("no change of mix took the fleet back from hybrid serving: the trace does not exercise it")
+		}
+		for _, at := range d.back {
+			if at < change || at > change+30*event.Second {
+				t.Errorf("back from hybrid serving at %v; want once, within 30 s of the change of mix at %v", at, change)
+			}
+		}
+		if len(d.back) > 1 {
+			t.Errorf("back from hybrid serving %d times (%v), want once", len(d.back), d.back)
 		}
 	}
 }
