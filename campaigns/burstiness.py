@@ -125,9 +125,16 @@ def summarise(d, arm, bound=None):
     mean = lambda a: d['sustained'][a]['mean'] or 0.0
     tok = versus(d, arm)  # the best split placed by token count
     best = tok['best']
-    moves = revs = changes = op_revs = op_changes = 0
+    moves = revs = changes = op_revs = op_changes = cmp_revs = cmp_changes = 0
     hours = 0.0
     for s in d['per_seed']:
+        # The compared range: up to the seed's first rate at which every
+        # arm fails (the grid runs on to a fixed multiple of the base rate,
+        # on demo to about three times the rate where the last arm fails).
+        # Grid rates only: a refined rate runs the arm being refined alone.
+        fails = [x for x in sorted(s['rates'])
+                 if all(r['attainment'] < 0.9 for r in s['runs'] if abs(r['rate'] - x) < 1e-9)]
+        top = fails[0] if fails else float('inf')
         for r in s['runs']:
             if r['arm'] != arm:
                 continue
@@ -135,6 +142,9 @@ def summarise(d, arm, bound=None):
             revs += r['reversals_60s']
             changes += r['split_changes']
             hours += r['sim_seconds'] / 3600
+            if r['rate'] <= top + 1e-9:
+                cmp_revs += r['reversals_60s']
+                cmp_changes += r['split_changes']
             if r['rate'] <= sus(s, arm) + 1e-9:  # the operating range: rates it sustains
                 op_revs += r['reversals_60s']
                 op_changes += r['split_changes']
@@ -145,7 +155,7 @@ def summarise(d, arm, bound=None):
                arm_lo=d['sustained'][arm]['min'], arm_hi=d['sustained'][arm]['max'],
                ratio=tok['ratio'], seed_min=tok['seed_min'],
                moves_h=moves / hours if hours else 0.0, revs=revs, changes=changes,
-               op_revs=op_revs, op_changes=op_changes, topfail=topfail, tok=tok, alg1=versus(d, arm, alg1=True))
+               op_revs=op_revs, op_changes=op_changes, cmp_revs=cmp_revs, cmp_changes=cmp_changes, topfail=topfail, tok=tok, alg1=versus(d, arm, alg1=True))
     if bound:
         out['bound_mean'] = mean(bound)
         out['bound_ratio'] = mean(arm) / mean(bound) if mean(bound) else float('nan')
@@ -210,7 +220,8 @@ def main():
         head += (' bound (oracle) | adaptive / bound: of means; worst seed | arms above the bound | '
                  'bound reversals within 60 s / changes | adaptive / phase-oracle |')
         sep += '---|---|---|---|---|'
-    head += ' adaptive moves/h | reversals within 60 s / changes: all rates; rates it sustains | grid ends with every arm failing |'
+    head += (' adaptive moves/h | reversals within 60 s / changes: all rates; up to where every arm fails; '
+             'rates it sustains | grid ends with every arm failing |')
     sep += '---|---|---|'
     print(head)
     print(sep)
@@ -223,6 +234,7 @@ def main():
     cworst = cworst_alg1 = cworst_bound = (9.0, '')
     cases = at95 = cat95 = 0
     above = []
+    revs_over = []  # (range, case): reversals within 60 s over 10% of changes
     for t in a.traces.split(','):
         for lv in a.levels.split(','):
             if t == 'azure' and lv.startswith('cv') and lv != 'cv1':
@@ -264,9 +276,14 @@ def main():
                 row += (f" {r['bound_mean']:.2f} | {r['bound_ratio']:.2f}; {r['worst_bound']:.2f} | "
                         f"{', '.join(r['above']) or 'none'} | {r['bound_revs']} | {r['phase_ratio']:.2f} |")
             share = 100 * r['revs'] / r['changes'] if r['changes'] else 0
+            cmp = 100 * r['cmp_revs'] / r['cmp_changes'] if r['cmp_changes'] else 0
             op = 100 * r['op_revs'] / r['op_changes'] if r['op_changes'] else 0
             row += (f" {r['moves_h']:.0f} | {r['revs']}/{r['changes']} ({share:.0f}%); "
+                    f"{r['cmp_revs']}/{r['cmp_changes']} ({cmp:.0f}%); "
                     f"{r['op_revs']}/{r['op_changes']} ({op:.0f}%) | {'yes' if r['topfail'] else 'no'} |")
+            over = [k for k, n, c in (('all', r['revs'], r['changes']), ('cmp', r['cmp_revs'], r['cmp_changes']))
+                    if c and n > 0.10 * c]
+            revs_over += [(k, f'{t} {lv}') for k in over]
             print(row, flush=True)
     # Three decimals: the table's two can round a ratio under 0.97 up to it.
     print(f'\nminimum adaptive / best static (of means) over the cases: {worst[0]:.3f} ({worst[1]})')
@@ -277,6 +294,9 @@ def main():
         print(f'minimum adaptive / bound (of means) over the cases: {worst_bound[0]:.3f} ({worst_bound[1]})')
         print(f'cases with adaptive / bound >= 0.95 (of means): {at95} of {cases}')
         print(f'arms above the bound at a seed: {", ".join(above) or "none"}')
+    for k, what in (('all', 'every swept rate'), ('cmp', 'rates up to where every arm fails')):
+        cs = [c for kk, c in revs_over if kk == k]
+        print(f'cases with reversals within 60 s over 10% of changes, {what}: {", ".join(cs) or "none"}')
     print(f'by the crossing rate (mean over seeds of the interpolated rate where attainment crosses 90%): '
           f'minimum adaptive / best static {cworst[0]:.3f} ({cworst[1]}); '
           f'/ best static placed as adaptive places (/alg1) {cworst_alg1[0]:.3f} ({cworst_alg1[1]})')
