@@ -290,6 +290,10 @@ func (a *Adaptive) aggregate(c *View, p, q int, e DemandEstimate, why string) {
 		c.Decide(rec)
 		return
 	}
+	// A new stint counts its own passes seeing a change of mix: one the
+	// rehearsal ended may have left a count behind, and a hybrid stint
+	// after it then left on fewer than Confirmations passes.
+	a.hybMixPasses = 0
 	if q <= 0 {
 		a.agg, a.aggFrom, a.hyb = true, p, -q
 	} else {
