@@ -741,3 +741,56 @@ func TestPassGoesHybridOnOneMix(t *testing.T) {
 		}
 	}
 }
+
+// leadFewer is a rehearser that rates the split with one prefill engine
+// fewer ahead of the current split by lead of every 100 replayed requests,
+// and every other candidate level with the current split.
+type leadFewer struct{ lead int }
+
+func (f *leadFewer) Arrived(event.Time, core.Request) {}
+func (f *leadFewer) Finished(core.Request)            {}
+func (f *leadFewer) Qualified(_ event.Time, _ event.Time, current int, others []int, _ func(int) int) (int, []int, int) {
+	c := make([]int, len(others))
+	for i, q := range others {
+		c[i] = 50
+		if q > 0 && q == current-1 {
+			c[i] += f.lead
+		}
+	}
+	return 50, c, 100
+}
+
+// A rehearsed move between splits takes the plain margin (5% of the
+// replayed requests) with Poisson arrivals, and the margin widened by c_a
+// (at most twice it) under bursty ones, as the scoring pass's margins are:
+// a neighbour 7 of 100 ahead moves the fleet with Poisson arrivals and not
+// in clumps of up to four (gap SCV about 4, so a 10% margin); one 12
+// ahead moves it in both, and every invariant holds (issue 10,
+// thirty-second round).
+func TestRehearsalMarginWidensUnderBursts(t *testing.T) {
+	cfg := refConfig(6)
+	for _, tc := range []struct {
+		name  string
+		reqs  []Request
+		lead  int
+		moves bool
+	}{
+		{"Poisson, 7 ahead", randomTrace(7, 600, 1), 7, true},
+		{"clumps, 7 ahead", burstyTrace(7, 600, 1), 7, false},
+		{"clumps, 12 ahead", burstyTrace(7, 600, 1), 12, true},
+	} {
+		a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+		a.Rehearser = &leadFewer{lead: tc.lead}
+		var d decisionLog
+		runCheckerWith(t, cfg, a, tc.reqs, &d)
+		moved := 0
+		for _, ch := range d.why {
+			if strings.HasPrefix(ch, "move ") {
+				moved++
+			}
+		}
+		if (moved > 0) != tc.moves {
+			t.Errorf("%s: %d moves on the rehearsal's word, want moves: %v", tc.name, moved, tc.moves)
+		}
+	}
+}
