@@ -602,11 +602,6 @@ func arrivalSCV(e DemandEstimate) float64 {
 	return 1
 }
 
-// burstWidth is how much wider a margin is under bursty arrivals of gap
-// SCV ca2: c_a, at most 2 (1 for Poisson arrivals). A projection, and a
-// replay of a window holding a few clumps, is noisier by about c_a.
-func burstWidth(ca2 float64) float64 { return math.Min(math.Sqrt(math.Max(ca2, 1)), 2) }
-
 // clumpSize is the mean size of the clumps bursty arrivals come in, read
 // from their gap SCV c_a²: arrivals in Poisson batches of b have gap SCV
 // 2b-1 (b-1 of every b gaps are 0, the other exponential with mean b/λ),
@@ -859,7 +854,7 @@ func (a *Adaptive) pass(c *View) {
 		// requests' TPOT, for a minute, while 2P6D projected 0.92-0.96:
 		// a gain of 0.09 under the widened 0.10). The confirmations still
 		// stand between a burst and a move.
-		w := burstWidth(ca2)
+		w := math.Min(math.Sqrt(ca2), 2)
 		margin, rel = margin*w, rel*w
 	}
 	dir := best.Prefill - p

@@ -46,9 +46,7 @@ type Replayer interface {
 // the last Window of arrivals, repeated Tiles times so that a queue the
 // window builds is carried into its repeat. The fleet moves to the
 // neighbour that qualifies the most, when it qualifies at least Margin of
-// the replayed requests (and MinGain requests) more than the current split
-// (under bursty arrivals Margin widened by c_a, at most twice, as the
-// scoring pass's margins are; thirty-second round),
+// the replayed requests (and MinGain requests) more than the current split,
 // when Confirmations rehearsals in a row named it, and unless the
 // controller's own projection (ScoreSplit) prices it outside the SLOs (a
 // score of 1 or more) and worse than the current split. The rehearser
@@ -140,19 +138,6 @@ func (a *Adaptive) rehearse(c *View) {
 			if counts[i] >= need && counts[i] > bestV {
 				best, bestV = q, counts[i]
 			}
-		}
-	}
-	if best > 0 && best != p && !a.agg {
-		// A move between splits under bursty arrivals takes the margin
-		// widened by c_a, as the scoring pass's does: a 120 s window
-		// holds a few clumps, and a neighbour ahead by a thin margin is
-		// as likely the clumps' as the traffic's (issue 10, thirty-second
-		// round: on chatdoc at CV 3 such moves toward decode were undone
-		// by the pass within minutes). Aggregated and hybrid serving keep
-		// the plain margin: entering them is the gain on steady at CV 4
-		// (twenty-sixth round).
-		if w := burstWidth(arrivalSCV(a.estimate(c))); w > 1 && bestV < cur+max(rc.MinGain, int(margin*w*float64(replayed))) {
-			best, bestV = p, cur
 		}
 	}
 	if best == p && !a.agg && !oneMix && rc.OneMix > 0 && a.mixFrom > 0 && c.now-a.mixFrom >= rc.OneMix {
