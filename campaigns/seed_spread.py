@@ -26,6 +26,12 @@ adaptive sustains).
 
     python3 campaigns/seed_spread.py [--bin bin/narwhal-bench] [--out DIR] [--first 600]
     python3 campaigns/seed_spread.py [--bin ...] [--out DIR] --pool 1000,1200
+    python3 campaigns/seed_spread.py --pool-dirs DIR_A,DIR_B,...
+
+With --pool-dirs DIR,DIR,... it pools the same way the sweeps that
+burstiness.py kept in each directory (its --out, one run per seed set,
+e.g. the evaluation seeds and two fresh sets), over the cases every
+directory holds and the arms every sweep ran; nothing is run.
 
 With --pool, the sweeps of several seed sets (each as --first gives it)
 are pooled per case: it prints adaptive / best static of the means over
@@ -39,11 +45,13 @@ About 30 minutes on two cores (the /alg1 splits nearly double the runs;
 command line, as burstiness.py caches them.
 """
 import argparse
+import glob
 import json
 import math
 import os
 import random
 import statistics
+import sys
 
 import burstiness as B
 
@@ -73,7 +81,16 @@ def main():
     p.add_argument('--out', default=os.path.join(B.ROOT, 'out', 'seed-spread'))
     p.add_argument('--first', type=int, default=600, help='the first seed of each trace (default 600)')
     p.add_argument('--pool', default='', help='first seeds of several sets (e.g. 1000,1200): pool them per case')
+    p.add_argument('--pool-dirs', default='', help='directories of burstiness.py sweeps (e.g. its --out of '
+                   'several --seeds runs), comma-separated: pool their seeds per case')
     a = p.parse_args()
+    if a.pool_dirs:
+        dirs = a.pool_dirs.split(',')
+        for d in dirs:
+            if not os.path.isdir(d):
+                p.error(f'--pool-dirs: {d!r} is not a directory (expected burstiness.py --out directories)')
+        pool_dirs(dirs)
+        return
     os.makedirs(a.out, exist_ok=True)
     if a.pool:
         try:
@@ -137,20 +154,55 @@ def pooled_ratio(arms, idx, alg1):
 def pool(a, firsts):
     """Per case, the ratio over the pooled seeds of every set in firsts,
     with its 95% bootstrap interval."""
+    def sweeps(trace, level):
+        out, sets = [], []
+        for first in firsts:
+            B.SEEDS.update(seeds_from(first))
+            sets.append(B.SEEDS[trace].replace('..', '-'))
+            out.append(B.sweep(a.bin, a.out, trace, level, B.STATIC + ',' + B.STATIC_ALG1 + ',adaptive'))
+        return out, sets
+    pooled(sweeps)
+
+
+def pool_dirs(dirs):
+    """pool over the sweeps burstiness.py (or this script) kept in dirs:
+    per case, every directory's one sweep of it; a case missing from any
+    directory is left out."""
+    def sweeps(trace, level):
+        out, sets = [], []
+        for d in dirs:
+            g = sorted(glob.glob(os.path.join(d, f'{trace}-{level}-*.json')))
+            if len(g) != 1:
+                if len(g) > 1:
+                    sys.exit(f'seed_spread.py: {d}: {len(g)} sweeps of {trace} {level}, want one per directory')
+                return None, None
+            sw = json.load(open(g[0]))
+            out.append(sw)
+            seeds = sorted(x['seed'] for x in sw['per_seed'])
+            sets.append(f'{seeds[0]}-{seeds[-1]}' if len(seeds) > 1 else str(seeds[0]))
+        return out, sets
+    pooled(sweeps)
+
+
+def pooled(sweeps):
+    """The pooled table: sweeps(trace, level) gives the case's sweeps and
+    their seed sets' names (None when the case is not in every set)."""
     rng = random.Random(0)
     print('| trace | arrivals | seeds | adaptive / best static (of means) [95% bootstrap interval] '
           '| adaptive / best static placed as adaptive places (/alg1) [95%] |')
     print('|---|---|---|---|---|')
     worst = {False: [], True: []}
     for trace, level in CASES:
-        arms, sets = {}, []
-        for first in firsts:
-            B.SEEDS.update(seeds_from(first))
-            sets.append(B.SEEDS[trace].replace('..', '-'))
-            d = B.sweep(a.bin, a.out, trace, level, B.STATIC + ',' + B.STATIC_ALG1 + ',adaptive')
+        ds, sets = sweeps(trace, level)
+        if ds is None:
+            continue
+        # The arms every set swept (a set run with the bound has two more).
+        common = set.intersection(*(set(x['sustained']) for d in ds for x in d['per_seed']))
+        arms = {arm: [] for arm in common}
+        for d in ds:
             for x in d['per_seed']:
-                for arm, v in x['sustained'].items():
-                    arms.setdefault(arm, []).append(v or 0.0)
+                for arm in common:
+                    arms[arm].append(x['sustained'][arm] or 0.0)
         n = len(arms['adaptive'])
         cells = []
         for alg1 in (False, True):
@@ -166,9 +218,9 @@ def pool(a, firsts):
         label = AZURE[level] if trace == 'azure' else B.LABEL[level]
         print(f"| {trace} | {label} | {', '.join(sets)} ({n}) | {cells[0]} | {cells[1]} |", flush=True)
     for alg1, name in ((False, 'best static'), (True, 'best static placed as adaptive places (/alg1)')):
-        r, lo, hi, trace, label = min(worst[alg1])
-        print(f'minimum adaptive / {name} over {len(worst[alg1])} cases: {r:.4f} [{lo:.3f}, {hi:.3f}] ({trace}, {label})')
-
+        if worst[alg1]:
+            r, lo, hi, trace, label = min(worst[alg1])
+            print(f'minimum adaptive / {name} over {len(worst[alg1])} cases: {r:.4f} [{lo:.3f}, {hi:.3f}] ({trace}, {label})')
 
 if __name__ == '__main__':
     main()
