@@ -31,7 +31,10 @@ adaptive sustains).
 With --pool-dirs DIR,DIR,... it pools the same way the sweeps that
 burstiness.py kept in each directory (its --out, one run per seed set,
 e.g. the evaluation seeds and two fresh sets), over the cases every
-directory holds and the arms every sweep ran; nothing is run.
+directory holds and the arms every sweep ran; nothing is run. The
+directories must hold one build's sweeps (burstiness.py names each
+sweep by the build and command line, not the sweep's contents), as
+pooling two controllers' seeds measures neither.
 
 With --pool, the sweeps of several seed sets (each as --first gives it)
 are pooled per case: it prints adaptive / best static of the means over
@@ -221,6 +224,7 @@ def pooled(sweeps):
         if worst[alg1]:
             r, lo, hi, trace, label = min(worst[alg1])
             print(f'minimum adaptive / {name} over {len(worst[alg1])} cases: {r:.4f} [{lo:.3f}, {hi:.3f}] ({trace}, {label})')
+
 
 if __name__ == '__main__':
     main()
