@@ -14,14 +14,12 @@ changes at the rates adaptive sustains.
 Usage:
   campaigns/compare_builds.py DIR_A DIR_B
 """
-import glob
-import json
 import os
 import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from seed_spread import pooled_ratio  # noqa: E402
+from seed_spread import load_sweep, pooled_ratio  # noqa: E402
 
 LEVELS = {'cv1': 'Poisson (CV 1)', 'cv2': 'gamma CV 2', 'cv3': 'gamma CV 3', 'cv4': 'gamma CV 4',
           'b4': 'batches of mean 4', 'b8': 'batches of mean 8'}
@@ -30,10 +28,7 @@ AZURE = {'cv1': 'recorded arrivals', 'b4': 'recorded, in batches of mean 4', 'b8
 
 def load(d, trace, level):
     """The sweep seed_spread.py cached in d for the case, or None."""
-    g = sorted(glob.glob(os.path.join(d, f'{trace}-{level}-*.json')))
-    if len(g) > 1:
-        sys.exit(f'compare_builds.py: {d}: several sweeps of {trace} {level} ({", ".join(g)}): one --first per directory')
-    return json.load(open(g[0])) if g else None
+    return load_sweep(d, trace, level, 'compare_builds.py', 'one --first per directory')
 
 
 def sustained(sweep):

@@ -167,6 +167,19 @@ def pool(a, firsts):
     pooled(sweeps)
 
 
+def load_sweep(d, trace, level, who, hint):
+    """The one sweep of the case cached in d (burstiness.py's and this
+    script's file names), or None; several are an error naming who and
+    hint."""
+    g = sorted(glob.glob(os.path.join(d, f'{trace}-{level}-*.json')))
+    if len(g) > 1:
+        sys.exit(f'{who}: {d}: several sweeps of {trace} {level} ({", ".join(g)}): {hint}')
+    if not g:
+        return None
+    with open(g[0]) as f:
+        return json.load(f)
+
+
 def pool_dirs(dirs):
     """pool over the sweeps burstiness.py (or this script) kept in dirs:
     per case, every directory's one sweep of it; a case missing from any
@@ -174,12 +187,9 @@ def pool_dirs(dirs):
     def sweeps(trace, level):
         out, sets = [], []
         for d in dirs:
-            g = sorted(glob.glob(os.path.join(d, f'{trace}-{level}-*.json')))
-            if len(g) != 1:
-                if len(g) > 1:
-                    sys.exit(f'seed_spread.py: {d}: {len(g)} sweeps of {trace} {level}, want one per directory')
+            sw = load_sweep(d, trace, level, 'seed_spread.py', 'one build and seed set per directory')
+            if sw is None:
                 return None, None
-            sw = json.load(open(g[0]))
             out.append(sw)
             seeds = sorted(x['seed'] for x in sw['per_seed'])
             sets.append(f'{seeds[0]}-{seeds[-1]}' if len(seeds) > 1 else str(seeds[0]))
