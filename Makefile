@@ -39,9 +39,10 @@ reproduce: build
 	cp out/reproduce/reproduction.md docs/reproduction.md
 
 ## burstiness: issue 10's burstiness figures (adaptive against the best static
-## split, by token count and placed as adaptive places (/alg1), on every
-## built-in trace and the Azure traces, arrival CV 1-4 and batches, five
-## held-out seeds each); prints the table docs/controllers.md quotes.
+## split, by token count and placed as adaptive places (/alg1), with the
+## hybrid fleets and aggregated serving beside them, on every built-in
+## trace and the Azure traces, arrival CV 1-4 and batches, five held-out
+## seeds each); prints the table docs/controllers.md quotes.
 ## BOUND=1 adds the hindsight bound on demo (slow).
 burstiness: build
 	command -v python3 >/dev/null || (apt-get update && apt-get install -y python3)

@@ -7,7 +7,9 @@ reference's static arms) and placed as adaptive places (static:kPmD/alg1),
 so the table gives adaptive against the best of each; against the second,
 routing is held equal and the difference is role control alone. The
 partly aggregated fleets (hybrid:kPmM) run beside them, in a column of
-their own: they are fleet designs, not splits.
+their own: they are fleet designs, not splits; so does aggregated serving
+(every engine taking both phases), run as a sweep of its own so that the
+other arms' cached sweeps stay valid (thirty-third round).
 
 Usage: campaigns/burstiness.py [--bound] [--traces demo,steady,...]
        [--levels cv1,cv2,...] [--seeds A..B] [--out DIR]
@@ -186,6 +188,21 @@ def crossing(d, arm, bound=None):
                 bound=ratio(mean(bound)) if bound else None)
 
 
+def aggregated(binary, out, trace, level, seeds, refine, d, arm):
+    """The aggregated arm's sweep of the case (its own sweep, on the same
+    grid, seeds and refinement): its mean sustained rate, arm's ratio to it
+    (of means) and arm's worst seed against it, and whether it fails at the
+    grid's top rate."""
+    g = sweep(binary, out, trace, level, 'aggregated', seeds, refine)
+    sus = lambda s: s['sustained']['aggregated'] or 0.0
+    mean = g['sustained']['aggregated']['mean'] or 0.0
+    own = {s['seed']: s['sustained'][arm] or 0.0 for s in d['per_seed']}
+    top = g['rates'][-1]
+    return dict(mean=mean, ratio=d['sustained'][arm]['mean'] / mean if mean else float('nan'),
+                seed_min=min((own[s['seed']] / sus(s) for s in g['per_seed'] if sus(s) > 0), default=float('nan')),
+                topfail=all(c['attainment']['mean'] < 0.9 for c in g['cells'] if c['rate'] == top))
+
+
 def best_hybrid(d, arm):
     """The best hybrid fleet (hybrid:kPmM) by mean sustained rate and arm's
     ratio to it; None when the sweep has none."""
@@ -214,8 +231,9 @@ def main():
     arms = STATIC + ',' + STATIC_ALG1 + ',' + HYBRID + ',adaptive' + (',phase-oracle,oracle' if a.bound else '')
     head = ('| trace | arrivals | best static: mean sustained (min-max), req/s | adaptive | '
             'adaptive / best static: of means; worst seed | best static placed as adaptive places (/alg1) | '
-            'adaptive / it: of means; worst seed | best hybrid fleet (kPmM) | adaptive / it |')
-    sep = '|---|---|---|---|---|---|---|---|---|'
+            'adaptive / it: of means; worst seed | best hybrid fleet (kPmM) | adaptive / it | '
+            'aggregated | adaptive / it: of means; worst seed |')
+    sep = '|---|---|---|---|---|---|---|---|---|---|---|'
     if a.bound:
         head += (' bound (oracle) | adaptive / bound: of means; worst seed | arms above the bound | '
                  'bound reversals within 60 s / changes | adaptive / phase-oracle |')
@@ -225,7 +243,8 @@ def main():
     sep += '---|---|---|'
     print(head)
     print(sep)
-    worst = worst_alg1 = worst_bound = worst_hyb = (9.0, '')
+    worst = worst_alg1 = worst_bound = worst_hyb = worst_agg = (9.0, '')
+    agg_top = []  # cases where aggregated still passes at the grid's top
     # The same ratios by the interpolated crossing rate (sweep's
     # sustained_crossing: where attainment crosses 90%, between grid
     # rates), which a one-step difference of the grid at one seed moves
@@ -272,6 +291,12 @@ def main():
             row += f" {h['best'][7:]} {h['mean']:.2f} | {h['ratio']:.2f} |" if h else ' - | - |'
             if h and h['mean'] > 0:
                 worst_hyb = min(worst_hyb, (h['ratio'], f'{t} {lv}'))
+            ag = aggregated(a.bin, a.out, t, lv, a.seeds, a.refine, d, 'adaptive')
+            row += f" {ag['mean']:.2f} | {ag['ratio']:.2f}; {ag['seed_min']:.2f} |"
+            if ag['mean'] > 0:
+                worst_agg = min(worst_agg, (ag['ratio'], f'{t} {lv}'))
+            if not ag['topfail']:
+                agg_top.append(f'{t} {lv}')
             if a.bound:
                 row += (f" {r['bound_mean']:.2f} | {r['bound_ratio']:.2f}; {r['worst_bound']:.2f} | "
                         f"{', '.join(r['above']) or 'none'} | {r['bound_revs']} | {r['phase_ratio']:.2f} |")
@@ -290,6 +315,8 @@ def main():
     print(f'minimum adaptive / best static placed as adaptive places (/alg1), of means: '
           f'{worst_alg1[0]:.3f} ({worst_alg1[1]})')
     print(f'minimum adaptive / best hybrid fleet (kPmM), of means: {worst_hyb[0]:.3f} ({worst_hyb[1]})')
+    print(f'minimum adaptive / aggregated, of means: {worst_agg[0]:.3f} ({worst_agg[1]}); '
+          f'aggregated still passing at the grid\'s top: {", ".join(agg_top) or "none"}')
     if a.bound:
         print(f'minimum adaptive / bound (of means) over the cases: {worst_bound[0]:.3f} ({worst_bound[1]})')
         print(f'cases with adaptive / bound >= 0.95 (of means): {at95} of {cases}')
