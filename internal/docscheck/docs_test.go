@@ -18,6 +18,7 @@ var external = map[string]string{
 	"--goodput":   "AIPerf's and vLLM's benchmark flag, cited in docs/report.md",
 	"--bound":     "campaigns/burstiness.py's flag (docs/controllers.md)",
 	"--traces":    "campaigns/burstiness.py's flag (docs/controllers.md)",
+	"--levels":    "campaigns/burstiness.py's flag (docs/controllers-rounds.md)",
 	"--first":     "campaigns/seed_spread.py's flag (docs/controllers.md)",
 	"--bin":       "campaigns/develop.py's flag (docs/controllers.md)",
 	"--pool":      "campaigns/seed_spread.py's flag (docs/controllers.md)",
