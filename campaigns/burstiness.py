@@ -122,6 +122,13 @@ def versus(d, arm, alg1=False):
                 below=below, equal=len(counted) - below - above, above=above)
 
 
+def fails_at_top(d):
+    """Whether every arm of sweep d fails (mean attainment under 90%) at
+    the grid's top rate."""
+    top = d['rates'][-1]
+    return all(c['attainment']['mean'] < 0.9 for c in d['cells'] if c['rate'] == top)
+
+
 def summarise(d, arm, bound=None):
     sus = lambda s, a: s['sustained'][a] or 0.0
     mean = lambda a: d['sustained'][a]['mean'] or 0.0
@@ -150,8 +157,7 @@ def summarise(d, arm, bound=None):
             if r['rate'] <= sus(s, arm) + 1e-9:  # the operating range: rates it sustains
                 op_revs += r['reversals_60s']
                 op_changes += r['split_changes']
-    top = d['rates'][-1]
-    topfail = all(c['attainment']['mean'] < 0.9 for c in d['cells'] if c['rate'] == top)
+    topfail = fails_at_top(d)
     out = dict(best=best, best_mean=mean(best), best_lo=d['sustained'][best]['min'],
                best_hi=d['sustained'][best]['max'], arm_mean=mean(arm),
                arm_lo=d['sustained'][arm]['min'], arm_hi=d['sustained'][arm]['max'],
@@ -197,10 +203,9 @@ def aggregated(binary, out, trace, level, seeds, refine, d, arm):
     sus = lambda s: s['sustained']['aggregated'] or 0.0
     mean = g['sustained']['aggregated']['mean'] or 0.0
     own = {s['seed']: s['sustained'][arm] or 0.0 for s in d['per_seed']}
-    top = g['rates'][-1]
     return dict(mean=mean, ratio=d['sustained'][arm]['mean'] / mean if mean else float('nan'),
                 seed_min=min((own[s['seed']] / sus(s) for s in g['per_seed'] if sus(s) > 0), default=float('nan')),
-                topfail=all(c['attainment']['mean'] < 0.9 for c in g['cells'] if c['rate'] == top))
+                topfail=fails_at_top(g))
 
 
 def best_hybrid(d, arm):
