@@ -168,16 +168,20 @@ def pool(a, firsts):
 
 
 def load_sweep(d, trace, level, who, hint):
-    """The one sweep of the case cached in d (burstiness.py's and this
-    script's file names), or None; several are an error naming who and
-    hint."""
-    g = sorted(glob.glob(os.path.join(d, f'{trace}-{level}-*.json')))
-    if len(g) > 1:
-        sys.exit(f'{who}: {d}: several sweeps of {trace} {level} ({", ".join(g)}): {hint}')
-    if not g:
-        return None
-    with open(g[0]) as f:
-        return json.load(f)
+    """The one sweep of the case cached in d that ran the adaptive arm
+    (burstiness.py's and this script's file names), or None; several are
+    an error naming who and hint. burstiness.py keeps aggregated serving
+    beside it as a sweep of its own (thirty-third round), which is not
+    counted here."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(d, f'{trace}-{level}-*.json'))):
+        with open(path) as f:
+            sw = json.load(f)
+        if 'adaptive' in sw.get('arms', []):
+            found.append((path, sw))
+    if len(found) > 1:
+        sys.exit(f'{who}: {d}: several sweeps of {trace} {level} ({", ".join(p for p, _ in found)}): {hint}')
+    return found[0][1] if found else None
 
 
 def pool_dirs(dirs):

@@ -1,0 +1,87 @@
+package campaigncheck
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sweep writes a sim --json sweep of chatdoc at CV 3 into dir under
+// name, with per-seed sustained rates per arm.
+func sweep(t *testing.T, dir, name string, perSeed map[int]map[string]float64) {
+	t.Helper()
+	var arms []string
+	for _, rates := range perSeed {
+		for a := range rates {
+			arms = append(arms, a)
+		}
+		break
+	}
+	type seed struct {
+		Seed      int                `json:"seed"`
+		Sustained map[string]float64 `json:"sustained"`
+	}
+	var seeds []seed
+	for s, rates := range perSeed {
+		seeds = append(seeds, seed{Seed: s, Sustained: rates})
+	}
+	b, err := json.Marshal(map[string]any{"arms": arms, "per_seed": seeds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPoolDirsSkipsAggregatedSweep: burstiness.py keeps aggregated
+// serving as a sweep of its own beside each case's sweep (issue 10,
+// thirty-third round); seed_spread.py --pool-dirs pools the sweep that
+// ran the adaptive arm and leaves the other out, where it used to stop
+// on "several sweeps" (thirty-fourth round).
+func TestPoolDirsSkipsAggregatedSweep(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed: the campaign scripts need it")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := t.TempDir(), t.TempDir()
+	sweep(t, a, "chatdoc-cv3-aaaa.json", map[int]map[string]float64{
+		16: {"adaptive": 2.0, "static:4P4D": 1.0, "static:4P4D/alg1": 2.0},
+		17: {"adaptive": 2.0, "static:4P4D": 1.0, "static:4P4D/alg1": 2.0},
+	})
+	sweep(t, a, "chatdoc-cv3-bbbb.json", map[int]map[string]float64{16: {"aggregated": 9.0}, 17: {"aggregated": 9.0}})
+	sweep(t, b, "chatdoc-cv3-cccc.json", map[int]map[string]float64{
+		18: {"adaptive": 1.0, "static:4P4D": 1.0, "static:4P4D/alg1": 2.0},
+		19: {"adaptive": 1.0, "static:4P4D": 1.0, "static:4P4D/alg1": 2.0},
+	})
+	cmd := exec.Command(py, "campaigns/seed_spread.py", "--pool-dirs", a+","+b)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("seed_spread.py --pool-dirs: %v\n%s", err, out)
+	}
+	// Over the four seeds adaptive's mean is 1.5, 4P4D's 1.0 and
+	// 4P4D/alg1's 2.0; the aggregated sweep's 9.0 is not an arm here.
+	want := "| chatdoc | gamma CV 3 | 16-17, 18-19 (4) | 1.500 ["
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("pooled table lacks %q:\n%s", want, out)
+	}
+	if !strings.Contains(string(out), "| 0.750 [") {
+		t.Fatalf("pooled /alg1 ratio is not 0.750:\n%s", out)
+	}
+	// Two sweeps that both ran the adaptive arm are still an error.
+	sweep(t, b, "chatdoc-cv3-dddd.json", map[int]map[string]float64{18: {"adaptive": 1.0, "static:4P4D": 1.0}})
+	cmd = exec.Command(py, "campaigns/seed_spread.py", "--pool-dirs", a+","+b)
+	cmd.Dir = root
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "several sweeps of chatdoc cv3") {
+		t.Fatalf("two adaptive sweeps in one directory: want an error naming them, got %v:\n%s", err, out)
+	}
+}
