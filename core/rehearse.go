@@ -58,7 +58,9 @@ type Replayer interface {
 // twenty-fifth round) on one mix of prompts: over the window once no
 // change of mix has been seen for the controller's LongWindow, before
 // that over the window's part since the change began once it is OneMix
-// long (twenty-sixth round). Taken, every engine is
+// long (twenty-sixth round); and over the whole window, change or not,
+// while arrivals come in clumps of at least StraddleClump (thirty-fifth
+// round). Taken, every engine is
 // relabelled to run both phases (event.RoleMixed), prompts go where the
 // aggregated arm sends them and decode where they ran. While the fleet is
 // aggregated the scoring pass, whose projections price splits only, does
@@ -85,12 +87,21 @@ type RehearsalConfig struct {
 	// neighbour before the fleet moves (a change of mix, too new to show
 	// in the window, is then in the next one's).
 	Confirmations int
+	// StraddleClump: while arrivals come in clumps of at least this many
+	// (clumpSize of the measured gap SCV), aggregated serving is also
+	// rehearsed over a window that straddles a change of mix, the whole
+	// window (0: never, one mix only, as above). Every engine
+	// prefilling takes a clump of long prompts that a prefill pool
+	// queues; waiting for one mix held the fleet on a split for the first
+	// minutes of each document phase of chatdoc in batches of 8 (issue
+	// 10, thirty-fifth round).
+	StraddleClump float64
 }
 
 // DefaultRehearsal is the shipped rehearsal.
 var DefaultRehearsal = RehearsalConfig{Step: 10 * event.Second, Dwell: 60 * event.Second,
 	Window: 120 * event.Second, Tiles: 2, Margin: 0.05, MinGain: 3, Confirmations: 2,
-	OneMix: 60 * event.Second, LeaveMargin: 0.10}
+	OneMix: 60 * event.Second, LeaveMargin: 0.10, StraddleClump: 6}
 
 // rehearse is one rehearsal, after a scoring pass that did not move.
 func (a *Adaptive) rehearse(c *View) {
@@ -124,6 +135,10 @@ func (a *Adaptive) rehearse(c *View) {
 		if p >= 2 {
 			others = append(others, -(p - 1))
 		}
+	} else if !a.agg && rc.StraddleClump > 0 && clumpSize(arrivalSCV(a.estimate(c))) >= rc.StraddleClump {
+		// Arrivals in large clumps: aggregated serving also over a window
+		// that straddles a change of mix (thirty-fifth round).
+		others = append(others, 0)
 	}
 	margin := rc.Margin
 	if a.agg {

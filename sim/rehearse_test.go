@@ -741,3 +741,48 @@ func TestPassGoesHybridOnOneMix(t *testing.T) {
 		}
 	}
 }
+
+// On arrivals in clumps of at least StraddleClump, aggregated serving is
+// also rehearsed over a window that straddles a change of mix; spread
+// arrivals keep the one-mix rule, and so do clumped ones with the rule
+// off (issue 10, thirty-fifth round: on chatdoc in batches of 8 the
+// fleet held a split through the first minutes of each document phase,
+// where every engine prefilling absorbs clumps of long prompts that a
+// prefill pool cannot).
+func TestAggregatedRehearsedAcrossAChangeOnClumps(t *testing.T) {
+	cfg := refConfig(6)
+	const change = 400 * event.Second
+	trace := func(clump int) []Request {
+		var reqs []Request
+		for i := range 1000 {
+			at := event.Time(i/clump*clump) * event.Second // clump requests at once, every clump seconds (gap SCV clump-1)
+			in := 200
+			if at >= change {
+				in = 4000
+			}
+			reqs = append(reqs, Request{At: at, InputTokens: in, OutputTokens: 100})
+		}
+		return reqs
+	}
+	for _, tc := range []struct {
+		clump    int
+		straddle float64
+		want     bool
+	}{{16, core.DefaultRehearsal.StraddleClump, true}, {1, core.DefaultRehearsal.StraddleClump, false}, {16, 0, false}} {
+		a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+		a.Cfg.Rehearsal.StraddleClump = tc.straddle
+		f := &offersLog{}
+		a.Rehearser = f
+		runCheckerWith(t, cfg, a, trace(tc.clump))
+		across := 0
+		for _, at := range f.with {
+			if at >= change+a.Cfg.Window && at < change+a.Cfg.LongWindow {
+				across++
+			}
+		}
+		if got := across > 0; got != tc.want {
+			t.Errorf("clumps of %d, StraddleClump %v: aggregated serving rehearsed %d times on a window straddling the change, want any: %v",
+				tc.clump, tc.straddle, across, tc.want)
+		}
+	}
+}
