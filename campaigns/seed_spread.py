@@ -20,11 +20,14 @@ the mean per-seed difference with a 95% interval (normal approximation:
 mean +- 1.96 standard errors), on how many seeds adaptive sustains less,
 as much, or more; the same against the best static split placed as
 adaptive places (static:kPmD/alg1: routing held equal, role control
-alone); and adaptive's moves per hour and reversals within 60 s
+alone); the same against aggregated serving (a sweep of its own, as
+burstiness.py runs it: mean, ratio of means, per-seed difference and
+its interval, seeds below / equal / above; thirty-sixth round); and
+adaptive's moves per hour and reversals within 60 s
 (as burstiness.py counts them: over every swept rate, and over the rates
 adaptive sustains).
 
-    python3 campaigns/seed_spread.py [--bin bin/narwhal-bench] [--out DIR] [--first 600]
+    python3 campaigns/seed_spread.py [--bin bin/narwhal-bench] [--out DIR] [--first 600] [--cases demo:b8,...]
     python3 campaigns/seed_spread.py [--bin ...] [--out DIR] --pool 1000,1200
     python3 campaigns/seed_spread.py --pool-dirs DIR_A,DIR_B,...
 
@@ -41,7 +44,10 @@ are pooled per case: it prints adaptive / best static of the means over
 all their seeds, and a 95% bootstrap interval of that ratio (2,000
 resamples of the seeds, the best static split chosen again in each; a
 fixed generator seed, so the output is the same every time), against
-the token-placed splits and the /alg1 ones.
+the token-placed splits and the /alg1 ones, and against aggregated
+serving where every set has its sweep (its resamples drawn from a
+generator of their own, so the static columns read as they did before
+it; "-" where a set has none).
 
 About 30 minutes on two cores (the /alg1 splits nearly double the runs;
 17 minutes without them). Sweeps are cached in --out by binary and
@@ -84,9 +90,17 @@ def main():
     p.add_argument('--out', default=os.path.join(B.ROOT, 'out', 'seed-spread'))
     p.add_argument('--first', type=int, default=600, help='the first seed of each trace (default 600)')
     p.add_argument('--pool', default='', help='first seeds of several sets (e.g. 1000,1200): pool them per case')
+    p.add_argument('--cases', default='', help='only these cases, e.g. demo:b8,chatdoc:cv4 (default: every case)')
     p.add_argument('--pool-dirs', default='', help='directories of burstiness.py sweeps (e.g. its --out of '
                    'several --seeds runs), comma-separated: pool their seeds per case')
     a = p.parse_args()
+    if a.cases:
+        want = [tuple(c.partition(':')[::2]) for c in a.cases.split(',')]
+        bad = [f'{t}:{lv}' for t, lv in want if (t, lv) not in CASES]
+        if bad:
+            p.error(f'--cases: {", ".join(bad)}: expected TRACE:LEVEL among '
+                    f'{", ".join(f"{t}:{lv}" for t, lv in CASES)}')
+        CASES[:] = [c for c in CASES if c in want]
     if a.pool_dirs:
         dirs = a.pool_dirs.split(',')
         for d in dirs:
@@ -107,20 +121,26 @@ def main():
     print('| trace | arrivals | seeds | best static: mean sustained, req/s | adaptive | adaptive / best static (of means) '
           '| adaptive - best static per seed, req/s [95% interval] | seeds below / equal / above '
           '| best static placed as adaptive places (/alg1) | adaptive / it (of means); seeds below / equal / above '
+          '| aggregated | adaptive / it (of means); adaptive - it per seed, req/s [95% interval]; seeds below / equal / above '
           '| adaptive moves/h | reversals within 60 s / changes: all rates; rates it sustains |')
-    print('|---|---|---|---|---|---|---|---|---|---|---|---|')
-    worst, worst_alg1 = [], []
+    print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
+    worst, worst_alg1, worst_agg = [], [], []
     tot = dict(revs=0, changes=0, op_revs=0, op_changes=0)
     for trace, level in CASES:
         d = B.sweep(a.bin, a.out, trace, level, B.STATIC + ',' + B.STATIC_ALG1 + ',adaptive')
+        # Aggregated serving in a sweep of its own (as burstiness.py runs
+        # it), so the cached sweeps of the other arms stay valid.
+        ag = against(d, B.sweep(a.bin, a.out, trace, level, 'aggregated'), 'aggregated')
         s = B.summarise(d, 'adaptive')
         label = AZURE[level] if trace == 'azure' else B.LABEL[level]
         for k in tot:
             tot[k] += s[k]
         seeds = SEEDS[trace].replace('..', '-')
+        if ag['mean']:
+            worst_agg.append((ag['ratio'], trace, label))
         if not s['best_mean']:
             print(f"| {trace} | {label} | {seeds} | none: no split sustains the grid's lowest rate | - | - | - | - | - | - "
-                  f"| {s['moves_h']:.0f} | {reversals(s)} |")
+                  f"| {agg_cells(ag)} | {s['moves_h']:.0f} | {reversals(s)} |")
             continue
         sus = lambda x, arm: x['sustained'][arm] or 0.0
         diff = [sus(x, 'adaptive') - sus(x, s['best']) for x in d['per_seed']]
@@ -130,7 +150,7 @@ def main():
         print(f"| {trace} | {label} | {seeds} | {s['best'].removeprefix('static:')} {s['best_mean']:.2f} | {s['arm_mean']:.2f} "
               f"| {s['ratio']:.3f} | {md:+.2f} [{md - half:+.2f}, {md + half:+.2f}] | {t['below']} / {t['equal']} / {t['above']} "
               f"| {g['best'].removeprefix('static:')} {g['mean']:.2f} | {g['ratio']:.3f}; {g['below']} / {g['equal']} / {g['above']} "
-              f"| {s['moves_h']:.0f} | {reversals(s)} |",
+              f"| {agg_cells(ag)} | {s['moves_h']:.0f} | {reversals(s)} |",
               flush=True)
         worst.append((s['ratio'], trace, label))
         if g['mean']:
@@ -142,15 +162,48 @@ def main():
     print(f'minimum adaptive / best static placed as adaptive places (/alg1) over {len(worst_alg1)} cases: '
           f'{r:.4f} ({trace}, {label}); under 0.97: '
           f'{", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst_alg1) if x < 0.97) or "none"}')
+    if worst_agg:
+        r, trace, label = min(worst_agg)
+        print(f'minimum adaptive / aggregated over {len(worst_agg)} cases: {r:.4f} ({trace}, {label}); under 0.97: '
+              f'{", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst_agg) if x < 0.97) or "none"}')
     print(f'reversals within 60 s / changes over every case: all rates; rates adaptive sustains: {reversals(tot)}')
 
 
+def against(d, g, other, arm='adaptive'):
+    """arm of sweep d against other, the one arm of sweep g (the same
+    case and seeds): other's mean sustained rate, arm's ratio to it (of
+    means), their per-seed difference's mean and 95% interval (normal
+    approximation), and on how many seeds arm sustains less, as much and
+    more (a seed that sustains nothing counts 0)."""
+    sus = lambda x, a: x['sustained'][a] or 0.0
+    own = {x['seed']: sus(x, arm) for x in d['per_seed']}
+    theirs = {x['seed']: sus(x, other) for x in g['per_seed']}
+    if set(own) != set(theirs):
+        sys.exit(f'seed_spread.py: the {other} sweep ran seeds {sorted(theirs)}, the {arm} sweep {sorted(own)}')
+    diff = [own[k] - theirs[k] for k in sorted(own)]
+    mean = statistics.mean(theirs.values())
+    md = statistics.mean(diff)
+    half = 1.96 * statistics.stdev(diff) / math.sqrt(len(diff)) if len(diff) > 1 else float('nan')
+    return dict(mean=mean, ratio=statistics.mean(own.values()) / mean if mean else float('nan'), diff=md, half=half,
+                below=sum(1 for x in diff if x < -1e-9), equal=sum(1 for x in diff if abs(x) <= 1e-9),
+                above=sum(1 for x in diff if x > 1e-9))
+
+
+def agg_cells(ag):
+    """The aggregated columns of the table."""
+    return (f"{ag['mean']:.2f} | {ag['ratio']:.3f}; {ag['diff']:+.2f} [{ag['diff'] - ag['half']:+.2f}, "
+            f"{ag['diff'] + ag['half']:+.2f}]; {ag['below']} / {ag['equal']} / {ag['above']}")
+
+
 def pooled_ratio(arms, idx, alg1):
-    """adaptive / the best static split (token-placed, or /alg1) of the
-    means over the seeds idx (indices, repeats allowed); None when no
-    split sustains anything."""
+    """adaptive / the best static split (token-placed, or /alg1; with alg1
+    None, aggregated serving) of the means over the seeds idx (indices,
+    repeats allowed); None when no split sustains anything."""
     mean = {a: sum(v[i] for i in idx) / len(idx) for a, v in arms.items()}
-    best = max((m for a, m in mean.items() if a.startswith('static:') and a.endswith('/alg1') == alg1), default=0)
+    if alg1 is None:
+        best = mean.get('aggregated', 0)
+    else:
+        best = max((m for a, m in mean.items() if a.startswith('static:') and a.endswith('/alg1') == alg1), default=0)
     return mean['adaptive'] / best if best > 0 else None
 
 
@@ -158,26 +211,28 @@ def pool(a, firsts):
     """Per case, the ratio over the pooled seeds of every set in firsts,
     with its 95% bootstrap interval."""
     def sweeps(trace, level):
-        out, sets = [], []
+        out, sets, ags = [], [], []
         for first in firsts:
             B.SEEDS.update(seeds_from(first))
             sets.append(B.SEEDS[trace].replace('..', '-'))
             out.append(B.sweep(a.bin, a.out, trace, level, B.STATIC + ',' + B.STATIC_ALG1 + ',adaptive'))
-        return out, sets
+            ags.append(B.sweep(a.bin, a.out, trace, level, 'aggregated'))
+        return out, sets, ags
     pooled(sweeps)
 
 
-def load_sweep(d, trace, level, who, hint):
-    """The one sweep of the case cached in d that ran the adaptive arm
-    (burstiness.py's and this script's file names), or None; several are
-    an error naming who and hint. burstiness.py keeps aggregated serving
-    beside it as a sweep of its own (thirty-third round), which is not
-    counted here."""
+def load_sweep(d, trace, level, who, hint, arm='adaptive'):
+    """The one sweep of the case cached in d that ran arm (burstiness.py's
+    and this script's file names), or None; several are an error naming
+    who and hint. burstiness.py keeps aggregated serving beside the
+    adaptive arm's sweep as a sweep of its own (thirty-third round): with
+    arm 'aggregated', that sweep (aggregated serving alone)."""
     found = []
     for path in sorted(glob.glob(os.path.join(d, f'{trace}-{level}-*.json'))):
         with open(path) as f:
             sw = json.load(f)
-        if 'adaptive' in sw.get('arms', []):
+        arms = sw.get('arms', [])
+        if arm in arms and (arm == 'adaptive' or arms == [arm]):
             found.append((path, sw))
     if len(found) > 1:
         sys.exit(f'{who}: {d}: several sweeps of {trace} {level} ({", ".join(p for p, _ in found)}): {hint}')
@@ -189,52 +244,70 @@ def pool_dirs(dirs):
     per case, every directory's one sweep of it; a case missing from any
     directory is left out."""
     def sweeps(trace, level):
-        out, sets = [], []
+        out, sets, ags = [], [], []
         for d in dirs:
             sw = load_sweep(d, trace, level, 'seed_spread.py', 'one build and seed set per directory')
             if sw is None:
-                return None, None
+                return None, None, None
             out.append(sw)
             seeds = sorted(x['seed'] for x in sw['per_seed'])
             sets.append(f'{seeds[0]}-{seeds[-1]}' if len(seeds) > 1 else str(seeds[0]))
-        return out, sets
+            ags.append(load_sweep(d, trace, level, 'seed_spread.py', 'one build and seed set per directory', 'aggregated'))
+        return out, sets, ags
     pooled(sweeps)
 
 
 def pooled(sweeps):
     """The pooled table: sweeps(trace, level) gives the case's sweeps and
     their seed sets' names (None when the case is not in every set)."""
-    rng = random.Random(0)
+    rng, rng_agg = random.Random(0), random.Random(1)
     print('| trace | arrivals | seeds | adaptive / best static (of means) [95% bootstrap interval] '
-          '| adaptive / best static placed as adaptive places (/alg1) [95%] |')
-    print('|---|---|---|---|---|')
-    worst = {False: [], True: []}
+          '| adaptive / best static placed as adaptive places (/alg1) [95%] | adaptive / aggregated [95%] |')
+    print('|---|---|---|---|---|---|')
+    worst = {False: [], True: [], None: []}
     for trace, level in CASES:
-        ds, sets = sweeps(trace, level)
+        ds, sets, ags = sweeps(trace, level)
         if ds is None:
             continue
         # The arms every set swept (a set run with the bound has two more).
         common = set.intersection(*(set(x['sustained']) for d in ds for x in d['per_seed']))
         arms = {arm: [] for arm in common}
-        for d in ds:
+        # Aggregated serving, where every set has its sweep (of the same seeds).
+        both = all(g is not None for g in ags)
+        if both:
+            arms['aggregated'] = []
+        for d, g in zip(ds, ags):
+            agg = {x['seed']: x['sustained']['aggregated'] or 0.0 for x in g['per_seed']} if both else {}
             for x in d['per_seed']:
                 for arm in common:
                     arms[arm].append(x['sustained'][arm] or 0.0)
+                if both:
+                    if x['seed'] not in agg:
+                        sys.exit(f"seed_spread.py: {trace} {level}: the aggregated sweep lacks seed {x['seed']}")
+                    arms['aggregated'].append(agg[x['seed']])
         n = len(arms['adaptive'])
         cells = []
-        for alg1 in (False, True):
+        for alg1 in (False, True, None):
+            if alg1 is None and not both:
+                cells.append('-')
+                continue
             r = pooled_ratio(arms, range(n), alg1)
             if r is None:
-                cells.append("none: no split sustains the grid's lowest rate")
+                cells.append("none: aggregated sustains nothing" if alg1 is None else
+                             "none: no split sustains the grid's lowest rate")
                 continue
-            boot = sorted(x for x in (pooled_ratio(arms, [rng.randrange(n) for _ in range(n)], alg1)
+            # Aggregated serving's resamples come from a generator of their
+            # own, so the static columns read as they did before it.
+            g = rng_agg if alg1 is None else rng
+            boot = sorted(x for x in (pooled_ratio(arms, [g.randrange(n) for _ in range(n)], alg1)
                                       for _ in range(2000)) if x is not None)
             lo, hi = boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]
             cells.append(f'{r:.3f} [{lo:.3f}, {hi:.3f}]')
             worst[alg1].append((r, lo, hi, trace, AZURE[level] if trace == 'azure' else B.LABEL[level]))
         label = AZURE[level] if trace == 'azure' else B.LABEL[level]
-        print(f"| {trace} | {label} | {', '.join(sets)} ({n}) | {cells[0]} | {cells[1]} |", flush=True)
-    for alg1, name in ((False, 'best static'), (True, 'best static placed as adaptive places (/alg1)')):
+        print(f"| {trace} | {label} | {', '.join(sets)} ({n}) | {cells[0]} | {cells[1]} | {cells[2]} |", flush=True)
+    for alg1, name in ((False, 'best static'), (True, 'best static placed as adaptive places (/alg1)'),
+                       (None, 'aggregated')):
         if worst[alg1]:
             r, lo, hi, trace, label = min(worst[alg1])
             print(f'minimum adaptive / {name} over {len(worst[alg1])} cases: {r:.4f} [{lo:.3f}, {hi:.3f}] ({trace}, {label})')

@@ -37,12 +37,14 @@ func sweep(t *testing.T, dir, name string, perSeed map[int]map[string]float64) {
 	}
 }
 
-// TestPoolDirsSkipsAggregatedSweep: burstiness.py keeps aggregated
+// TestPoolDirsPoolsAggregatedSweep: burstiness.py keeps aggregated
 // serving as a sweep of its own beside each case's sweep (issue 10,
 // thirty-third round); seed_spread.py --pool-dirs pools the sweep that
-// ran the adaptive arm and leaves the other out, where it used to stop
-// on "several sweeps" (thirty-fourth round).
-func TestPoolDirsSkipsAggregatedSweep(t *testing.T) {
+// ran the adaptive arm as the static columns' (it used to stop on
+// "several sweeps"; thirty-fourth round), and the aggregated sweeps,
+// seed by seed, as a column of their own once every directory has one
+// (thirty-sixth round).
+func TestPoolDirsPoolsAggregatedSweep(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 not installed: the campaign scripts need it")
@@ -68,13 +70,25 @@ func TestPoolDirsSkipsAggregatedSweep(t *testing.T) {
 		t.Fatalf("seed_spread.py --pool-dirs: %v\n%s", err, out)
 	}
 	// Over the four seeds adaptive's mean is 1.5, 4P4D's 1.0 and
-	// 4P4D/alg1's 2.0; the aggregated sweep's 9.0 is not an arm here.
+	// 4P4D/alg1's 2.0; the aggregated sweep's 9.0 is not a static arm,
+	// and with no aggregated sweep in b there is no aggregated column.
 	want := "| chatdoc | gamma CV 3 | 16-17, 18-19 (4) | 1.500 ["
 	if !strings.Contains(string(out), want) {
 		t.Fatalf("pooled table lacks %q:\n%s", want, out)
 	}
-	if !strings.Contains(string(out), "| 0.750 [") {
-		t.Fatalf("pooled /alg1 ratio is not 0.750:\n%s", out)
+	if !strings.Contains(string(out), "| 0.750 [") || !strings.Contains(string(out), "] | - |") {
+		t.Fatalf("pooled /alg1 ratio is not 0.750, or an aggregated column without b's sweep:\n%s", out)
+	}
+	// With b's aggregated sweep (1.0 on its seeds, listed in another
+	// order), aggregated's mean is 5.0 and adaptive / aggregated 0.300.
+	sweep(t, b, "chatdoc-cv3-eeee.json", map[int]map[string]float64{19: {"aggregated": 1.0}, 18: {"aggregated": 1.0}})
+	cmd = exec.Command(py, "campaigns/seed_spread.py", "--pool-dirs", a+","+b)
+	cmd.Dir = root
+	if out, err = cmd.CombinedOutput(); err != nil {
+		t.Fatalf("seed_spread.py --pool-dirs: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "| 0.300 [") || !strings.Contains(string(out), "minimum adaptive / aggregated over 1 cases: 0.3000") {
+		t.Fatalf("pooled adaptive / aggregated is not 0.300:\n%s", out)
 	}
 	// Two sweeps that both ran the adaptive arm are still an error.
 	sweep(t, b, "chatdoc-cv3-dddd.json", map[int]map[string]float64{18: {"adaptive": 1.0, "static:4P4D": 1.0}})
