@@ -155,13 +155,16 @@ def main():
         worst.append((s['ratio'], trace, label))
         if g['mean']:
             worst_alg1.append((g['ratio'], trace, label))
-    r, trace, label = min(worst)
-    print(f'\nminimum adaptive / best static over {len(worst)} cases: {r:.4f} ({trace}, {label}); '
-          f'under 0.97: {", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst) if x < 0.97) or "none"}')
-    r, trace, label = min(worst_alg1)
-    print(f'minimum adaptive / best static placed as adaptive places (/alg1) over {len(worst_alg1)} cases: '
-          f'{r:.4f} ({trace}, {label}); under 0.97: '
-          f'{", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst_alg1) if x < 0.97) or "none"}')
+    print()
+    if worst:  # --cases may leave only cases no split sustains
+        r, trace, label = min(worst)
+        print(f'minimum adaptive / best static over {len(worst)} cases: {r:.4f} ({trace}, {label}); '
+              f'under 0.97: {", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst) if x < 0.97) or "none"}')
+    if worst_alg1:
+        r, trace, label = min(worst_alg1)
+        print(f'minimum adaptive / best static placed as adaptive places (/alg1) over {len(worst_alg1)} cases: '
+              f'{r:.4f} ({trace}, {label}); under 0.97: '
+              f'{", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst_alg1) if x < 0.97) or "none"}')
     if worst_agg:
         r, trace, label = min(worst_agg)
         print(f'minimum adaptive / aggregated over {len(worst_agg)} cases: {r:.4f} ({trace}, {label}); under 0.97: '
