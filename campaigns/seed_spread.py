@@ -143,9 +143,7 @@ def main():
                   f"| {agg_cells(ag)} | {s['moves_h']:.0f} | {reversals(s)} |")
             continue
         sus = lambda x, arm: x['sustained'][arm] or 0.0
-        diff = [sus(x, 'adaptive') - sus(x, s['best']) for x in d['per_seed']]
-        md = statistics.mean(diff)
-        half = 1.96 * statistics.stdev(diff) / math.sqrt(len(diff))
+        md, half = mean_interval([sus(x, 'adaptive') - sus(x, s['best']) for x in d['per_seed']])
         g, t = s['alg1'], s['tok']
         print(f"| {trace} | {label} | {seeds} | {s['best'].removeprefix('static:')} {s['best_mean']:.2f} | {s['arm_mean']:.2f} "
               f"| {s['ratio']:.3f} | {md:+.2f} [{md - half:+.2f}, {md + half:+.2f}] | {t['below']} / {t['equal']} / {t['above']} "
@@ -185,11 +183,17 @@ def against(d, g, other, arm='adaptive'):
         sys.exit(f'seed_spread.py: the {other} sweep ran seeds {sorted(theirs)}, the {arm} sweep {sorted(own)}')
     diff = [own[k] - theirs[k] for k in sorted(own)]
     mean = statistics.mean(theirs.values())
-    md = statistics.mean(diff)
-    half = 1.96 * statistics.stdev(diff) / math.sqrt(len(diff)) if len(diff) > 1 else float('nan')
+    md, half = mean_interval(diff)
     return dict(mean=mean, ratio=statistics.mean(own.values()) / mean if mean else float('nan'), diff=md, half=half,
                 below=sum(1 for x in diff if x < -1e-9), equal=sum(1 for x in diff if abs(x) <= 1e-9),
                 above=sum(1 for x in diff if x > 1e-9))
+
+
+def mean_interval(diff):
+    """The mean of per-seed differences and the half-width of its 95%
+    interval (normal approximation; nan under two seeds)."""
+    half = 1.96 * statistics.stdev(diff) / math.sqrt(len(diff)) if len(diff) > 1 else float('nan')
+    return statistics.mean(diff), half
 
 
 def agg_cells(ag):
