@@ -154,20 +154,22 @@ def main():
         if g['mean']:
             worst_alg1.append((g['ratio'], trace, label))
     print()
-    if worst:  # --cases may leave only cases no split sustains
-        r, trace, label = min(worst)
-        print(f'minimum adaptive / best static over {len(worst)} cases: {r:.4f} ({trace}, {label}); '
-              f'under 0.97: {", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst) if x < 0.97) or "none"}')
-    if worst_alg1:
-        r, trace, label = min(worst_alg1)
-        print(f'minimum adaptive / best static placed as adaptive places (/alg1) over {len(worst_alg1)} cases: '
-              f'{r:.4f} ({trace}, {label}); under 0.97: '
-              f'{", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst_alg1) if x < 0.97) or "none"}')
-    if worst_agg:
-        r, trace, label = min(worst_agg)
-        print(f'minimum adaptive / aggregated over {len(worst_agg)} cases: {r:.4f} ({trace}, {label}); under 0.97: '
-              f'{", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(worst_agg) if x < 0.97) or "none"}')
+    # --cases may leave only cases no split sustains: a list may be empty.
+    lowest('best static', worst)
+    lowest('best static placed as adaptive places (/alg1)', worst_alg1)
+    lowest('aggregated', worst_agg)
     print(f'reversals within 60 s / changes over every case: all rates; rates adaptive sustains: {reversals(tot)}')
+
+
+def lowest(what, rows):
+    """The summary line of adaptive's lowest ratio to what over the
+    cases, rows of (ratio, trace, label), and every case under 0.97;
+    nothing when no case has the ratio."""
+    if not rows:
+        return
+    r, trace, label = min(rows)
+    under = ", ".join(f"{t} {lb} {x:.4f}" for x, t, lb in sorted(rows) if x < 0.97) or "none"
+    print(f'minimum adaptive / {what} over {len(rows)} cases: {r:.4f} ({trace}, {label}); under 0.97: {under}')
 
 
 def against(d, g, other, arm='adaptive'):
