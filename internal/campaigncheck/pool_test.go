@@ -79,6 +79,14 @@ func TestPoolDirsPoolsAggregatedSweep(t *testing.T) {
 	if !strings.Contains(string(out), "| 0.750 [") || !strings.Contains(string(out), "] | - |") {
 		t.Fatalf("pooled /alg1 ratio is not 0.750, or an aggregated column without b's sweep:\n%s", out)
 	}
+	// The summary line's second interval, by the delta method: per seed
+	// d = (adaptive - 0.75 * alg1) / 2.0 is +0.25, +0.25, -0.25, -0.25,
+	// so the standard error is sqrt((0.25/3)/4) = 0.1443 and the interval
+	// 0.75 -+ 1.96 * 0.1443 (thirty-eighth round).
+	if want := "(/alg1) over 1 cases: 0.7500 ["; !strings.Contains(string(out), want) ||
+		!strings.Contains(string(out), "; delta method [0.4671, 1.0329] (chatdoc, gamma CV 3)") {
+		t.Fatalf("pooled /alg1 summary line lacks the ratio or its delta-method interval [0.4671, 1.0329]:\n%s", out)
+	}
 	// With b's aggregated sweep (1.0 on its seeds, listed in another
 	// order), aggregated's mean is 5.0 and adaptive / aggregated 0.300.
 	sweep(t, b, "chatdoc-cv3-eeee.json", map[int]map[string]float64{19: {"aggregated": 1.0}, 18: {"aggregated": 1.0}})
