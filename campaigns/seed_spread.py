@@ -208,33 +208,35 @@ def agg_cells(ag):
             f"{ag['diff'] + ag['half']:+.2f}]; {ag['below']} / {ag['equal']} / {ag['above']}")
 
 
-def pooled_ratio(arms, idx, alg1):
-    """adaptive / the best static split (token-placed, or /alg1; with alg1
-    None, aggregated serving) of the means over the seeds idx (indices,
-    repeats allowed); None when no split sustains anything."""
-    mean = {a: sum(v[i] for i in idx) / len(idx) for a, v in arms.items()}
+def rival(mean, alg1):
+    """The arm adaptive is measured against, from the arms' means: the
+    best static split (token-placed, or /alg1), or with alg1 None
+    aggregated serving; None when there is none."""
     if alg1 is None:
-        best = mean.get('aggregated', 0)
-    else:
-        best = max((m for a, m in mean.items() if a.startswith('static:') and a.endswith('/alg1') == alg1), default=0)
-    return mean['adaptive'] / best if best > 0 else None
+        return 'aggregated' if 'aggregated' in mean else None
+    return max((a for a in mean if a.startswith('static:') and a.endswith('/alg1') == alg1),
+               key=lambda a: mean[a], default=None)
+
+
+def pooled_ratio(arms, idx, alg1):
+    """adaptive / its rival (above) of the means over the seeds idx
+    (indices, repeats allowed); None when no split sustains anything."""
+    mean = {a: sum(v[i] for i in idx) / len(idx) for a, v in arms.items()}
+    best = rival(mean, alg1)
+    return mean['adaptive'] / mean[best] if best and mean[best] > 0 else None
 
 
 def delta_interval(arms, alg1):
     """A normal 95% interval for pooled_ratio over every seed by the delta
-    method (a second reading beside the bootstrap's): the rival is the
-    split (or aggregated serving) pooled_ratio picks over all seeds."""
+    method (a second reading beside the bootstrap's), against the rival
+    chosen over all seeds."""
     n = len(arms['adaptive'])
     mean = {a: sum(v) / n for a, v in arms.items()}
-    if alg1 is None:
-        rival = 'aggregated'
-    else:
-        rival = max((a for a in mean if a.startswith('static:') and a.endswith('/alg1') == alg1),
-                    key=lambda a: mean[a], default=None)
-    if rival is None or mean.get(rival, 0) <= 0 or n < 2:
+    best = rival(mean, alg1)
+    if best is None or mean[best] <= 0 or n < 2:
         return None
-    r = mean['adaptive'] / mean[rival]
-    d = [(x - r * y) / mean[rival] for x, y in zip(arms['adaptive'], arms[rival])]
+    r = mean['adaptive'] / mean[best]
+    d = [(x - r * y) / mean[best] for x, y in zip(arms['adaptive'], arms[best])]
     m = sum(d) / n
     se = (sum((v - m) ** 2 for v in d) / (n - 1) / n) ** 0.5
     return r - 1.96 * se, r + 1.96 * se
