@@ -212,7 +212,7 @@ func adminPath(p string) bool {
 // Wrap puts the gate in front of next.
 func (g *Gate) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
-		if q.URL.Path == "/health" || q.URL.Path == "/v1/models" {
+		if q.URL.Path == "/health" || q.URL.Path == "/ready" || q.URL.Path == "/v1/models" {
 			next.ServeHTTP(w, q)
 			return
 		}

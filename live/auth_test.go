@@ -135,6 +135,9 @@ tenants:
 	if c, _ := call("GET", "/health", "", false); c != 200 {
 		t.Errorf("/health without a key: %d", c)
 	}
+	if c, _ := call("GET", "/ready", "", false); c != 200 {
+		t.Errorf("/ready without a key: %d", c)
+	}
 	if c, b := call("GET", "/state", "Bearer evals-key", false); c != 403 || code(b) != "not_admin" {
 		t.Errorf("/state as evals: %d %v", c, b)
 	}

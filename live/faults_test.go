@@ -2,6 +2,7 @@ package live
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -186,5 +187,50 @@ func TestPrefillRetryAndReadmission(t *testing.T) {
 	rows := checkJournal(t, r.jr.records())
 	if o := outcomes(rows); o["finish/length"] != 10 || len(rows) != 15 {
 		t.Fatalf("outcomes %v: expected the 10 requests finished", o)
+	}
+}
+
+// GET /ready is 200 while an engine is up and 503 (code no_engine) once
+// every engine is ejected; /health stays 200 (liveness), and /ready is
+// 200 again once an engine is readmitted.
+func TestReadiness(t *testing.T) {
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		c.SweepInterval = 20 * time.Millisecond
+	}})
+	defer r.stop()
+	get := func(path string) (int, map[string]any) {
+		resp, err := http.Get(r.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode, body
+	}
+	if c, b := get("/ready"); c != 200 || b["status"] != "ready" || b["engines_up"] != 2.0 {
+		t.Fatalf("/ready with both engines up: %d %v", c, b)
+	}
+	for _, s := range r.stubs.Servers() {
+		s.Kill()
+	}
+	waitFor(t, "both engines ejected", func() bool {
+		st, _ := r.router.State()
+		return st.Engines[0].Down && st.Engines[1].Down
+	})
+	c, b := get("/ready")
+	e, _ := b["error"].(map[string]any)
+	if c != http.StatusServiceUnavailable || e == nil || e["code"] != "no_engine" {
+		t.Fatalf("/ready with every engine down: %d %v, expected 503 no_engine", c, b)
+	}
+	if c, _ := get("/health"); c != 200 {
+		t.Fatalf("/health with every engine down: %d, expected 200 (liveness)", c)
+	}
+	if err := r.stubs.Servers()[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "e0 readmitted", func() bool { st, _ := r.router.State(); return !st.Engines[0].Down })
+	if c, b := get("/ready"); c != 200 || b["engines_up"] != 1.0 {
+		t.Fatalf("/ready with e0 back: %d %v", c, b)
 	}
 }

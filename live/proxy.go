@@ -37,11 +37,12 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, q *http.Request) { r.serve(w, q, true) })
 	mux.HandleFunc("GET /v1/models", r.models)
 	mux.HandleFunc("GET /health", r.health)
+	mux.HandleFunc("GET /ready", r.ready)
 	mux.HandleFunc("GET /state", r.stateHandler)
 	mux.Handle("GET /metrics", r.met.Handler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
 		api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error",
-			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /state or /metrics", q.Method, q.URL.Path)})
+			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /ready, /state or /metrics", q.Method, q.URL.Path)})
 	})
 	return mux
 }
@@ -55,6 +56,32 @@ func (r *Router) health(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ok"}`))
+}
+
+// ready is GET /ready, the readiness check a load balancer or Kubernetes
+// sends traffic by: 200 while at least one engine is up, 503 (code
+// no_engine) once every engine is ejected, or while the router stops.
+// /health stays 200 as long as the process serves (liveness).
+func (r *Router) ready(w http.ResponseWriter, _ *http.Request) {
+	st, ok := r.State()
+	if !ok {
+		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+		return
+	}
+	up := 0
+	for _, e := range st.Engines {
+		if !e.Down {
+			up++
+		}
+	}
+	if up == 0 {
+		e := api.Unavailable(fmt.Sprintf("every engine (%d) is down", len(st.Engines)), time.Second)
+		e.Code = "no_engine"
+		api.WriteError(w, e)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": "ready", "engines_up": up, "engines": len(st.Engines)})
 }
 
 func (r *Router) models(w http.ResponseWriter, q *http.Request) {
@@ -164,7 +191,8 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		api.WriteError(w, e)
 		return
 	}
-	if r.cfg.Model != "" && req.Model != r.cfg.Model {
+	if r.cfg.Model != "" && req.Model != "" && req.Model != r.cfg.Model {
+		// A body without a model is served, as vLLM serves it.
 		api.WriteError(w, api.ModelNotFound(req.Model, []string{r.cfg.Model}))
 		return
 	}
@@ -456,7 +484,14 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 	lctx, done := l.armLeg(l.ctx, e)
 	defer done()
 	var timedOut atomic.Bool
-	timer := time.AfterFunc(l.r.cfg.FirstTokenTimeout, func() { timedOut.Store(true); done() })
+	first := l.r.cfg.FirstTokenTimeout
+	if !l.req.Stream {
+		// vLLM sends a non-streamed answer's headers with its last token:
+		// there is no first token to wait for, and the request's own
+		// deadline bounds the leg.
+		first = l.r.cfg.RequestTimeout
+	}
+	timer := time.AfterFunc(first, func() { timedOut.Store(true); done() })
 	defer timer.Stop()
 	failed := func(err error) verdict {
 		return l.legFailure(e, lctx, err, stage, timedOut.Load() && !l.f.guard.isDead())

@@ -54,8 +54,10 @@ type Config struct {
 	Handoff HandoffPolicy
 	// PrefillTimeout bounds a prefill leg (default 120 s).
 	PrefillTimeout time.Duration
-	// FirstTokenTimeout bounds the wait for a decode leg's first event
-	// (default 30 s).
+	// FirstTokenTimeout bounds the wait for a streamed decode leg's first
+	// event (default 30 s). A non-streamed answer comes whole, headers
+	// and all, with its last token (as vLLM sends it), so RequestTimeout
+	// alone bounds it.
 	FirstTokenTimeout time.Duration
 	// ReadTimeout bounds the gap between two events of a decode leg
 	// (default 60 s).

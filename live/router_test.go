@@ -545,5 +545,45 @@ func TestModels(t *testing.T) {
 		if resp.StatusCode != 200 || len(list.Data) != 1 || list.Data[0].ID != "stub" {
 			t.Fatalf("model %q: status %d, list %+v", model, resp.StatusCode, list)
 		}
+		// A body that names no model is served, as vLLM serves it.
+		resp = post(t, r, "/v1/completions", `{"prompt":"no model named","max_tokens":2}`, nil)
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("model %q: a body without a model got %d (%s), expected 200", model, resp.StatusCode, b)
+		}
+	}
+}
+
+// A non-streamed answer that takes longer than the first-token timeout is
+// served whole: vLLM sends its headers with its last token, so only the
+// request's deadline bounds it (on a decode leg and on one ordinary
+// request alike).
+func TestNonStreamedOutlastsFirstTokenTimeout(t *testing.T) {
+	scale := 1.0
+	for _, arm := range []string{"static:1P1D", "aggregated"} {
+		r := startRig(t, rigOpts{arm: arm, stub: stub.Options{TimeScale: &scale}, configure: func(c *Config) {
+			c.FirstTokenTimeout = 50 * time.Millisecond
+		}})
+		start := time.Now()
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"a long answer","max_tokens":100,"min_tokens":100}`, nil)
+		var body struct {
+			Usage struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		err := json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		took := time.Since(start)
+		if resp.StatusCode != http.StatusOK || err != nil || body.Usage.CompletionTokens != 100 {
+			t.Fatalf("%s: status %d, err %v, %d tokens: expected the whole 100-token answer", arm, resp.StatusCode, err, body.Usage.CompletionTokens)
+		}
+		r.stop()
+		rows := checkJournal(t, r.jr.records())
+		if len(rows) != 1 || rows[0].Terminal != event.KindFinish || rows[0].OutputTokens != 100 {
+			t.Fatalf("%s: rows %+v: expected one finished 100-token request", arm, rows)
+		}
+		if took < 50*time.Millisecond {
+			t.Logf("%s: the answer took %v, under the first-token timeout: the test did not exercise it", arm, took)
+		}
 	}
 }

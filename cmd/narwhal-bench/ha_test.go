@@ -87,6 +87,21 @@ func TestLeaderKilled(t *testing.T) {
 	waitStatus(t, urlA, "ok", aErr)
 	b, bErr := child(t, haArgs(base+1, jb)...)
 	waitStatus(t, urlB, "standby", bErr)
+	// Readiness: the leader is ready, the standby is not (a load balancer
+	// sends by /ready).
+	for _, c := range []struct {
+		url  string
+		want int
+	}{{urlA, 200}, {urlB, 503}} {
+		resp, err := http.Get(c.url + "/ready")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Fatalf("%s/ready: %d, expected %d", c.url, resp.StatusCode, c.want)
+		}
+	}
 
 	type answer struct {
 		class  string
