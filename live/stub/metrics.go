@@ -9,7 +9,7 @@ import (
 // metrics are the vLLM metrics the stub serves (vLLM's names, with the
 // model_name label).
 type metrics struct {
-	ttft, tpot       prometheus.Observer
+	ttft, tpot, itl  prometheus.Observer
 	prompt, generate prometheus.Counter
 	success          *prometheus.CounterVec
 }
@@ -52,14 +52,16 @@ func newMetrics(s *Server) metrics {
 		Help: "Time to first token, from arrival at this engine.", ConstLabels: labels, Buckets: ttftBuckets})
 	tpot := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:time_per_output_token_seconds",
 		Help: "Time between consecutive output tokens of a request.", ConstLabels: labels, Buckets: tpotBuckets})
+	itl := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:inter_token_latency_seconds",
+		Help: "Time between consecutive output tokens of a request (vLLM's newer name).", ConstLabels: labels, Buckets: tpotBuckets})
 	prompt := prometheus.NewCounter(prometheus.CounterOpts{Name: "vllm:prompt_tokens_total",
 		Help: "Prompt tokens of the requests accepted.", ConstLabels: labels})
 	gen := prometheus.NewCounter(prometheus.CounterOpts{Name: "vllm:generation_tokens_total",
 		Help: "Output tokens generated.", ConstLabels: labels})
 	success := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
 		Help: "Finished requests by finish reason.", ConstLabels: labels}, []string{"finished_reason"})
-	s.reg.MustRegister(ttft, tpot, prompt, gen, success)
-	return metrics{ttft: ttft, tpot: tpot, prompt: prompt, generate: gen, success: success}
+	s.reg.MustRegister(ttft, tpot, itl, prompt, gen, success)
+	return metrics{ttft: ttft, tpot: tpot, itl: itl, prompt: prompt, generate: gen, success: success}
 }
 
 // token records output token k of r at now (owner goroutine, or the
@@ -74,4 +76,5 @@ func (m metrics) token(r *live, k int, now time.Time) {
 		return
 	}
 	m.tpot.Observe(now.Sub(last).Seconds())
+	m.itl.Observe(now.Sub(last).Seconds())
 }

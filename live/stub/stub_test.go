@@ -285,7 +285,8 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	if !bytes.Contains(b, []byte(`vllm:generation_tokens_total{engine="e0",model_name="stub"} 5`)) ||
-		!bytes.Contains(b, []byte(`vllm:time_per_output_token_seconds_count{engine="e0",model_name="stub"} 4`)) {
+		!bytes.Contains(b, []byte(`vllm:time_per_output_token_seconds_count{engine="e0",model_name="stub"} 4`)) ||
+		!bytes.Contains(b, []byte(`vllm:inter_token_latency_seconds_count{engine="e0",model_name="stub"} 4`)) {
 		t.Errorf("counts: %s", b)
 	}
 }
