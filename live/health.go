@@ -35,6 +35,13 @@ import (
 //     new process start on an engine that was never ejected (it restarted
 //     between two requests) reports the new generation too.
 
+// ejected says whether the breaker is open (the engine is down).
+func (b *breaker) ejected() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open
+}
+
 // breaker is one engine's failure count and probe state.
 type breaker struct {
 	mu        sync.Mutex

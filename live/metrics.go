@@ -47,6 +47,7 @@ type Metrics struct {
 	readmits  *prometheus.CounterVec // engine
 	retries   *prometheus.CounterVec // stage
 	spilled   prometheus.Counter
+	tokenize  *prometheus.CounterVec // source
 
 	journalAppend prometheus.Histogram
 	journalErrors prometheus.Counter
@@ -124,6 +125,7 @@ func newMetrics(arm string, slo event.SLO, names []string) *Metrics {
 	m.handoff = hist("narwhal_kv_handoff_seconds", "KV handoff time: from the prefill leg's return to the decode leg's first token on another engine.", prometheus.ExponentialBuckets(0.0005, 2, 16))
 	m.noHandoff = counter("narwhal_missing_handoffs_total", "Prefill legs that returned no usable KV handoff (GET /state counts.no_handoff).")
 	m.spilled = counter("narwhal_spilled_prompts_total", "Prompts run on an idle decode engine, as one request, because no prefill engine could start them within the TTFT SLO (burst spill; the journal's admit cause spilled).")
+	m.tokenize = counterVec("narwhal_prompt_counts_total", "Prompt lengths by where they came from: engine (an engine's POST /tokenize, with --tokenize) or estimate (--tokenize on, but no engine answered in time).", "source")
 	m.role = gaugeVec("narwhal_engine_role", "1 for the role each engine holds (prefill, decode, mixed, none), 0 for the others.", "engine", "role")
 	m.up = gaugeVec("narwhal_engine_up", "1 while the engine takes placements, 0 while it is ejected (down).", "engine")
 	m.gen = gaugeVec("narwhal_engine_generation", "The engine's process generation as the router counts it (bumped when a new process start time is seen).", "engine")

@@ -210,7 +210,7 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		xid = fmt.Sprintf("nwb-%x-%d", r.start.UnixNano(), r.ids.Add(1))
 	}
 	w.Header().Set(HeaderRequestID, xid)
-	f := &flight{input: req.PromptTokens(), want: want, class: q.Header.Get(HeaderClass), scheduled: -1,
+	f := &flight{input: r.promptTokens(q.Context(), req), want: want, class: q.Header.Get(HeaderClass), scheduled: -1,
 		reply: make(chan placement, 1), noDecode: want == 1}
 	if s := q.Header.Get(HeaderScheduled); s != "" {
 		if ns, err := strconv.ParseInt(s, 10, 64); err == nil && ns >= 0 {

@@ -64,6 +64,13 @@ type Config struct {
 	ReadTimeout time.Duration
 	// RequestTimeout bounds a request end to end (default 600 s).
 	RequestTimeout time.Duration
+	// Tokenize counts each prompt with an engine's POST /tokenize (its
+	// own tokenizer and chat template) instead of the estimate, at the
+	// price of one more round trip before placement; TokenizeTimeout
+	// bounds it (default 2 s), after which the estimate is used
+	// (live/tokenize.go).
+	Tokenize        bool
+	TokenizeTimeout time.Duration
 	// MaxBodyBytes bounds a request body (default 8 MiB).
 	MaxBodyBytes int64
 	// MaxOutputTokens bounds max_tokens / max_completion_tokens (default
@@ -119,6 +126,7 @@ func (c *Config) defaults() {
 	def(&c.FirstTokenTimeout, 30*time.Second)
 	def(&c.ReadTimeout, 60*time.Second)
 	def(&c.RequestTimeout, 600*time.Second)
+	def(&c.TokenizeTimeout, 2*time.Second)
 	def(&c.ProbeInterval, time.Second)
 	def(&c.ProbeTimeout, 2*time.Second)
 	if c.SweepInterval == 0 {
@@ -173,8 +181,10 @@ type Router struct {
 	stopped chan struct{}
 	once    sync.Once
 	ids     atomic.Uint64 // X-Request-Id for clients that send none
-	o       *owner
-	met     *Metrics
+	// tokenizer is the engine the next /tokenize asks first (Tokenize).
+	tokenizer atomic.Int64
+	o         *owner
+	met       *Metrics
 }
 
 // New builds a router; Run starts its owner.

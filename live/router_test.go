@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +21,7 @@ import (
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
 )
 
@@ -585,5 +591,61 @@ func TestNonStreamedOutlastsFirstTokenTimeout(t *testing.T) {
 		if took < 50*time.Millisecond {
 			t.Logf("%s: the answer took %v, under the first-token timeout: the test did not exercise it", arm, took)
 		}
+	}
+}
+
+// With Tokenize, the prompt's length is the count an engine's /tokenize
+// gives (its tokenizer, not the estimate): the journal's prompt tokens
+// say so. The engine that answered is asked again (sticky); one that fails
+// leaves that request on the estimate and sends the next to the next
+// engine up.
+func TestTokenize(t *testing.T) {
+	var asked [2]atomic.Int64
+	failing := [2]bool{true, false} // e0's /tokenize answers 500
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		c.Tokenize = true
+		for i, u := range c.URLs {
+			target, _ := url.Parse(u)
+			proxy := httputil.NewSingleHostReverseProxy(target)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+				if q.URL.Path != "/tokenize" {
+					proxy.ServeHTTP(w, q)
+					return
+				}
+				asked[i].Add(1)
+				var body map[string]any
+				json.NewDecoder(q.Body).Decode(&body)
+				if failing[i] || body["prompt"] == nil || body["model"] != "stub" {
+					http.Error(w, "no", http.StatusInternalServerError)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprint(w, `{"count":777,"max_model_len":32768,"tokens":[]}`)
+			}))
+			t.Cleanup(srv.Close)
+			c.URLs[i] = srv.URL
+		}
+	}})
+	prompt := "eight bytes of text, about ten tokens by the estimate"
+	for range 3 {
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"`+prompt+`","max_tokens":2}`, nil)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	est := int64(math.Round(float64(len(prompt)) / api.CharsPerToken))
+	var got []int64
+	for _, row := range rows {
+		got = append(got, row.InputTokens)
+	}
+	if len(got) != 3 || got[0] != est || got[1] != 777 || got[2] != 777 {
+		t.Fatalf("prompt tokens %v: expected the estimate %d (e0 failed), then 777 twice (e1, sticky)", got, est)
+	}
+	if asked[0].Load() != 1 || asked[1].Load() != 2 {
+		t.Fatalf("/tokenize asked e0 %d, e1 %d times: expected 1 and 2", asked[0].Load(), asked[1].Load())
 	}
 }
