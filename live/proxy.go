@@ -538,13 +538,17 @@ func (l *leg) prefilled() bool {
 
 // relay copies a streamed answer to the client event by event, timing
 // every token, and journals how it ended. The client gets its status with
-// the first event, so a stream that breaks before it may still be
-// re-placed; one that breaks after ends with an error event, never
+// the first event that carries a token (events before it, such as a chat
+// role chunk, are held until then), so a stream that breaks, or that
+// reports an error event, before any token may still be re-placed as a
+// failed leg; one that breaks after ends with an error event, never
 // silently, journaled with its cause.
 func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Timer, timedOut *atomic.Bool, stage string) verdict {
-	open := func() {
+	sw := api.NewSSEWriter(l.w)
+	var held [][]byte // events before the first token, not yet sent
+	open := func() error {
 		if l.sent {
-			return
+			return nil
 		}
 		api.SetSSEHeaders(l.w.Header())
 		l.w.WriteHeader(http.StatusOK)
@@ -552,9 +556,15 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		if fl, ok := l.w.(http.Flusher); ok {
 			fl.Flush()
 		}
+		for _, p := range held {
+			if err := sw.SendRaw(p); err != nil {
+				return err
+			}
+		}
+		held = nil
+		return nil
 	}
 	sr := api.NewSSEReader(upstream)
-	sw := api.NewSSEWriter(l.w)
 	delivered, usage := 0, -1
 	finish := ""
 	var last time.Time
@@ -594,9 +604,16 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			break
 		}
 		timer.Reset(l.r.cfg.ReadTimeout)
+		tokens := 0
 		if c, ok := api.ReadChunk(payload); ok {
 			if c.Err != nil {
-				open()
+				if !l.sent {
+					// An error event before any token (vLLM reports a
+					// request it failed, a KV pull among them, this way
+					// once its stream has begun): nothing reached the
+					// client, so it is a failed leg like a 5xx.
+					return l.engineStatus(e, http.StatusBadGateway, payload, stage)
+				}
 				l.r.endFlight(l.f, event.KindFail, event.CauseBadGateway)
 				_ = sw.SendRaw(payload)
 				return verdict{}
@@ -628,14 +645,25 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 				delivered += n
 				l.f.produced.Store(int64(delivered))
 			}
+			tokens = n
 		}
-		open()
-		if err := sw.SendRaw(payload); err != nil {
+		if tokens == 0 && !l.sent {
+			held = append(held, bytes.Clone(payload))
+			continue
+		}
+		err = open()
+		if err == nil {
+			err = sw.SendRaw(payload)
+		}
+		if err != nil {
 			l.fail(event.KindFinish, event.CauseCancel, nil)
 			return verdict{}
 		}
 	}
-	open()
+	if err := open(); err != nil {
+		l.fail(event.KindFinish, event.CauseCancel, nil)
+		return verdict{}
+	}
 	l.r.answered(e)
 	if err := sw.Done(); err != nil && l.q.Context().Err() != nil {
 		l.fail(event.KindFinish, event.CauseCancel, nil)

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -647,5 +648,52 @@ func TestTokenize(t *testing.T) {
 	}
 	if asked[0].Load() != 1 || asked[1].Load() != 2 {
 		t.Fatalf("/tokenize asked e0 %d, e1 %d times: expected 1 and 2", asked[0].Load(), asked[1].Load())
+	}
+}
+
+// A decode stream that reports an error event before any token (vLLM's
+// way, once its stream has begun, of failing a request: a KV pull, say)
+// is a failed leg, not the client's answer: the client has no status
+// yet, so the request is re-placed with a fresh prefill and finishes,
+// and the client sees one whole stream.
+func TestErrorEventBeforeFirstTokenIsRetried(t *testing.T) {
+	var failed atomic.Int64
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		target, _ := url.Parse(c.URLs[1]) // the decode engine of 1P1D
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+			body, _ := io.ReadAll(q.Body)
+			q.Body = io.NopCloser(bytes.NewReader(body))
+			if bytes.Contains(body, []byte("do_remote_prefill")) && failed.Add(1) == 1 {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				fmt.Fprint(w, "data: {\"error\":{\"object\":\"error\",\"message\":\"KV load failed\",\"type\":\"InternalServerError\",\"code\":500}}\n\n")
+				return
+			}
+			proxy.ServeHTTP(w, q)
+		}))
+		t.Cleanup(srv.Close)
+		c.URLs[1] = srv.URL
+	}})
+	resp := post(t, r, "/v1/chat/completions", `{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"min_tokens":5,"stream":true}`, nil)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || bytes.Contains(b, []byte(`"error"`)) || !bytes.Contains(b, []byte("[DONE]")) {
+		t.Fatalf("status %d, body %s: expected one whole stream after the retry", resp.StatusCode, b)
+	}
+	if i, j := bytes.Index(b, []byte(`"role":"assistant"`)), bytes.Index(b, []byte(`"content":" `)); i < 0 || j < 0 || i > j {
+		t.Fatalf("body %s: expected the role chunk before the first token", b)
+	}
+	r.stop()
+	recs := r.jr.records()
+	retries := 0
+	for _, rec := range recs {
+		if rec.Kind == event.KindDecision && strings.Contains(rec.Text, `"retry"`) {
+			retries++
+		}
+	}
+	rows := checkJournal(t, recs)
+	if retries != 1 || len(rows) != 1 || rows[0].Terminal != event.KindFinish || rows[0].OutputTokens != 5 {
+		t.Fatalf("retries %d, rows %+v: expected one retry and one finished 5-token request", retries, rows)
 	}
 }
