@@ -306,7 +306,7 @@ func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	if stopped {
-		return fmt.Errorf("live: stopped before the whole trace was sent: the run is marked partial: %w", cliexit.ErrInterrupted)
+		return fmt.Errorf("live: stopped before the run ended: the run is marked partial: %w", cliexit.ErrInterrupted)
 	}
 	return nil
 }
@@ -348,7 +348,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 		if res, err = loadgen.Run(ctx, cfg, plan); err != nil {
 			return nil, err
 		}
-		for _, r := range loadgen.Records(res, plan) {
+		for _, r := range loadgen.Records(res) {
 			fold.Record(&r)
 		}
 	} else {
@@ -438,7 +438,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	if tmpDir != "" {
 		err = copyRecords(tmpDir, w)
 	} else {
-		for _, r := range loadgen.Records(res, plan) {
+		for _, r := range loadgen.Records(res) {
 			w.Record(&r)
 		}
 	}
@@ -446,7 +446,11 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	if res.Partial {
 		// Interrupted: the journal's end-of-run record says so, and every
 		// reader refuses it unless asked to score a partial run.
-		closeJournal = func() error { return w.ClosePartial("interrupted: stopped before the whole trace was sent") }
+		why := "interrupted: stopped before the whole trace was sent"
+		if len(res.Outcomes) == res.Planned {
+			why = "interrupted: stopped with requests in flight, cancelled after the drain"
+		}
+		closeJournal = func() error { return w.ClosePartial(why) }
 	}
 	if err = errors.Join(err, closeJournal()); err != nil {
 		return nil, fmt.Errorf("journal %s: %w", final, err)
@@ -637,7 +641,11 @@ func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
 				fmtRate(x.Rate), ms(x.Client.Lag.P99), loadgen.DegradedLag.Milliseconds())
 		}
 		if x.Client.Partial {
-			fmt.Fprintf(&b, "PARTIAL at %s req/s: stopped after %d of %d requests\n", fmtRate(x.Rate), x.Client.Sent, x.Client.Planned)
+			if x.Client.Sent < x.Client.Planned {
+				fmt.Fprintf(&b, "PARTIAL at %s req/s: stopped after %d of %d requests\n", fmtRate(x.Rate), x.Client.Sent, x.Client.Planned)
+			} else {
+				fmt.Fprintf(&b, "PARTIAL at %s req/s: stopped after every request was sent; those still running were cancelled after the drain\n", fmtRate(x.Rate))
+			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())

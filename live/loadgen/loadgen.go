@@ -132,6 +132,11 @@ type Outcome struct {
 	// Status is the HTTP status (0: no response).
 	Status int
 	Finish string // the last finish_reason seen
+	// Cut: it stopped at max_tokens although it asked for fewer as its
+	// least (min_tokens under max_tokens: the trace's answer was longer
+	// than its output cap), so it did not finish naturally and does not
+	// qualify (the journal's cause length).
+	Cut bool
 	// Err says why the request did not finish; "" when it did.
 	Err string
 	// Cancelled: the run stopped it (Ctrl-C after the drain).
@@ -151,7 +156,8 @@ type Result struct {
 	// plan order (a stopped run sends fewer).
 	Planned  int
 	Outcomes []Outcome
-	// Partial is true when the run stopped before sending every request.
+	// Partial is true when the run stopped before sending every request,
+	// or with requests in flight that the drain then cancelled.
 	Partial bool
 	// Elapsed is from time 0 to the last request's end.
 	Elapsed time.Duration
@@ -276,17 +282,21 @@ send:
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	if ctx.Err() != nil {
+	cut := false // the drain ran out: requests in flight were cancelled
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		// Stopped while sending, or after the last send with requests
+		// still in flight: they get the drain, then are cancelled.
 		select {
 		case <-finished:
 		case <-time.After(cfg.Drain):
+			cut = true
 			cancelReqs()
 			<-finished
 		}
-	} else {
-		<-finished
 	}
-	res := &Result{Start: r.start, Planned: len(plan), Outcomes: r.out[:sent], Partial: sent < len(plan)}
+	res := &Result{Start: r.start, Planned: len(plan), Outcomes: r.out[:sent], Partial: sent < len(plan) || cut}
 	for i := range res.Outcomes {
 		if e := res.Outcomes[i].End; e > res.Elapsed {
 			res.Elapsed = e
@@ -425,6 +435,7 @@ func (r *runner) one(i int, it *Item, body []byte) {
 	if usage > 0 {
 		o.Tokens = usage
 	}
+	o.Cut = o.Finish == "length" && it.MinTokens < it.Output
 }
 
 // failed records a request that ended without its stream's end.

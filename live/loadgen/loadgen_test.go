@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"net"
 	"net/http"
@@ -43,6 +44,13 @@ func TestQuantiles(t *testing.T) {
 // rig is a zero-cost stub fleet behind the live router on loopback.
 func rig(t testing.TB, arm string) (string, time.Time, func()) {
 	t.Helper()
+	return rigScaled(t, arm, 0)
+}
+
+// rigScaled is rig with the stubs' durations multiplied by scale (0:
+// zero cost).
+func rigScaled(t testing.TB, arm string, scale float64) (string, time.Time, func()) {
+	t.Helper()
 	spec, err := fleet.Parse([]byte(`name: lg
 instances:
   count: 2
@@ -52,8 +60,7 @@ slo: {ttft: 2s, tpot: 100ms}
 	if err != nil {
 		t.Fatal(err)
 	}
-	zero := 0.0
-	sf, err := stub.StartLoopback(spec, stub.Options{TimeScale: &zero})
+	sf, err := stub.StartLoopback(spec, stub.Options{TimeScale: &scale})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +122,7 @@ func TestRunThroughRouter(t *testing.T) {
 		t.Fatalf("summary %+v", s)
 	}
 	var f event.Fold
-	for _, r := range Records(res, plan) {
+	for _, r := range Records(res) {
 		f.Record(&r)
 	}
 	if err := f.Err(); err != nil || f.Len() != 20 {
@@ -135,6 +142,29 @@ func TestStopDrains(t *testing.T) {
 	}
 	if !res.Partial || len(res.Outcomes) == 0 || len(res.Outcomes) >= 1000 {
 		t.Fatalf("partial %v, %d sent", res.Partial, len(res.Outcomes))
+	}
+}
+
+// TestStopAfterLastSend stops a run whose every request is sent but still
+// decoding: they get the drain, then are cancelled, and the run is
+// partial (it does not wait for answers that would take seconds).
+func TestStopAfterLastSend(t *testing.T) {
+	url, start, stop := rigScaled(t, "aggregated", 1)
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	plan := evenPlan(2, 100, 10, 4000) // sent by 10 ms; 4,000 tokens at 2 ms or more each
+	res, err := Run(ctx, Config{URL: url, RouterStart: start, Drain: 100 * time.Millisecond}, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Partial || len(res.Outcomes) != 2 {
+		t.Fatalf("partial %v, %d sent: expected a partial run of 2", res.Partial, len(res.Outcomes))
+	}
+	for _, o := range res.Outcomes {
+		if o.OK() || o.Tokens >= 4000 {
+			t.Fatalf("outcome %+v: expected a request cancelled by the drain", o)
+		}
 	}
 }
 
@@ -165,5 +195,44 @@ func BenchmarkScheduleLag(b *testing.B) {
 		b.ReportMetric(s.Lag.P99*1e3, "lag-p99-ms")
 		b.ReportMetric(float64(s.Errors), "errors")
 		b.ReportMetric(float64(s.Sent)/secs, "offered-rps")
+	}
+}
+
+// Summarize counts as good only answers that ended naturally: one cut at
+// its output cap (min_tokens under max_tokens, finish length) is not, as
+// the journal's rule says (its records carry cause length). Goodput's
+// span starts at the first scheduled send, as the report's does.
+func TestSummarizeGoodAndSpan(t *testing.T) {
+	ok := func(at, end time.Duration, cut bool) Outcome {
+		return Outcome{Scheduled: at, Sent: at, FirstToken: at + 10*time.Millisecond, End: end, Tokens: 10, Chunks: 10,
+			Status: 200, Finish: "length", Cut: cut}
+	}
+	res := &Result{Planned: 2, Outcomes: []Outcome{ok(time.Second, 2*time.Second, false), ok(1500*time.Millisecond, 3*time.Second, true)},
+		Elapsed: 3 * time.Second}
+	s := Summarize(res, time.Second, time.Second)
+	if s.OK != 2 || s.Good != 1 || s.DurationS != 2 || s.GoodputRPS != 0.5 {
+		t.Fatalf("ok %d, good %d, duration %v s, goodput %v: expected 2, 1 (the cut answer is not good), 2 s from the first scheduled send, 0.5/s",
+			s.OK, s.Good, s.DurationS, s.GoodputRPS)
+	}
+	var causes []event.Cause
+	for _, r := range Records(res) {
+		if r.Kind == event.KindFinish {
+			causes = append(causes, r.Cause)
+		}
+	}
+	if len(causes) != 2 || causes[0] != event.CauseStop || causes[1] != event.CauseLength {
+		t.Fatalf("finish causes %v: expected stop, then length for the cut answer", causes)
+	}
+}
+
+// An empty sample's percentiles are null in JSON, never a zero latency.
+func TestQuantilesJSONEmpty(t *testing.T) {
+	b, err := json.Marshal(quantiles(nil))
+	if err != nil || string(b) != `{"n":0,"mean":null,"p50":null,"p90":null,"p95":null,"p99":null}` {
+		t.Fatalf("%s, %v", b, err)
+	}
+	b, _ = json.Marshal(quantiles([]float64{0.5}))
+	if string(b) != `{"n":1,"mean":0.5,"p50":0.5,"p90":0.5,"p95":0.5,"p99":0.5}` {
+		t.Fatalf("%s", b)
 	}
 }

@@ -26,7 +26,7 @@ import (
 //
 // Records are in time order (ties: request order, then life-cycle order)
 // with Seq from 1.
-func Records(res *Result, plan []Item) []event.Record {
+func Records(res *Result) []event.Record {
 	var recs []event.Record
 	ns := func(d time.Duration) event.Time { return event.Time(d) }
 	add := func(r event.Record) { recs = append(recs, r) }
@@ -63,7 +63,7 @@ func Records(res *Result, plan []Item) []event.Record {
 		switch {
 		case o.OK():
 			end.Cause = event.CauseStop
-			if o.Finish == "length" && i < len(plan) && plan[i].MinTokens < plan[i].Output {
+			if o.Cut {
 				end.Cause = event.CauseLength
 			}
 		case o.Cancelled:

@@ -1,13 +1,14 @@
 package loadgen
 
 import (
+	"encoding/json"
 	"math"
 	"sort"
 	"time"
 )
 
 // Quantiles are nearest-rank percentiles of a sample, in seconds (the
-// report's rule); all zero when N is 0.
+// report's rule); all zero when N is 0, and null in JSON then.
 type Quantiles struct {
 	N    int     `json:"n"`
 	Mean float64 `json:"mean"`
@@ -15,6 +16,25 @@ type Quantiles struct {
 	P90  float64 `json:"p90"`
 	P95  float64 `json:"p95"`
 	P99  float64 `json:"p99"`
+}
+
+// MarshalJSON writes null mean and percentiles for an empty sample (as
+// the report does), so that a run where nothing finished never reads as
+// zero latency.
+func (q Quantiles) MarshalJSON() ([]byte, error) {
+	type plain struct {
+		N    int      `json:"n"`
+		Mean *float64 `json:"mean"`
+		P50  *float64 `json:"p50"`
+		P90  *float64 `json:"p90"`
+		P95  *float64 `json:"p95"`
+		P99  *float64 `json:"p99"`
+	}
+	p := plain{N: q.N}
+	if q.N > 0 {
+		p.Mean, p.P50, p.P90, p.P95, p.P99 = &q.Mean, &q.P50, &q.P90, &q.P95, &q.P99
+	}
+	return json.Marshal(p)
 }
 
 // quantiles sorts xs (seconds) in place and summarises it.
@@ -76,11 +96,14 @@ type Summary struct {
 	ITL           Quantiles `json:"itl_s"`
 	E2E           Quantiles `json:"e2e_s"`
 
-	// DurationS is from time 0 to the last end.
+	// DurationS is from the first scheduled send to the last end (the
+	// report's span for aiperf_rps).
 	DurationS float64 `json:"duration_s"`
-	// Good counts requests that streamed to their end with >= 2 tokens,
-	// TTFT from the scheduled send <= the TTFT SLO and TPOT <= the TPOT
-	// SLO. GoodputRPS is Good / DurationS (vLLM's and AIPerf's goodput);
+	// Good counts requests that streamed to their end naturally (not cut
+	// at an output cap) with >= 2 tokens, TTFT from the scheduled send to
+	// the first content chunk <= the TTFT SLO and TPOT <= the TPOT SLO:
+	// the journal's rule on the client's clock (whose first token comes
+	// after the KV transfer; docs/live.md). GoodputRPS is Good / DurationS (vLLM's and AIPerf's goodput);
 	// GoodShare is Good / Sent, errors counted in the denominator as
 	// AIPerf counts them.
 	Good             int     `json:"good"`
@@ -125,12 +148,18 @@ func Summarize(res *Result, ttftSLO, tpotSLO time.Duration) Summary {
 		for k := 1; k < len(o.TokenAt); k++ {
 			itl = append(itl, float64(o.TokenAt[k]-o.TokenAt[k-1])/1e6)
 		}
-		if o.Tokens >= 2 && (ttftSLO <= 0 || ts <= ttftSLO.Seconds()) && (tpotSLO <= 0 || tp <= tpotSLO.Seconds()) {
+		if o.Tokens >= 2 && !o.Cut && (ttftSLO <= 0 || ts <= ttftSLO.Seconds()) && (tpotSLO <= 0 || tp <= tpotSLO.Seconds()) {
 			s.Good++
 		}
 	}
 	s.TTFT, s.TTFTScheduled, s.TPOT, s.ITL, s.E2E = quantiles(ttft), quantiles(ttfts), quantiles(tpot), quantiles(itl), quantiles(e2e)
-	s.DurationS = res.Elapsed.Seconds()
+	if len(res.Outcomes) > 0 {
+		first := res.Outcomes[0].Scheduled
+		for i := range res.Outcomes {
+			first = min(first, res.Outcomes[i].Scheduled)
+		}
+		s.DurationS = max(0, (res.Elapsed - first).Seconds())
+	}
 	if s.DurationS > 0 {
 		s.GoodputRPS = float64(s.Good) / s.DurationS
 		s.RequestRPS = float64(s.OK) / s.DurationS
