@@ -394,7 +394,11 @@ func (r *runner) one(i int, it *Item, body []byte) {
 	for {
 		payload, done, err := sr.ReadEvent()
 		if err != nil {
-			if errors.Is(err, io.EOF) && !strings.Contains(resp.Header.Get("Content-Type"), "event-stream") {
+			stream := strings.Contains(resp.Header.Get("Content-Type"), "event-stream")
+			if errors.Is(err, io.EOF) && stream && o.Finish != "" {
+				break // ended after its finish reason, without data: [DONE] (as vllm bench serve, a whole answer)
+			}
+			if errors.Is(err, io.EOF) && !stream {
 				err = errors.New("the answer was not a stream (text/event-stream)")
 			}
 			r.failed(o, ctx, &firstTimeout, err)

@@ -3,9 +3,11 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"testing"
@@ -234,5 +236,29 @@ func TestQuantilesJSONEmpty(t *testing.T) {
 	b, _ = json.Marshal(quantiles([]float64{0.5}))
 	if string(b) != `{"n":1,"mean":0.5,"p50":0.5,"p90":0.5,"p95":0.5,"p99":0.5}` {
 		t.Fatalf("%s", b)
+	}
+}
+
+// A stream that ends cleanly after its finish reason but without
+// data: [DONE] is a whole answer (as vllm bench serve reads it); one that
+// ends before any finish reason is an error.
+func TestStreamWithoutDone(t *testing.T) {
+	for _, tc := range []struct {
+		finish string
+		ok     bool
+	}{{`"stop"`, true}, {`null`, false}} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n")
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" b\",\"finish_reason\":"+tc.finish+"}]}\n\n")
+		}))
+		res, err := Run(context.Background(), Config{URL: srv.URL}, evenPlan(1, 1, 10, 2))
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := res.Outcomes[0]; o.OK() != tc.ok || (tc.ok && o.Tokens != 2) {
+			t.Fatalf("finish %s: outcome %+v, expected ok %v", tc.finish, o, tc.ok)
+		}
 	}
 }
