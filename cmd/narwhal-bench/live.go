@@ -562,9 +562,9 @@ func firstModel(ctx context.Context, base, key string) (string, error) {
 }
 
 // writeClientCSV writes the client's own timings of every sent request:
-// times in ns from the run's start (the router clock's scheduled time is
-// the journal's; join on the request index, which is the journal's request
-// id with --target and the send order with --fleet).
+// times in ns from the load generator's time 0, and last
+// journal_scheduled_ns, the request's scheduled send as its journal holds
+// it (the router's clock with --fleet), to join the two on.
 func writeClientCSV(path string, res *loadgen.Result) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
@@ -575,7 +575,7 @@ func writeClientCSV(path string, res *loadgen.Result) error {
 	}
 	w := csv.NewWriter(f)
 	_ = w.Write([]string{"index", "class", "input_tokens", "max_tokens", "scheduled_ns", "sent_ns", "first_token_ns",
-		"end_ns", "output_tokens", "chunks", "status", "finish_reason", "error", "chunk_us_after_send"})
+		"end_ns", "output_tokens", "chunks", "status", "finish_reason", "error", "chunk_us_after_send", "journal_scheduled_ns"})
 	for i := range res.Outcomes {
 		o := &res.Outcomes[i]
 		tok := make([]string, len(o.TokenAt))
@@ -585,7 +585,8 @@ func writeClientCSV(path string, res *loadgen.Result) error {
 		_ = w.Write([]string{strconv.Itoa(o.Index), o.Class, strconv.Itoa(o.Input), strconv.Itoa(o.Output),
 			strconv.FormatInt(int64(o.Scheduled), 10), strconv.FormatInt(int64(o.Sent), 10),
 			strconv.FormatInt(int64(o.FirstToken), 10), strconv.FormatInt(int64(o.End), 10),
-			strconv.Itoa(o.Tokens), strconv.Itoa(o.Chunks), strconv.Itoa(o.Status), o.Finish, o.Err, strings.Join(tok, " ")})
+			strconv.Itoa(o.Tokens), strconv.Itoa(o.Chunks), strconv.Itoa(o.Status), o.Finish, o.Err, strings.Join(tok, " "),
+			strconv.FormatInt(int64(o.Scheduled+res.RouterOffset), 10)})
 	}
 	w.Flush()
 	return errors.Join(w.Error(), f.Close())

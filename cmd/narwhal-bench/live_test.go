@@ -3,14 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/narwhal-bench/narwhal-bench/engine"
+	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
@@ -108,8 +112,41 @@ func liveAgainstReplay(t *testing.T, checks bool) []string {
 		t.Fatal(err)
 	}
 	meta := r.Meta()
+	var refs []int64 // the journal's scheduled sends, by arrival
+	if err := r.Replay(func(rec *event.Record) error {
+		if rec.Kind == event.KindArrival {
+			refs = append(refs, int64(rec.Ref))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	r.Close()
 	if checks {
+		// The client CSV joins the journal on journal_scheduled_ns: the
+		// same scheduled sends, on the router's clock.
+		f, err := os.Open(filepath.Join(dir, "client", filepath.Base(runs[0])+".csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(f).ReadAll()
+		f.Close()
+		if err != nil || len(rows) != len(refs)+1 || rows[0][len(rows[0])-1] != "journal_scheduled_ns" {
+			t.Fatalf("client CSV: %d rows, %v: expected a header and %d requests", len(rows), err, len(refs))
+		}
+		var joined []int64
+		for _, row := range rows[1:] {
+			v, err := strconv.ParseInt(row[len(row)-1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			joined = append(joined, v)
+		}
+		slices.Sort(joined)
+		slices.Sort(refs)
+		if !slices.Equal(joined, refs) {
+			t.Errorf("client CSV journal_scheduled_ns %v, journal %v: expected the same scheduled sends", joined[:min(5, len(joined))], refs[:min(5, len(refs))])
+		}
 		for _, want := range []string{"static:2P1D", "sustained", "schedule lag p50/p90/p99", "TPOT = (e2e - TTFT)/(n - 1)"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("live output lacks %q:\n%s", want, out)

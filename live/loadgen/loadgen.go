@@ -161,6 +161,10 @@ type Result struct {
 	Partial bool
 	// Elapsed is from time 0 to the last request's end.
 	Elapsed time.Duration
+	// RouterOffset is time 0 on the router's clock (Config.RouterStart
+	// set; else 0): a request's scheduled send in the router's journal is
+	// its Scheduled plus this.
+	RouterOffset time.Duration
 }
 
 // NewTransport is the generator's default transport.
@@ -297,6 +301,9 @@ send:
 		}
 	}
 	res := &Result{Start: r.start, Planned: len(plan), Outcomes: r.out[:sent], Partial: sent < len(plan) || cut}
+	if !cfg.RouterStart.IsZero() {
+		res.RouterOffset = r.start.Sub(cfg.RouterStart)
+	}
 	for i := range res.Outcomes {
 		if e := res.Outcomes[i].End; e > res.Elapsed {
 			res.Elapsed = e
