@@ -294,6 +294,7 @@ func (o *owner) arrive(now event.Time, f *flight) {
 	if o.fenced() {
 		o.emitReq(now, event.KindFail, f, event.NoInstance, event.NoInstance, 0, event.CauseUnavailable)
 		o.counts.Failed++
+		o.r.met.ended(event.KindFail, event.CauseUnavailable)
 		f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true}
 		return
 	}

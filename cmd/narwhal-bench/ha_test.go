@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -100,6 +102,17 @@ func TestLeaderKilled(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != c.want {
 			t.Fatalf("%s/ready: %d, expected %d", c.url, resp.StatusCode, c.want)
+		}
+	}
+	// The standby's /metrics answers (Prometheus sees it up) and says it
+	// is a standby.
+	if resp, err := http.Get(urlB + "/metrics"); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "narwhal_ha_standby 1") {
+			t.Fatalf("standby /metrics: %d\n%.300s", resp.StatusCode, b)
 		}
 	}
 
@@ -264,4 +277,79 @@ func TestLeaderKilled(t *testing.T) {
 	if failover > 3*time.Second {
 		t.Errorf("failover took %v: expected within 3 s with a 2 s lease", failover)
 	}
+}
+
+// TestLeaderResignsBeforeDrain: on SIGTERM a leader resigns at once, so
+// the standby leads while the old leader still drains a request in
+// flight (which still finishes whole), not after the drain (docs/ha.md).
+func TestLeaderResignsBeforeDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and an etcd")
+	}
+	ep := etcdtest.Start(t)
+	base := freePorts(t, 10)
+	dir := t.TempDir()
+	_, stubErr := child(t, "stub", "--fleet", "demo", "--base-port", fmt.Sprint(base+2), "--time-scale", "1")
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+2), stubErr)
+	haArgs := func(port int, jdir string) []string {
+		return []string{"serve", "--fleet", "demo", "--base-port", fmt.Sprint(base + 2), "--arm", "static:4P4D", "--model", "stub",
+			"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--journal", jdir, "--ha", "etcd://" + ep, "--ha-lease", "2s"}
+	}
+	urlA, urlB := fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)
+	a, aErr := child(t, haArgs(base, filepath.Join(dir, "a"))...)
+	waitStatus(t, urlA, "ok", aErr)
+	_, bErr := child(t, haArgs(base+1, filepath.Join(dir, "b"))...)
+	waitStatus(t, urlB, "standby", bErr)
+
+	// A streamed answer of 150 tokens: seconds of decode on the demo
+	// fleet's profile, so the leader is still draining it when it resigns.
+	type result struct {
+		code int
+		body string
+	}
+	long := make(chan result, 1)
+	started := make(chan struct{})
+	go func() {
+		q, _ := http.NewRequest("POST", urlA+"/v1/completions", strings.NewReader(
+			`{"model":"stub","prompt":"a long answer","max_tokens":150,"min_tokens":150,"stream":true}`))
+		q.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(q)
+		if err != nil {
+			long <- result{}
+			return
+		}
+		close(started)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		long <- result{resp.StatusCode, string(b)}
+	}()
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the long request never started: %s", aErr)
+	}
+	exited := make(chan struct{})
+	if err := a.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.Wait(); close(exited) }()
+	leads := false
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !leads; time.Sleep(20 * time.Millisecond) {
+		if m := getJSON(urlB + "/health"); m != nil && m["status"] == "ok" {
+			leads = true
+		}
+	}
+	select {
+	case <-exited:
+		t.Fatalf("the old leader exited before the standby led (led: %v): %s", leads, aErr)
+	default:
+	}
+	if !leads {
+		t.Fatalf("the standby never led after the leader's SIGTERM: %s", bErr)
+	}
+	r := <-long
+	if r.code != 200 || !strings.Contains(r.body, "[DONE]") || strings.Contains(r.body, `"error"`) {
+		t.Fatalf("the request in flight at the SIGTERM: status %d, body %.300s: expected it whole", r.code, r.body)
+	}
+	<-exited
 }

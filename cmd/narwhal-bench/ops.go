@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v3"
 
 	"github.com/narwhal-bench/narwhal-bench/fleet"
@@ -77,9 +80,18 @@ func (f *frontDoor) journalStatus(w http.ResponseWriter, _ *http.Request) {
 // standbyHandler answers while this router waits for the leadership:
 // /health says standby (200, so a load balancer can tell it is alive but
 // should prefer the leader by its body), /state shows the leader's last
-// published state, requests get 503 with Retry-After.
+// published state, /metrics serves narwhal_ha_standby 1 and the process's
+// own series (so Prometheus sees it up, and no router-down alert fires
+// for a healthy standby), requests get 503 with Retry-After.
 func standbyHandler(node *ha.Node) http.Handler {
 	mux := http.NewServeMux()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	standby := prometheus.NewGauge(prometheus.GaugeOpts{Name: "narwhal_ha_standby",
+		Help: "1 while this router is a high-availability standby (the leader's /metrics has the router's series instead)."})
+	standby.Set(1)
+	reg.MustRegister(standby)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, q *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"status": "standby", "leader": node.Leader(q.Context())})

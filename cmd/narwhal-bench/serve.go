@@ -172,6 +172,12 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				lostErr = errors.New("serve: lost the high-availability lease: another router may lead now")
 				fmt.Fprintln(stderr, "narwhal-bench:", lostErr)
 			}
+			if node != nil {
+				// Resign before the drain: a standby takes over now, not
+				// when the drain ends (the fence already stops admissions
+				// here).
+				_ = node.Close()
+			}
 			fmt.Fprintln(stderr, "narwhal-bench: serve: shutting down (in-flight requests get 10 s)")
 			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer scancel()

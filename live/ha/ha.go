@@ -95,8 +95,9 @@ type Node struct {
 	mu      sync.Mutex
 	key     string
 	rev     int64
-	closing chan struct{}
-	closed  sync.Once
+	closing  chan struct{}
+	closed   sync.Once
+	closeErr error
 }
 
 // Dial connects to etcd and opens this node's lease (not yet a candidate).
@@ -339,18 +340,22 @@ func (n *Node) PublishEvery(ctx context.Context, rt *live.Router, period time.Du
 
 // Close ends a campaign in progress, resigns (a standby then takes over
 // at once, without waiting for the lease) and closes the connection. It
-// is safe while Publish or PublishEvery still run: their writes then fail.
+// is safe while Publish or PublishEvery still run (their writes then
+// fail), and to call more than once (the first call does the work).
 func (n *Node) Close() error {
-	n.leader.Store(false)
-	n.cancel()
-	n.closed.Do(func() { close(n.closing) })
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if n.key != "" {
-		_ = n.el.Resign(ctx)
-	}
-	_ = n.sess.Close()
-	return n.cli.Close()
+	n.closed.Do(func() {
+		n.leader.Store(false)
+		n.cancel()
+		close(n.closing)
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if n.key != "" {
+			_ = n.el.Resign(ctx)
+		}
+		_ = n.sess.Close()
+		n.closeErr = n.cli.Close()
+	})
+	return n.closeErr
 }
