@@ -92,9 +92,9 @@ type Node struct {
 	// for concurrent use): Campaign holds it while it campaigns, Close
 	// while it resigns; key and rev are the leader key this node won,
 	// which Publish fences its writes on.
-	mu      sync.Mutex
-	key     string
-	rev     int64
+	mu       sync.Mutex
+	key      string
+	rev      int64
 	closing  chan struct{}
 	closed   sync.Once
 	closeErr error
