@@ -351,18 +351,6 @@ func (r *Report) oracleAt(rate float64) int {
 	return -1
 }
 
-// changes drops split entries that do not change the pool size.
-func changes(splits []SplitChange) []SplitChange {
-	var out []SplitChange
-	for _, s := range splits {
-		if n := len(out); n > 0 && out[n-1].Prefill == s.Prefill {
-			continue
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
 // lagOf measures run i's adaptation lag against the oracle at its rate:
 // for each change of the oracle's split, the time until run i's split is
 // first within one engine of the oracle's new split, censored at the
@@ -379,7 +367,7 @@ func (r *Report) lagOf(i int) LagReport {
 	if o < 0 {
 		return LagReport{Status: LagNoOracle}
 	}
-	target := changes(r.plots[o].splits)
+	target := Changes(r.plots[o].splits)
 	phases := make([]PhaseTarget, len(target))
 	for k, t := range target {
 		end := r.plots[i].end

@@ -36,8 +36,9 @@ type Report struct {
 type ArmReport struct {
 	Arm   string    `json:"arm"`
 	Rates []float64 `json:"rates"` // swept rates, ascending
-	// DistServe goodput: the highest swept rate with attainment >=
-	// AttainmentTarget, req/s; null when no rate reaches it.
+	// DistServe goodput: the highest swept rate such that it and every
+	// lower swept rate reach AttainmentTarget, req/s (score.Sustained);
+	// null when the lowest rate fails.
 	DistServe *float64 `json:"distserve_goodput_rps"`
 	// DistServePerGPU is DistServe divided by the fleet's GPUs; null when
 	// DistServe is null or the GPU count is unknown.

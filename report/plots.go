@@ -805,7 +805,7 @@ func (r *Report) drawMoves(c draw.Canvas, rate float64) {
 		if r.plots[k].mixed {
 			label = r.Arms[i].Arm + ": mixed"
 		}
-		ch := changes(r.plots[k].splits)
+		ch := Changes(r.plots[k].splits)
 		later := 0
 		for j := 1; j < len(ch); j++ {
 			if ch[j].At.Seconds() > tmax {

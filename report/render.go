@@ -378,7 +378,7 @@ func (r *Report) tables() []*table {
 	}
 	ds := &table{title: "DistServe goodput", left: []int{0, 1},
 		header: []string{"arm", "rates swept", "DistServe goodput req/s", "per GPU req/s"},
-		notes:  []string{fmt.Sprintf("DistServe goodput: the highest swept rate at which the arm's attainment (qualified / offered) is at least %g%%; - when no rate reaches it.", 100*r.AttainmentTarget)}}
+		notes:  []string{fmt.Sprintf("DistServe goodput: the highest swept rate such that it and every lower swept rate reach %g%% attainment (qualified / offered); - when the lowest rate fails.", 100*r.AttainmentTarget)}}
 	for _, a := range r.Arms {
 		rs := make([]string, len(a.Rates))
 		for i, v := range a.Rates {

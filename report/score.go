@@ -29,5 +29,6 @@ var (
 	SplitAt   = score.SplitAt
 	Moves     = score.Moves
 	Thrash    = score.Thrash
+	Changes   = score.Changes
 	Lag       = score.Lag
 )

@@ -55,9 +55,26 @@ const DefaultThrashWindow = 30 * event.Second
 // 60 s at most 10% of moves).
 const ReversalWindow = 60 * event.Second
 
+// Changes keeps the entries of splits that change the prefill pool's size
+// (the first entry, the opening, always): role moves that leave it as it
+// was (decode to mixed, say, as a hybrid fleet leaves for the split it
+// came from) are no change of the split.
+func Changes(splits []SplitChange) []SplitChange {
+	out := splits[:0:0]
+	for _, s := range splits {
+		if n := len(out); n > 0 && out[n-1].Prefill == s.Prefill {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
 // Thrash counts moves reversed within window: a change of the prefill pool
-// size followed, within window, by a change in the other direction.
+// size followed, within window, by a change in the other direction (moves
+// that leave the size as it was in between do not hide a reversal).
 func Thrash(splits []SplitChange, window event.Time) int {
+	splits = Changes(splits)
 	n := 0
 	for i := 1; i+1 < len(splits); i++ {
 		d1 := splits[i].Prefill - splits[i-1].Prefill

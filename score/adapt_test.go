@@ -42,6 +42,29 @@ func TestSplits(t *testing.T) {
 	}
 }
 
+// A move that leaves the prefill pool's size as it was (decode to mixed
+// and back, as a hybrid fleet leaves for the split it came from) is no
+// change of the split: it neither counts as one nor hides a reversal.
+func TestThrashAcrossUnchangedSize(t *testing.T) {
+	P, D, M, N := event.RolePrefill, event.RoleDecode, event.RoleMixed, event.RoleNone
+	moves := []event.Record{
+		move(0, N, P), move(0, N, P), move(0, N, D), move(0, N, D),
+		move(10*s, P, M), move(10*s, D, M), // 2 -> 1 prefill: hybrid 1P3M
+		move(20*s, M, D), move(20*s, M, D), // 1P3D: the size unchanged
+		move(30*s, D, P), // 1 -> 2: reverses the change at 10 s
+	}
+	sp := Splits(moves)
+	if len(sp) != 4 {
+		t.Fatalf("Splits = %v: expected four entries, one of them no change", sp)
+	}
+	if ch := Changes(sp); !reflect.DeepEqual(ch, []SplitChange{{0, 2}, {10 * s, 1}, {30 * s, 2}}) {
+		t.Fatalf("Changes = %v", ch)
+	}
+	if got := Thrash(sp, 60*s); got != 1 {
+		t.Fatalf("Thrash = %d, want 1: the move at 20 s leaves the size as it was", got)
+	}
+}
+
 func TestLag(t *testing.T) {
 	splits := []SplitChange{{0, 1}, {70 * s, 2}, {80 * s, 3}, {200 * s, 1}}
 	phases := []PhaseTarget{{0, 60 * s, 1}, {60 * s, 120 * s, 4}, {120 * s, 180 * s, 3}, {180 * s, 240 * s, 7}}

@@ -679,7 +679,7 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 		lagMean = &m
 	}
 	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), Reversals: score.Thrash(splits, score.ReversalWindow),
-		Changes: max(len(splits)-1, 0), Failed: sum.Failed, LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
+		Changes: max(len(score.Changes(splits))-1, 0), Failed: sum.Failed, LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves, Preemptions: sum.Preemptions, Spilled: sum.Spilled,
 		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
 		SimSeconds: st.End.Seconds()}, nil
