@@ -169,6 +169,7 @@ func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, m
 	rr.Moves = Moves(moves)
 	pl.splits = Splits(moves)
 	rr.Thrash = Thrash(pl.splits, DefaultThrashWindow)
+	openPrefill := false
 	for i := range moves {
 		if moves[i].Opening() && moves[i].To == event.RoleMixed {
 			// the aggregated arm: no prefill pool from the start (the
@@ -176,6 +177,14 @@ func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, m
 			// split line at 0 prefill engines)
 			pl.mixed = true
 		}
+		if moves[i].Opening() && moves[i].To == event.RolePrefill {
+			openPrefill = true
+		}
+	}
+	if openPrefill {
+		// A hybrid fleet (hybrid:kPmM) opens mixed engines beside a
+		// prefill pool: it has a split, and its lag is measured.
+		pl.mixed = false
 	}
 	if quality != nil {
 		rr.Quality = qualityOf(quality)

@@ -777,3 +777,31 @@ func TestAggregatedSpellKeepsTheSplit(t *testing.T) {
 	}
 	t.Fatal("no adaptive run")
 }
+
+// A hybrid fleet (hybrid:1P7M: one prefill engine, seven mixed) has a
+// split, so its adaptation lag against the oracle is measured, not
+// reported as "no split" as the aggregated arm's is.
+func TestHybridLagMeasured(t *testing.T) {
+	root := t.TempDir()
+	f := newFixtureRun(t, filepath.Join(root, "oracle@1"), fixtureMeta("oracle", 1, 8))
+	f.roles(2, 6, false)
+	f.move(sec(10), 3, event.RoleDecode, event.RolePrefill)
+	f.outcomes(20, 0.7)
+	f.close()
+	f = newFixtureRun(t, filepath.Join(root, "hybrid@1"), fixtureMeta("hybrid:1P7M", 1, 8))
+	f.rec(event.Record{Kind: event.KindRoleMove, Inst: 0, From: event.RoleNone, To: event.RolePrefill, Text: "opening role"})
+	for i := 1; i < 8; i++ {
+		f.rec(event.Record{Kind: event.KindRoleMove, Inst: event.Instance(i), From: event.RoleNone, To: event.RoleMixed, Text: "opening role"})
+	}
+	f.outcomes(20, 0.7)
+	f.close()
+	r, err := Load(root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range r.Runs {
+		if run.Arm == "hybrid:1P7M" && run.Lag.Status != LagMeasured {
+			t.Fatalf("hybrid:1P7M lag %+v: expected it measured against the oracle", run.Lag)
+		}
+	}
+}
