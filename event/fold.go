@@ -9,7 +9,7 @@ type Row struct {
 	Class        string
 	Scheduled    Time     // when the trace scheduled it to be sent
 	Arrival      Time     // when it reached the system
-	Admit        Time     // when it was placed for prefill
+	Admit        Time     // when it was first placed for prefill (a re-placed request keeps its first)
 	FirstToken   Time     // when its prefill finished (first output token)
 	End          Time     // when it ended (finish, refuse, expire, fail)
 	PrefillInst  Instance // NoInstance when never placed
@@ -157,8 +157,14 @@ func (r *foldRow) apply(rec *Record, ct *classTable) (applied bool, err error) {
 		r.arrival, r.scheduled = rec.At, rec.Ref
 		r.input, r.want, r.class = rec.Tokens, rec.Want, ct.classOf(rec.Class)
 	case KindAdmit:
-		r.admit, r.prefill = rec.At, rec.Inst
-		r.spilled = rec.Cause == CauseSpilled
+		// A request re-placed after a failed leg (the live router) is
+		// admitted again: its queue wait ends at its first admission, its
+		// prefill engine is the last, and it spilled if any admission did.
+		if r.admit == Never {
+			r.admit = rec.At
+		}
+		r.prefill = rec.Inst
+		r.spilled = r.spilled || rec.Cause == CauseSpilled
 	case KindPrefillStart:
 		r.cached = rec.Tokens
 	case KindPrefillDone:

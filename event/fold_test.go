@@ -40,6 +40,25 @@ func TestFoldLifeCycle(t *testing.T) {
 	}
 }
 
+// A request admitted twice (re-placed after a failed leg) keeps its first
+// admission as the end of its queue wait, the last one's prefill engine,
+// and the spill of either.
+func TestFoldReplacedRequest(t *testing.T) {
+	var f Fold
+	f.Record(rec(Second, KindArrival, 1))
+	f.Record(&Record{At: 2 * Second, Kind: KindAdmit, Req: 1, Inst: 2, Cause: CauseSpilled})
+	f.Record(&Record{At: 5 * Second, Kind: KindAdmit, Req: 1, Inst: 3})
+	f.Record(&Record{At: 6 * Second, Kind: KindPrefillDone, Req: 1, Inst: 3})
+	f.Record(&Record{At: 7 * Second, Kind: KindFinish, Req: 1, Inst: 3, Tokens: 2, Cause: CauseStop})
+	if err := f.Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := f.Rows()[0]
+	if r.Admit != 2*Second || r.PrefillInst != 3 || !r.Spilled {
+		t.Fatalf("row %+v: expected admit at 2 s (the first), prefill on 3 (the last), spilled", r)
+	}
+}
+
 func TestQualifyRule(t *testing.T) {
 	slo := SLO{TTFT: Second, TPOT: 100 * Millisecond}
 	base := Row{Scheduled: 0, FirstToken: Second / 2, End: Second, Terminal: KindFinish, Cause: CauseStop, OutputTokens: 6}
