@@ -274,6 +274,7 @@ func (n *Node) Publish(ctx context.Context, s live.State) error {
 	if key == "" {
 		return errors.New("ha: publish: not the leader")
 	}
+	s = withoutCredentials(s)
 	doc, err := json.Marshal(Doc{Version: DocVersion, Epoch: uint64(rev), Leader: n.cfg.Name, AtUnixNano: time.Now().UnixNano(), State: s})
 	if err != nil {
 		return err
@@ -289,6 +290,22 @@ func (n *Node) Publish(ctx context.Context, s live.State) error {
 		return errors.New("ha: publish: no longer the leader")
 	}
 	return nil
+}
+
+// withoutCredentials is s with any user and password taken out of its
+// engines' URLs: /state shows them to admins only, and etcd is no place
+// for them.
+func withoutCredentials(s live.State) live.State {
+	engines := make([]live.EngineState, len(s.Engines))
+	copy(engines, s.Engines)
+	for i := range engines {
+		if u, err := url.Parse(engines[i].URL); err == nil && u.User != nil {
+			u.User = nil
+			engines[i].URL = u.String()
+		}
+	}
+	s.Engines = engines
+	return s
 }
 
 // Latest reads the last published Doc (nil when none).

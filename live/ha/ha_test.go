@@ -338,3 +338,16 @@ func TestCloseWhileBusy(t *testing.T) {
 		t.Fatal("a closed node published")
 	}
 }
+
+// Engine URLs lose their credentials before they are published to etcd;
+// the router's own state keeps them.
+func TestPublishedStateHasNoCredentials(t *testing.T) {
+	s := live.State{Engines: []live.EngineState{{Name: "e0", URL: "http://user:secret@10.0.0.1:8000"}, {Name: "e1", URL: "http://10.0.0.2:8000"}}}
+	got := withoutCredentials(s)
+	if got.Engines[0].URL != "http://10.0.0.1:8000" || got.Engines[1].URL != "http://10.0.0.2:8000" {
+		t.Fatalf("published URLs %q, %q", got.Engines[0].URL, got.Engines[1].URL)
+	}
+	if s.Engines[0].URL != "http://user:secret@10.0.0.1:8000" {
+		t.Fatalf("the router's own state changed: %q", s.Engines[0].URL)
+	}
+}
