@@ -198,6 +198,10 @@ func joinHA(ctx context.Context, c *cli.Command, spec *fleet.Spec, cfg *live.Con
 	d, err := node.Latest(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "narwhal-bench: ha: %v: opening with the controller's split\n", err)
+	} else if name := cfg.Controller.Name(); d != nil && d.State.Arm != "" && d.State.Arm != name {
+		// Another controller's split (an earlier deployment's, say) is no
+		// split to resume.
+		fmt.Fprintf(stderr, "narwhal-bench: ha: the published state is the %s controller's, this router runs %s: opening with the controller's split\n", d.State.Arm, name)
 	} else if d != nil {
 		if cfg.Resume, err = live.ResumeFrom(d.State, spec.Names()); err != nil {
 			fmt.Fprintf(stderr, "narwhal-bench: ha: %v: opening with the controller's split\n", err)
