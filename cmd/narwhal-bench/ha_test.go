@@ -353,3 +353,33 @@ func TestLeaderResignsBeforeDrain(t *testing.T) {
 	}
 	<-exited
 }
+
+// TestResumeOnlyOwnController: a router that leads after another
+// controller's router (an earlier deployment) does not resume that
+// controller's published split; it opens with its own and says so.
+func TestResumeOnlyOwnController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and an etcd")
+	}
+	ep := etcdtest.Start(t)
+	base := freePorts(t, 10)
+	_, stubErr := child(t, "stub", "--fleet", "demo", "--base-port", fmt.Sprint(base+2), "--time-scale", "0.01")
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+2), stubErr)
+	args := func(port int, arm string) []string {
+		return []string{"serve", "--fleet", "demo", "--base-port", fmt.Sprint(base + 2), "--arm", arm, "--model", "stub",
+			"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--ha", "etcd://" + ep, "--ha-lease", "2s"}
+	}
+	urlA, urlB := fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)
+	a, aErr := child(t, args(base, "static:2P6D")...)
+	waitStatus(t, urlA, "ok", aErr)
+	time.Sleep(600 * time.Millisecond) // a few publications
+	if err := a.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Wait()
+	_, bErr := child(t, args(base+1, "adaptive")...)
+	waitStatus(t, urlB, "ok", bErr)
+	if !strings.Contains(bErr.String(), "the published state is the static controller's, this router runs adaptive") {
+		t.Fatalf("the adaptive router did not refuse the static router's split: %s", bErr)
+	}
+}
