@@ -191,8 +191,9 @@ func TestPrefillRetryAndReadmission(t *testing.T) {
 }
 
 // GET /ready is 200 while an engine is up and 503 (code no_engine) once
-// every engine is ejected; /health stays 200 (liveness), and /ready is
-// 200 again once an engine is readmitted.
+// every engine fails: all but the last are ejected, the last stays in at
+// the threshold (never every engine ejected for good); /health stays 200
+// (liveness), and /ready is 200 again once an engine answers.
 func TestReadiness(t *testing.T) {
 	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
 		c.SweepInterval = 20 * time.Millisecond
@@ -214,10 +215,12 @@ func TestReadiness(t *testing.T) {
 	for _, s := range r.stubs.Servers() {
 		s.Kill()
 	}
-	waitFor(t, "both engines ejected", func() bool {
-		st, _ := r.router.State()
-		return st.Engines[0].Down && st.Engines[1].Down
+	waitFor(t, "one engine ejected, the other failing", func() bool {
+		return r.router.failing(r.router.engines[0]) && r.router.failing(r.router.engines[1])
 	})
+	if st, _ := r.router.State(); st.Engines[0].Down == st.Engines[1].Down {
+		t.Fatalf("engines down %v %v: expected exactly one ejected, the last one up kept in", st.Engines[0].Down, st.Engines[1].Down)
+	}
 	c, b := get("/ready")
 	e, _ := b["error"].(map[string]any)
 	if c != http.StatusServiceUnavailable || e == nil || e["code"] != "no_engine" {
@@ -226,11 +229,15 @@ func TestReadiness(t *testing.T) {
 	if c, _ := get("/health"); c != 200 {
 		t.Fatalf("/health with every engine down: %d, expected 200 (liveness)", c)
 	}
-	if err := r.stubs.Servers()[0].Restart(); err != nil {
-		t.Fatal(err)
+	for _, s := range r.stubs.Servers() {
+		if err := s.Restart(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	waitFor(t, "e0 readmitted", func() bool { st, _ := r.router.State(); return !st.Engines[0].Down })
-	if c, b := get("/ready"); c != 200 || b["engines_up"] != 1.0 {
-		t.Fatalf("/ready with e0 back: %d %v", c, b)
+	waitFor(t, "both engines back", func() bool {
+		return !r.router.failing(r.router.engines[0]) && !r.router.failing(r.router.engines[1])
+	})
+	if c, b := get("/ready"); c != 200 || b["engines_up"] != 2.0 {
+		t.Fatalf("/ready with both engines back: %d %v", c, b)
 	}
 }

@@ -49,6 +49,7 @@ type breaker struct {
 	open      bool    // ejected: the owner was told EngineDown
 	suspect   bool    // a timeout's probe is running
 	sweeping  bool    // a sweep probe is running
+	spared    bool    // at the threshold but kept in: the last engine up (logged once)
 	startSeen float64 // process_start_time_seconds last read (0: unknown)
 	gen       uint64  // the generation last reported to the core
 	busy      atomic.Int64
@@ -128,8 +129,16 @@ func (r *Router) blame(pe, de *engine) {
 func (r *Router) answered(e *engine) {
 	e.br.lastOK.Store(int64(r.now()))
 	e.br.mu.Lock()
-	e.br.fails = 0
+	e.br.fails, e.br.spared = 0, false
 	e.br.mu.Unlock()
+}
+
+// failing says whether e is ejected or at the ejection threshold (the
+// last engine up, kept in): not an engine to count on (/ready).
+func (r *Router) failing(e *engine) bool {
+	e.br.mu.Lock()
+	defer e.br.mu.Unlock()
+	return e.br.open || e.br.fails >= r.cfg.FailuresToEject
 }
 
 // failed counts one failure against e (kind: connect, 5xx, probe); at the
@@ -138,14 +147,42 @@ func (r *Router) failed(e *engine, kind string) {
 	r.met.failures.WithLabelValues(e.name, kind).Inc()
 	e.br.mu.Lock()
 	e.br.fails++
-	eject := !e.br.open && e.br.fails >= r.cfg.FailuresToEject
-	if eject {
-		e.br.open = true
-	}
+	due := !e.br.open && e.br.fails >= r.cfg.FailuresToEject
 	e.br.mu.Unlock()
-	if eject {
+	if due && r.claimEjection(e) {
 		r.eject(e, kind)
 	}
+}
+
+// claimEjection opens e's breaker unless e is the last engine up: that
+// one stays in with its failures counted (as the reference router never
+// ejects its last engine), so that a blip on the router's own network
+// cannot eject every engine for good (an ejected engine comes back only
+// as a new process). One decision at a time, so two engines failing
+// together cannot both take the last place.
+func (r *Router) claimEjection(e *engine) bool {
+	r.ejectMu.Lock()
+	defer r.ejectMu.Unlock()
+	up := 0
+	for _, o := range r.engines {
+		if o != e && !o.br.ejected() {
+			up++
+		}
+	}
+	e.br.mu.Lock()
+	defer e.br.mu.Unlock()
+	if e.br.open {
+		return false
+	}
+	if up == 0 {
+		if !e.br.spared {
+			e.br.spared = true
+			r.logf("narwhal-bench: engine %s failed %d times in a row but is the last engine up: it stays in (GET /ready answers 503 until it answers)", e.name, e.br.fails)
+		}
+		return false
+	}
+	e.br.open = true
+	return true
 }
 
 // timedOut probes e at once after a leg on it timed out; only a failed

@@ -59,9 +59,11 @@ func (r *Router) health(w http.ResponseWriter, _ *http.Request) {
 }
 
 // ready is GET /ready, the readiness check a load balancer or Kubernetes
-// sends traffic by: 200 while at least one engine is up, 503 (code
-// no_engine) once every engine is ejected, or while the router stops.
-// /health stays 200 as long as the process serves (liveness).
+// sends traffic by: 200 while at least one engine is up and answering,
+// 503 (code no_engine) when every engine is ejected or failing (the last
+// one up is never ejected: it fails at the threshold instead), or while
+// the router stops. /health stays 200 as long as the process serves
+// (liveness).
 func (r *Router) ready(w http.ResponseWriter, _ *http.Request) {
 	st, ok := r.State()
 	if !ok {
@@ -69,13 +71,13 @@ func (r *Router) ready(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	up := 0
-	for _, e := range st.Engines {
-		if !e.Down {
+	for i, e := range st.Engines {
+		if !e.Down && !r.failing(r.engines[i]) {
 			up++
 		}
 	}
 	if up == 0 {
-		e := api.Unavailable(fmt.Sprintf("every engine (%d) is down", len(st.Engines)), time.Second)
+		e := api.Unavailable(fmt.Sprintf("no engine of %d is up and answering", len(st.Engines)), time.Second)
 		e.Code = "no_engine"
 		api.WriteError(w, e)
 		return
