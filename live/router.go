@@ -185,8 +185,8 @@ type Router struct {
 	tokenizer atomic.Int64
 	// ejectMu makes one ejection decision at a time (claimEjection).
 	ejectMu sync.Mutex
-	o         *owner
-	met       *Metrics
+	o       *owner
+	met     *Metrics
 }
 
 // New builds a router; Run starts its owner.
