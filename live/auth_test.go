@@ -2,7 +2,6 @@ package live
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -112,13 +111,7 @@ tenants:
 			q.Header.Set("X-Hold", "1")
 		}
 		resp, err := http.DefaultClient.Do(q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var body map[string]any
-		json.NewDecoder(resp.Body).Decode(&body)
-		return resp.StatusCode, body
+		return statusJSON(t, resp, err)
 	}
 	code := func(body map[string]any) any {
 		if e, ok := body["error"].(map[string]any); ok {

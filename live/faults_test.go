@@ -2,7 +2,6 @@ package live
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -201,13 +200,7 @@ func TestReadiness(t *testing.T) {
 	defer r.stop()
 	get := func(path string) (int, map[string]any) {
 		resp, err := http.Get(r.url + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var body map[string]any
-		json.NewDecoder(resp.Body).Decode(&body)
-		return resp.StatusCode, body
+		return statusJSON(t, resp, err)
 	}
 	if c, b := get("/ready"); c != 200 || b["status"] != "ready" || b["engines_up"] != 2.0 {
 		t.Fatalf("/ready with both engines up: %d %v", c, b)

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"sort"
@@ -238,4 +239,17 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(k)
 	return k
+}
+
+// statusJSON is a response's status and JSON body (nil when not JSON);
+// err is the request's error, fatal.
+func statusJSON(t testing.TB, resp *http.Response, err error) (int, map[string]any) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body
 }

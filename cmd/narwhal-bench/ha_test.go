@@ -58,6 +58,29 @@ func readJournal(t *testing.T, dir string) (event.RunMeta, []event.Record) {
 	return r.Meta(), recs
 }
 
+// haFleet starts an etcd and, in a child process, stub engines for the
+// demo fleet (their durations times scale) on free ports. It returns the
+// two routers' URLs (ports base and base+1; the engines from base+2) and
+// the arguments of `serve --ha` for router i (0 or 1) with arm, journaling
+// to jdir ("" for none).
+func haFleet(t *testing.T, scale string) (urls [2]string, serve func(i int, arm, jdir string) []string) {
+	t.Helper()
+	ep := etcdtest.Start(t)
+	base := freePorts(t, 10)
+	_, stubErr := child(t, "stub", "--fleet", "demo", "--base-port", fmt.Sprint(base+2), "--time-scale", scale)
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+2), stubErr)
+	urls = [2]string{fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)}
+	serve = func(i int, arm, jdir string) []string {
+		args := []string{"serve", "--fleet", "demo", "--base-port", fmt.Sprint(base + 2), "--arm", arm, "--model", "stub",
+			"--listen", fmt.Sprintf("127.0.0.1:%d", base+i), "--ha", "etcd://" + ep, "--ha-lease", "2s"}
+		if jdir != "" {
+			args = append(args, "--journal", jdir)
+		}
+		return args
+	}
+	return urls, serve
+}
+
 // TestLeaderKilled is the failover test of docs/operations.md with real
 // processes: a leader and a standby `serve --ha` on an etcd, stub engines
 // in a third process, clients calling the leader and falling back to the
@@ -74,20 +97,13 @@ func TestLeaderKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and an etcd")
 	}
-	ep := etcdtest.Start(t)
-	base := freePorts(t, 10)
 	dir := t.TempDir()
 	ja, jb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
-	_, stubErr := child(t, "stub", "--fleet", "demo", "--base-port", fmt.Sprint(base+2), "--time-scale", "0.01")
-	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+2), stubErr)
-	haArgs := func(port int, jdir string) []string {
-		return []string{"serve", "--fleet", "demo", "--base-port", fmt.Sprint(base + 2), "--arm", "adaptive", "--model", "stub",
-			"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--journal", jdir, "--ha", "etcd://" + ep, "--ha-lease", "2s"}
-	}
-	urlA, urlB := fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)
-	a, aErr := child(t, haArgs(base, ja)...)
+	urls, serve := haFleet(t, "0.01")
+	urlA, urlB := urls[0], urls[1]
+	a, aErr := child(t, serve(0, "adaptive", ja)...)
 	waitStatus(t, urlA, "ok", aErr)
-	b, bErr := child(t, haArgs(base+1, jb)...)
+	b, bErr := child(t, serve(1, "adaptive", jb)...)
 	waitStatus(t, urlB, "standby", bErr)
 	// Readiness: the leader is ready, the standby is not (a load balancer
 	// sends by /ready).
@@ -286,19 +302,12 @@ func TestLeaderResignsBeforeDrain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and an etcd")
 	}
-	ep := etcdtest.Start(t)
-	base := freePorts(t, 10)
 	dir := t.TempDir()
-	_, stubErr := child(t, "stub", "--fleet", "demo", "--base-port", fmt.Sprint(base+2), "--time-scale", "1")
-	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+2), stubErr)
-	haArgs := func(port int, jdir string) []string {
-		return []string{"serve", "--fleet", "demo", "--base-port", fmt.Sprint(base + 2), "--arm", "static:4P4D", "--model", "stub",
-			"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--journal", jdir, "--ha", "etcd://" + ep, "--ha-lease", "2s"}
-	}
-	urlA, urlB := fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)
-	a, aErr := child(t, haArgs(base, filepath.Join(dir, "a"))...)
+	urls, serve := haFleet(t, "1")
+	urlA, urlB := urls[0], urls[1]
+	a, aErr := child(t, serve(0, "static:4P4D", filepath.Join(dir, "a"))...)
 	waitStatus(t, urlA, "ok", aErr)
-	_, bErr := child(t, haArgs(base+1, filepath.Join(dir, "b"))...)
+	_, bErr := child(t, serve(1, "static:4P4D", filepath.Join(dir, "b"))...)
 	waitStatus(t, urlB, "standby", bErr)
 
 	// A streamed answer of 150 tokens: seconds of decode on the demo
@@ -361,24 +370,23 @@ func TestResumeOnlyOwnController(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and an etcd")
 	}
-	ep := etcdtest.Start(t)
-	base := freePorts(t, 10)
-	_, stubErr := child(t, "stub", "--fleet", "demo", "--base-port", fmt.Sprint(base+2), "--time-scale", "0.01")
-	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+2), stubErr)
-	args := func(port int, arm string) []string {
-		return []string{"serve", "--fleet", "demo", "--base-port", fmt.Sprint(base + 2), "--arm", arm, "--model", "stub",
-			"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--ha", "etcd://" + ep, "--ha-lease", "2s"}
-	}
-	urlA, urlB := fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)
-	a, aErr := child(t, args(base, "static:2P6D")...)
+	urls, serve := haFleet(t, "0.01")
+	urlA, urlB := urls[0], urls[1]
+	a, aErr := child(t, serve(0, "static:2P6D", "")...)
 	waitStatus(t, urlA, "ok", aErr)
 	time.Sleep(600 * time.Millisecond) // a few publications
 	if err := a.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	_ = a.Wait()
-	_, bErr := child(t, args(base+1, "adaptive")...)
+	b, bErr := child(t, serve(1, "adaptive", "")...)
 	waitStatus(t, urlB, "ok", bErr)
+	// Stop it before reading what it wrote (its stderr is copied until
+	// it exits).
+	if err := b.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Wait()
 	if !strings.Contains(bErr.String(), "the published state is the static controller's, this router runs adaptive") {
 		t.Fatalf("the adaptive router did not refuse the static router's split: %s", bErr)
 	}
