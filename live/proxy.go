@@ -47,12 +47,20 @@ func (r *Router) Handler() http.Handler {
 	return mux
 }
 
-func (r *Router) health(w http.ResponseWriter, _ *http.Request) {
+// stopping answers 503 and says true once the router stops.
+func (r *Router) stopping(w http.ResponseWriter) bool {
 	select {
 	case <-r.stopped:
 		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
-		return
+		return true
 	default:
+		return false
+	}
+}
+
+func (r *Router) health(w http.ResponseWriter, _ *http.Request) {
+	if r.stopping(w) {
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ok"}`))
@@ -64,26 +72,26 @@ func (r *Router) health(w http.ResponseWriter, _ *http.Request) {
 // one up is never ejected: it fails at the threshold instead), or while
 // the router stops. /health stays 200 as long as the process serves
 // (liveness).
+// The breakers alone answer it (an engine is down in the core exactly
+// when its breaker is open), without a round trip to the owner.
 func (r *Router) ready(w http.ResponseWriter, _ *http.Request) {
-	st, ok := r.State()
-	if !ok {
-		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+	if r.stopping(w) {
 		return
 	}
 	up := 0
-	for i, e := range st.Engines {
-		if !e.Down && !r.failing(r.engines[i]) {
+	for _, e := range r.engines {
+		if !r.failing(e) {
 			up++
 		}
 	}
 	if up == 0 {
-		e := api.Unavailable(fmt.Sprintf("no engine of %d is up and answering", len(st.Engines)), time.Second)
+		e := api.Unavailable(fmt.Sprintf("no engine of %d is up and answering", len(r.engines)), time.Second)
 		e.Code = "no_engine"
 		api.WriteError(w, e)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"status": "ready", "engines_up": up, "engines": len(st.Engines)})
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": "ready", "engines_up": up, "engines": len(r.engines)})
 }
 
 func (r *Router) models(w http.ResponseWriter, q *http.Request) {
