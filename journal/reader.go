@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -51,9 +52,11 @@ func OpenWith(dir string, o OpenOptions) (*Reader, error) {
 	}
 	db, err := openStore(dir, true, nil)
 	if err != nil {
-		if strings.Contains(err.Error(), "lock held") {
-			// Pebble's lock error has no sentinel to test with errors.Is.
-			return nil, fmt.Errorf("journal %s: in use: its Writer is still open (%w)", dir, err)
+		if strings.Contains(err.Error(), "lock held") || errors.Is(err, syscall.EWOULDBLOCK) {
+			// Pebble's lock error has no sentinel to test with errors.Is:
+			// "lock held" within this process, the flock's EWOULDBLOCK
+			// when another process (a router still serving) holds it.
+			return nil, fmt.Errorf("journal %s: in use: its Writer is still open, in this process or another (stop the run or the router writing it first) (%w)", dir, err)
 		}
 		return nil, &CorruptError{Dir: dir, What: fmt.Sprintf("opening the event store: %v", err), Err: err}
 	}
