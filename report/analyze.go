@@ -325,7 +325,17 @@ func (b *builder) finish() *Report {
 			if len(a.Rates) == 0 || a.Rates[len(a.Rates)-1] != r.Rate {
 				a.Rates = append(a.Rates, r.Rate)
 			}
-			rates, att = append(rates, r.Rate), append(att, r.Attainment)
+			v := r.Attainment
+			if r.Partial != "" {
+				// A run cut short shows what it did, not what the rate
+				// sustains: requests never offered cannot miss. It counts as
+				// failing, so the goodput stays a floor.
+				v = -1
+				if n := len(a.PartialRates); n == 0 || a.PartialRates[n-1] != r.Rate {
+					a.PartialRates = append(a.PartialRates, r.Rate)
+				}
+			}
+			rates, att = append(rates, r.Rate), append(att, v)
 			if r.GPUs != a.GPUs {
 				a.GPUs = 0
 			}

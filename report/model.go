@@ -44,6 +44,10 @@ type ArmReport struct {
 	// DistServe is null or the GPU count is unknown.
 	DistServePerGPU *float64 `json:"distserve_goodput_per_gpu"`
 	GPUs            int      `json:"gpus"` // 0: unknown (or runs disagree)
+	// PartialRates are the rates whose run is not whole (Options.Partial);
+	// DistServe counts them as failing, since a run cut short cannot show
+	// that its rate is sustained.
+	PartialRates []float64 `json:"partial_rates,omitempty"`
 }
 
 // RunReport holds every number the report prints for one run (one arm at

@@ -389,6 +389,13 @@ func (r *Report) tables() []*table {
 			perGPU = fmtPtr(a.DistServePerGPU, 4)
 		}
 		ds.add(a.Arm, strings.Join(rs, " "), fmtPtr(a.DistServe, 2), perGPU)
+		if len(a.PartialRates) > 0 {
+			ps := make([]string, len(a.PartialRates))
+			for i, v := range a.PartialRates {
+				ps[i] = fmtRate(v)
+			}
+			ds.notes = append(ds.notes, fmt.Sprintf("%s: the run at %s req/s is partial and counts as failing here, so this goodput is a floor.", a.Arm, strings.Join(ps, ", ")))
+		}
 	}
 	if !r.hasOracle() {
 		adapt.notes = append(adapt.notes, "No oracle run here: adaptation lag needs an `oracle` run at the same rate.")

@@ -634,6 +634,48 @@ func TestPartialRun(t *testing.T) {
 	}
 }
 
+// TestPartialRunFloorsGoodput: a partial run whose requests all
+// qualified still counts as failing in the DistServe goodput (requests
+// never offered cannot miss), so the goodput stops below it and says why.
+func TestPartialRunFloorsGoodput(t *testing.T) {
+	root := t.TempDir()
+	for _, rate := range []float64{1, 2, 3} {
+		f := newFixtureRun(t, filepath.Join(root, fmt.Sprintf("r%g", rate)), fixtureMeta("static:2P6D", rate, 8))
+		f.roles(2, 6, false)
+		for i := 0; i < 10; i++ {
+			f.req(reqSpec{class: "chat", sched: float64(i), ttft: 0.2, dur: 0.5, in: 100, want: 10, out: 10, term: event.KindFinish, cause: event.CauseStop})
+		}
+		if rate == 2 {
+			if err := f.w.ClosePartial("interrupted"); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		f.close()
+	}
+	for _, x := range bothWays(t, root, journal.ExportOptions{Partial: true}, Options{Partial: true}) {
+		if len(x.rep.Arms) != 1 {
+			t.Fatalf("%s: arms %+v", x.dir, x.rep.Arms)
+		}
+		a := x.rep.Arms[0]
+		for _, r := range x.rep.Runs {
+			if r.Attainment != 1 {
+				t.Fatalf("%s: run %s attainment %v, want 1 (the fixture's requests all qualify)", x.dir, r.Run, r.Attainment)
+			}
+		}
+		if a.DistServe == nil || *a.DistServe != 1 || len(a.PartialRates) != 1 || a.PartialRates[0] != 2 {
+			t.Fatalf("%s: DistServe %v, partial rates %v; want 1 req/s, [2]", x.dir, fmtPtr(a.DistServe, 2), a.PartialRates)
+		}
+		var b strings.Builder
+		if err := x.rep.Write(&b, FormatText); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "static:2P6D: the run at 2 req/s is partial and counts as failing here") {
+			t.Errorf("%s: no note on the partial rate:\n%s", x.dir, b.String())
+		}
+	}
+}
+
 // TestDegradedLiveRun: a live run whose load generator fell behind its
 // schedule is flagged, with its p99 lag, from the journal and from its
 // export alike; a run on schedule is not.
