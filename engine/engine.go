@@ -508,6 +508,9 @@ type Gauges struct {
 	Running  int // streams in the running decode batch
 	Waiting  int // decode streams waiting to join
 	Prefill  int // prompts queued or being prefilled
+	// Started counts the prompts of Prefill whose prefill has begun (a
+	// chunk scheduled): vLLM counts them running, the rest waiting.
+	Started  int
 	Requests int // requests in the engine (all of the above)
 	// ContextTokens is the running batch's resident context.
 	ContextTokens int64
@@ -533,6 +536,9 @@ func (e *Engine) Gauges() Gauges {
 		Recomputing: len(e.recomp), RecomputeTokens: e.held, Preemptions: e.preemptions}
 	for _, s := range e.prefillQ {
 		g.PrefillTokens += int64(s.done)
+		if s.started {
+			g.Started++
+		}
 	}
 	for _, s := range e.waiting {
 		if s.recomp == 0 { // a preempted stream's KV was freed

@@ -88,14 +88,23 @@ func TestLocalDecodeAndCache(t *testing.T) {
 func TestChunkingAndBudget(t *testing.T) {
 	e := New(Config{Profile: timing.Reference, Batch: Batch{ChunkTokens: 100, BudgetTokens: 150}})
 	_ = e.AddPrefill(1, 250, 0, 1)
-	_ = e.AddPrefill(2, 30, 0, 1)
-	var all []string
-	for !e.Idle() {
-		_, evs := step(t, e)
-		all = append(all, evs)
+	_ = e.AddPrefill(2, 50, 0, 1)
+	_ = e.AddPrefill(3, 40, 0, 1)
+	if g := e.Gauges(); g.Prefill != 3 || g.Started != 0 {
+		t.Errorf("before the first iteration %+v: expected 3 prompts, none begun", g)
 	}
-	// 1: 100 of #1 + 30 of #2 -> #2 done; 2: 100 more; 3: the last 50.
-	if got := strings.Join(all, " | "); got != "prefill_done:2 token:2#1 done:2 |  | prefill_done:1 token:1#1 done:1" {
+	var all []string
+	for i := 0; !e.Idle(); i++ {
+		e.Start()
+		if g := e.Gauges(); i == 0 && (g.Prefill != 3 || g.Started != 2) {
+			// The budget takes #1's first chunk and #2; #3 waits.
+			t.Errorf("during the first iteration %+v: expected 3 prompts, 2 begun", g)
+		}
+		all = append(all, str(e.Finish()))
+	}
+	// 1: 100 of #1 + 50 of #2 -> #2 done; 2: 100 more of #1 + #3 -> #3
+	// done; 3: the last 50 of #1.
+	if got := strings.Join(all, " | "); got != "prefill_done:2 token:2#1 done:2 | prefill_done:3 token:3#1 done:3 | prefill_done:1 token:1#1 done:1" {
 		t.Errorf("iterations: %s", got)
 	}
 }

@@ -83,9 +83,11 @@ func startProm(t *testing.T, r *rig) *prom {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One target per engine, labelled with its fleet name, as
+	// docs/operations.md configures it.
 	var engines []string
 	for _, s := range r.stubs.Servers() {
-		engines = append(engines, "'"+hostPort(t, s.URL())+"'")
+		engines = append(engines, fmt.Sprintf("{targets: ['%s'], labels: {engine: %s}}", hostPort(t, s.URL()), s.ID()))
 	}
 	cfg := fmt.Sprintf(`global: {scrape_interval: 300ms, scrape_timeout: 290ms, evaluation_interval: 300ms}
 rule_files: ['%s']
@@ -93,7 +95,7 @@ scrape_configs:
   - job_name: narwhal-router
     static_configs: [{targets: ['%s']}]
   - job_name: engines
-    static_configs: [{targets: [%s]}]
+    static_configs: [%s]
 `, rules, hostPort(t, r.url), strings.Join(engines, ", "))
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -252,6 +254,14 @@ func TestPrometheusScrape(t *testing.T) {
 	}
 	if roles := p.vector(`narwhal_engine_role{role="prefill"} == 1`, "engine"); len(roles) != 1 || roles["e0"] != 1 {
 		t.Errorf("prefill role series %v, expected e0", roles)
+	}
+	// The engine panels' series carry the router's engine names, and
+	// vLLM's own engine label survives as exported_engine.
+	if n := p.vector(`count by (engine) (vllm:num_requests_running{job="engines",engine=~"e0|e1",exported_engine="0"})`, "engine"); len(n) != 2 || n["e0"] != 1 || n["e1"] != 1 {
+		t.Errorf("vLLM gauges by engine %v, expected one series each for e0 and e1", n)
+	}
+	if n := p.vector(`count by (engine) (vllm:kv_cache_usage_perc{job="engines"} or vllm:gpu_cache_usage_perc{job="engines"})`, "engine"); len(n) != 2 {
+		t.Errorf("KV usage by engine %v, expected e0 and e1", n)
 	}
 	// Every alert rule evaluates cleanly.
 	waitFor(t, "the rules evaluated", func() bool {

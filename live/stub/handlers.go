@@ -151,8 +151,10 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	switch {
 	case req.KVTransfer.CanPull():
 		kv := req.KVTransfer
+		s.pulling.Add(1)
 		tokens, delay, err := s.puller.Pull(ctx, *kv.RemoteEngineID, *kv.RemoteRequestID, *kv.RemoteHost, *kv.RemotePort)
 		if err != nil {
+			s.pulling.Add(-1)
 			if s.opts.KVLoadFailurePolicy == PolicyFail {
 				s.logf("stub %s: request %s: KV pull from %s failed: %v", s.id, rid, *kv.RemoteEngineID, err)
 				api.WriteError(w, api.ServerError(http.StatusInternalServerError,
@@ -165,7 +167,9 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		_ = tokens // the context is this engine's own count of the prompt
 		select {
 		case <-time.After(s.scale(modelTime(delay))):
+			s.pulling.Add(-1)
 		case <-ctx.Done():
+			s.pulling.Add(-1)
 			return
 		}
 		now := time.Now()
@@ -197,9 +201,10 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		o.prefillLeg = true
 	}
 	if !o.run(ctx) {
+		s.metrics.finished(l, "abort", time.Now())
 		return
 	}
-	s.metrics.success.WithLabelValues(ans.finish).Inc()
+	s.metrics.finished(l, ans.finish, time.Now())
 }
 
 // output writes one answer as its tokens come.

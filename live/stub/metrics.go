@@ -6,12 +6,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the vLLM metrics the stub serves (vLLM's names, with the
-// model_name label).
+// metrics are the vLLM metrics the stub serves (vLLM's names, with its
+// model_name and engine labels).
 type metrics struct {
 	ttft, tpot, itl  prometheus.Observer
 	prompt, generate prometheus.Counter
 	success          *prometheus.CounterVec
+	// Per finished request: end to end, mean time per output token,
+	// prompt and answer lengths.
+	e2e, reqTPOT, reqPrompt, reqGen prometheus.Observer
 }
 
 // vLLM's buckets for the two latency histograms.
@@ -20,17 +23,48 @@ var (
 		2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
 	tpotBuckets = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 		5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
+	requestBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+		50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 )
 
+// finishReasons are vLLM's finish reasons, each series made at start as
+// vLLM makes them (abort: the client went away or the server stopped).
+var finishReasons = []string{"stop", "length", "abort"}
+
+// tokenBuckets are vLLM's buckets for token counts: 1, 2, 5, 10, 20, 50,
+// ... up to max, the engine's max_model_len.
+func tokenBuckets(max int) []float64 {
+	var b []float64
+	for e := 1; ; e *= 10 {
+		for _, m := range []int{1, 2, 5} {
+			if m*e > max {
+				return b
+			}
+			b = append(b, float64(m*e))
+		}
+	}
+}
+
 func newMetrics(s *Server) metrics {
-	labels := prometheus.Labels{"model_name": s.opts.Model, "engine": s.id}
+	// vLLM's engine label is the engine's index inside one server, "0"
+	// for a server with one engine, not a fleet-wide name: a scrape
+	// configuration names each engine with a target label
+	// (docs/operations.md), as it must for real vLLM.
+	labels := prometheus.Labels{"model_name": s.opts.Model, "engine": "0"}
 	f := func(name, help string, fn func() float64) {
 		s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, fn))
 	}
-	f("vllm:num_requests_running", "Requests in the running decode batch.", func() float64 { return float64(s.Gauges().Running) })
-	f("vllm:num_requests_waiting", "Requests waiting: prompts queued or prefilling, and decode streams waiting to join.", func() float64 {
+	// vLLM's split: running is every request the scheduler has taken
+	// (decoding, part-way through its prompt, or recomputing after a
+	// preemption); waiting is the rest (prompts not begun, preempted
+	// streams, and decode legs waiting for their KV).
+	f("vllm:num_requests_running", "Requests scheduled: decoding, prefilling or recomputing.", func() float64 {
 		g := s.Gauges()
-		return float64(g.Waiting + g.Prefill)
+		return float64(g.Running + g.Started + g.Recomputing)
+	})
+	f("vllm:num_requests_waiting", "Requests waiting: prompts not begun, preempted or waiting decode streams, and decode legs pulling their KV.", func() float64 {
+		g := s.Gauges()
+		return float64(g.Prefill - g.Started + g.Waiting + int(s.pulling.Load()))
 	})
 	usage := func() float64 {
 		c := s.cfg.KVCapacityTokens
@@ -60,8 +94,37 @@ func newMetrics(s *Server) metrics {
 		Help: "Output tokens generated.", ConstLabels: labels})
 	success := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
 		Help: "Finished requests by finish reason.", ConstLabels: labels}, []string{"finished_reason"})
-	s.reg.MustRegister(ttft, tpot, itl, prompt, gen, success)
-	return metrics{ttft: ttft, tpot: tpot, itl: itl, prompt: prompt, generate: gen, success: success}
+	for _, r := range finishReasons {
+		success.WithLabelValues(r)
+	}
+	hist := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
+	}
+	e2e := hist("vllm:e2e_request_latency_seconds", "End-to-end latency of finished requests, from arrival at this engine.", requestBuckets)
+	reqTPOT := hist("vllm:request_time_per_output_token_seconds", "Mean time per output token of finished requests (first token to last over tokens - 1).", tpotBuckets)
+	reqPrompt := hist("vllm:request_prompt_tokens", "Prompt tokens of finished requests.", tokenBuckets(s.opts.MaxModelLen))
+	reqGen := hist("vllm:request_generation_tokens", "Output tokens of finished requests.", tokenBuckets(s.opts.MaxModelLen))
+	s.reg.MustRegister(ttft, tpot, itl, prompt, gen, success, e2e, reqTPOT, reqPrompt, reqGen)
+	return metrics{ttft: ttft, tpot: tpot, itl: itl, prompt: prompt, generate: gen, success: success,
+		e2e: e2e, reqTPOT: reqTPOT, reqPrompt: reqPrompt, reqGen: reqGen}
+}
+
+// finished records a request that ended with reason (a finish reason, or
+// "abort") at now.
+func (m metrics) finished(r *live, reason string, now time.Time) {
+	m.success.WithLabelValues(reason).Inc()
+	if reason == "abort" {
+		return
+	}
+	r.mu.Lock()
+	n, first, last := r.tokens, r.first, r.last
+	r.mu.Unlock()
+	m.e2e.Observe(now.Sub(r.start).Seconds())
+	m.reqPrompt.Observe(float64(r.prompt))
+	m.reqGen.Observe(float64(n))
+	if n > 1 && !first.IsZero() {
+		m.reqTPOT.Observe(last.Sub(first).Seconds() / float64(n-1))
+	}
 }
 
 // token records output token k of r at now (owner goroutine, or the
@@ -70,6 +133,9 @@ func (m metrics) token(r *live, k int, now time.Time) {
 	m.generate.Inc()
 	r.mu.Lock()
 	last := r.last
+	if k == 1 || last.IsZero() {
+		r.first = now
+	}
 	r.mu.Unlock()
 	if k == 1 || last.IsZero() {
 		m.ttft.Observe(now.Sub(r.start).Seconds())

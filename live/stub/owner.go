@@ -32,6 +32,7 @@ type live struct {
 	tokens int  // answer tokens produced so far
 	done   bool // the engine is finished with it
 	last   time.Time
+	first  time.Time     // the first token, for the request's TPOT
 	notify chan struct{} // one pending wake-up for the handler
 }
 

@@ -62,11 +62,11 @@ func TestPreemptionStreamsEveryTokenOnce(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	m := regexp.MustCompile(`(?m)^vllm:num_preemptions_total\{engine="e0",model_name="stub"\} (\d+)$`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^vllm:num_preemptions_total\{engine="0",model_name="stub"\} (\d+)$`).FindSubmatch(b)
 	if m == nil {
 		t.Fatalf("/metrics has no vllm:num_preemptions_total: %s", b)
 	}
-	if n, _ := strconv.Atoi(string(m[1])); n == 0 || !bytes.Contains(b, []byte("vllm:generation_tokens_total{engine=\"e0\",model_name=\"stub\"} 480")) {
+	if n, _ := strconv.Atoi(string(m[1])); n == 0 || !bytes.Contains(b, []byte("vllm:generation_tokens_total{engine=\"0\",model_name=\"stub\"} 480")) {
 		t.Errorf("%s preemptions: expected some, and 480 tokens generated once each\n%s", m[1], grep(b, "vllm:"))
 	}
 }

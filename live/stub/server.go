@@ -186,6 +186,9 @@ type Server struct {
 
 	nextID atomic.Uint64
 	gauges atomic.Pointer[engine.Gauges]
+	// pulling counts decode legs pulling their KV (or waiting out its
+	// transfer) before they join the engine: vLLM's waiting for remote KV.
+	pulling atomic.Int64
 
 	reg     *prometheus.Registry
 	metrics metrics

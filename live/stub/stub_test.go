@@ -284,10 +284,27 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
-	if !bytes.Contains(b, []byte(`vllm:generation_tokens_total{engine="e0",model_name="stub"} 5`)) ||
-		!bytes.Contains(b, []byte(`vllm:time_per_output_token_seconds_count{engine="e0",model_name="stub"} 4`)) ||
-		!bytes.Contains(b, []byte(`vllm:inter_token_latency_seconds_count{engine="e0",model_name="stub"} 4`)) {
+	if !bytes.Contains(b, []byte(`vllm:generation_tokens_total{engine="0",model_name="stub"} 5`)) ||
+		!bytes.Contains(b, []byte(`vllm:time_per_output_token_seconds_count{engine="0",model_name="stub"} 4`)) ||
+		!bytes.Contains(b, []byte(`vllm:inter_token_latency_seconds_count{engine="0",model_name="stub"} 4`)) {
 		t.Errorf("counts: %s", b)
+	}
+	// Per finished request, as vLLM: every finish reason's series exists
+	// from the start; the one request ended at its limit.
+	for _, line := range []string{
+		`vllm:request_success_total{engine="0",finished_reason="length",model_name="stub"} 1`,
+		`vllm:request_success_total{engine="0",finished_reason="stop",model_name="stub"} 0`,
+		`vllm:request_success_total{engine="0",finished_reason="abort",model_name="stub"} 0`,
+		`vllm:e2e_request_latency_seconds_count{engine="0",model_name="stub"} 1`,
+		`vllm:request_time_per_output_token_seconds_count{engine="0",model_name="stub"} 1`,
+		`vllm:request_generation_tokens_sum{engine="0",model_name="stub"} 5`,
+		`vllm:request_prompt_tokens_sum{engine="0",model_name="stub"} 4`,
+		`vllm:request_prompt_tokens_bucket{engine="0",model_name="stub",le="5"} 1`,
+		`vllm:request_prompt_tokens_bucket{engine="0",model_name="stub",le="20000"} 1`,
+	} {
+		if !bytes.Contains(b, []byte(line+"\n")) {
+			t.Errorf("/metrics lacks %s", line)
+		}
 	}
 }
 
@@ -322,4 +339,14 @@ func TestClientDisconnectCancels(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	waitFor(t, "the engine to drop the request", func() bool { g := s.Gauges(); return g.Requests == 0 && g.ContextTokens == 0 })
+	// vLLM counts the request as aborted.
+	waitFor(t, "the abort counted", func() bool {
+		resp, err := http.Get(s.URL() + "/metrics")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return bytes.Contains(b, []byte(`vllm:request_success_total{engine="0",finished_reason="abort",model_name="stub"} 1`+"\n"))
+	})
 }
