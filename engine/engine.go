@@ -505,9 +505,9 @@ func (e *Engine) Idle() bool { return len(e.seqs) == 0 }
 
 // Gauges is the engine's state for /metrics.
 type Gauges struct {
-	Running  int // streams in the running decode batch
-	Waiting  int // decode streams waiting to join
-	Prefill  int // prompts queued or being prefilled
+	Running int // streams in the running decode batch
+	Waiting int // decode streams waiting to join
+	Prefill int // prompts queued or being prefilled
 	// Started counts the prompts of Prefill whose prefill has begun (a
 	// chunk scheduled): vLLM counts them running, the rest waiting.
 	Started  int
