@@ -482,6 +482,13 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 	}
 	var body []byte
 	var err error
+	// A streamed leg always asks for usage: the engine's token count
+	// corrects the relay's count of chunks. The usage chunk goes back to
+	// the client only when it asked for it.
+	dropUsage := l.req.Stream && !l.req.IncludeUsage
+	if dropUsage {
+		raw = api.WithUsage(raw)
+	}
 	if handoff != nil {
 		body, err = api.DecodeBody(raw, handoff)
 	} else {
@@ -531,7 +538,7 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 		l.passThrough(rb)
 		return verdict{}
 	}
-	return l.relay(e, resp.Body, single, timer, &timedOut, stage)
+	return l.relay(e, resp.Body, single, timer, &timedOut, stage, dropUsage)
 }
 
 // prefilled tells the owner a single request's first token exists (the
@@ -553,7 +560,7 @@ func (l *leg) prefilled() bool {
 // reports an error event, before any token may still be re-placed as a
 // failed leg; one that breaks after ends with an error event, never
 // silently, journaled with its cause.
-func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Timer, timedOut *atomic.Bool, stage string) verdict {
+func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Timer, timedOut *atomic.Bool, stage string, dropUsage bool) verdict {
 	sw := api.NewSSEWriter(l.w)
 	var held [][]byte // events before the first token, not yet sent
 	open := func() error {
@@ -634,6 +641,9 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			}
 			if c.Usage >= 0 {
 				usage = c.Usage
+				if dropUsage && c.Tokens == 0 {
+					continue // the usage chunk the client did not ask for
+				}
 			}
 			if n > 0 {
 				now := time.Now()

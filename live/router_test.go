@@ -697,3 +697,57 @@ func TestErrorEventBeforeFirstTokenIsRetried(t *testing.T) {
 		t.Fatalf("retries %d, rows %+v: expected one retry and one finished 5-token request", retries, rows)
 	}
 }
+
+// A streamed decode leg always asks the engine for usage, and the journal
+// takes the engine's count: a chunk may carry several tokens (vLLM's
+// detokenizer and stream_interval do this), so counting chunks would
+// undercount. The usage chunk reaches the client only when it asked.
+func TestStreamUsageCorrectsTheCount(t *testing.T) {
+	var asked atomic.Int64
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		target, _ := url.Parse(c.URLs[1]) // the decode engine of 1P1D
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+			body, _ := io.ReadAll(q.Body)
+			q.Body = io.NopCloser(bytes.NewReader(body))
+			if !bytes.Contains(body, []byte("do_remote_prefill")) {
+				proxy.ServeHTTP(w, q)
+				return
+			}
+			// Three tokens in two chunks, then usage when asked for.
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			fmt.Fprint(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n")
+			fmt.Fprint(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" one two\"},\"finish_reason\":null}]}\n\n")
+			fmt.Fprint(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" three\"},\"finish_reason\":\"length\"}]}\n\n")
+			var b struct {
+				StreamOptions *struct {
+					IncludeUsage bool `json:"include_usage"`
+				} `json:"stream_options"`
+			}
+			if json.Unmarshal(body, &b) == nil && b.StreamOptions != nil && b.StreamOptions.IncludeUsage {
+				asked.Add(1)
+				fmt.Fprint(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3,\"total_tokens\":4}}\n\n")
+			}
+			fmt.Fprint(w, "data: [DONE]\n\n")
+		}))
+		t.Cleanup(srv.Close)
+		c.URLs[1] = srv.URL
+	}})
+	for _, opts := range []string{``, `,"stream_options":{"include_usage":true}`} {
+		resp := post(t, r, "/v1/chat/completions", `{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true`+opts+`}`, nil)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(b, []byte("[DONE]")) {
+			t.Fatalf("%q: status %d, body %s", opts, resp.StatusCode, b)
+		}
+		if got, want := bytes.Count(b, []byte(`"usage":{`)), min(len(opts), 1); got != want {
+			t.Errorf("%q: %d usage chunks reached the client, expected %d:\n%s", opts, got, want, b)
+		}
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if asked.Load() != 2 || len(rows) != 2 || rows[0].OutputTokens != 3 || rows[1].OutputTokens != 3 {
+		t.Fatalf("usage asked %d times, rows %+v: expected usage asked on both decode legs and 3 tokens each", asked.Load(), rows)
+	}
+}

@@ -7,7 +7,7 @@ import (
 )
 
 // Chunk is what one event of a streamed answer says: how many choices
-// carry text, its finish reason (last seen; "" while none), its usage's
+// carry output (text, content, reasoning or a tool call), its finish reason (last seen; "" while none), its usage's
 // completion tokens (-1 when it has no usage), and its error object when it
 // is an error event (nil otherwise).
 type Chunk struct {
@@ -22,7 +22,10 @@ type chunkView struct {
 	Choices []struct {
 		Text  *string `json:"text"`
 		Delta *struct {
-			Content *string `json:"content"`
+			Content          *string           `json:"content"`
+			ReasoningContent *string           `json:"reasoning_content"`
+			Reasoning        *string           `json:"reasoning"`
+			ToolCalls        []json.RawMessage `json:"tool_calls"`
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
@@ -35,6 +38,12 @@ type chunkView struct {
 var (
 	markText    = []byte(`"text":"`)
 	markContent = []byte(`"content":"`)
+	// A reasoning model's thinking (vLLM's reasoning_content, newer
+	// releases' reasoning) and a tool call are output tokens too: the
+	// first of them is the first token.
+	markReasoning  = []byte(`"reasoning_content":"`)
+	markReasoning2 = []byte(`"reasoning":"`)
+	markToolCalls  = []byte(`"tool_calls":[`)
 	markFinish  = []byte(`"finish_reason":"`)
 	markUsage   = []byte(`"completion_tokens":`)
 	markError   = []byte(`"error"`)
@@ -51,10 +60,13 @@ func ReadChunk(p []byte) (Chunk, bool) {
 		return decodeChunk(p)
 	}
 	c := Chunk{Usage: -1}
-	for _, m := range [][]byte{markText, markContent} {
+	for _, m := range [][]byte{markText, markContent, markReasoning, markReasoning2} {
 		if i := bytes.Index(p, m); i >= 0 && i+len(m) < len(p) && p[i+len(m)] != '"' {
 			c.Tokens = 1
 		}
+	}
+	if i := bytes.Index(p, markToolCalls); i >= 0 && i+len(markToolCalls) < len(p) && p[i+len(markToolCalls)] != ']' {
+		c.Tokens = 1
 	}
 	if i := bytes.Index(p, markFinish); i >= 0 {
 		rest := p[i+len(markFinish):]
@@ -87,7 +99,9 @@ func decodeChunk(p []byte) (Chunk, bool) {
 		return c, true
 	}
 	for _, ch := range v.Choices {
-		if (ch.Text != nil && *ch.Text != "") || (ch.Delta != nil && ch.Delta.Content != nil && *ch.Delta.Content != "") {
+		nonEmpty := func(p *string) bool { return p != nil && *p != "" }
+		if nonEmpty(ch.Text) || (ch.Delta != nil && (nonEmpty(ch.Delta.Content) || nonEmpty(ch.Delta.ReasoningContent) ||
+			nonEmpty(ch.Delta.Reasoning) || len(ch.Delta.ToolCalls) > 0)) {
 			c.Tokens++
 		}
 		if ch.FinishReason != nil {

@@ -26,6 +26,17 @@ func TestReadChunk(t *testing.T) {
 		"vllm chat":         `{"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" the"},"logprobs":null,"finish_reason":null}]}`,
 		"spaced":            `{"id": "x", "choices": [{"index": 0, "text": " spaced", "finish_reason": "stop"}]}`,
 		"error event":       `{"error": {"object": "error", "message": "boom", "type": "InternalServerError", "code": 500}}`,
+		"reasoning":         `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning_content":"Let"},"logprobs":null,"finish_reason":null}]}`,
+		"reasoning, newer":  `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning":"Let"},"logprobs":null,"finish_reason":null}]}`,
+		"tool call":         `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a"}}]},"logprobs":null,"finish_reason":null}]}`,
+		"no tool calls":     `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"","tool_calls":[]},"logprobs":null,"finish_reason":null}]}`,
+		"empty reasoning":   `{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"reasoning_content":""},"logprobs":null,"finish_reason":null}]}`,
+	}
+	// Reasoning and tool calls are output: each such event is one token.
+	for name, want := range map[string]int{"reasoning": 1, "reasoning, newer": 1, "tool call": 1, "no tool calls": 0, "empty reasoning": 0} {
+		if c, _ := ReadChunk([]byte(cases[name])); c.Tokens != want {
+			t.Errorf("%s: %d tokens, want %d", name, c.Tokens, want)
+		}
 	}
 	for name, p := range cases {
 		fast, ok1 := ReadChunk([]byte(p))

@@ -133,6 +133,18 @@ func PrefillBody(raw map[string]json.RawMessage) ([]byte, error) {
 	return encodeObject(m), nil
 }
 
+// WithUsage returns raw with stream_options set to {"include_usage":
+// true}, so that a streamed answer ends with the engine's own token
+// count: a chunk may carry several tokens, or none that a router sees as
+// text. It is for a client that did not ask for usage, whose other stream
+// options (continuous_usage_stats) do nothing without it in vLLM; the
+// relay drops the usage chunk on the way back. raw is not modified.
+func WithUsage(raw map[string]json.RawMessage) map[string]json.RawMessage {
+	m := clone(raw)
+	m["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+	return m
+}
+
 // DecodeBody is the decode leg's body (protocol §4): the client's body
 // with kv_transfer_params replaced by the prefill engine's handoff,
 // verbatim; with a nil or empty handoff the key is removed (PlainBody).

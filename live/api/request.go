@@ -78,13 +78,21 @@ func Decode(body []byte, chat bool) (*Request, *Error) {
 	r.Model = d.str("model")
 	r.Stream = d.boolean("stream")
 	if v, ok := d.get("stream_options"); ok {
+		// As vLLM: an object with no include_usage asks for usage
+		// (include_usage defaults to true there), an explicit null does
+		// not, and a non-empty object without stream is refused.
 		var so map[string]json.RawMessage
 		if json.Unmarshal(v, &so) != nil {
 			d.fail(Invalid("stream_options", string(v), "an object or null"))
-		} else if iu, ok := so["include_usage"]; ok && !isNull(iu) {
+		} else if iu, ok := so["include_usage"]; !ok {
+			r.IncludeUsage = true
+		} else if !isNull(iu) {
 			if json.Unmarshal(iu, &r.IncludeUsage) != nil {
 				d.fail(Invalid("stream_options.include_usage", string(iu), "a boolean"))
 			}
+		}
+		if len(so) > 0 && !r.Stream {
+			d.fail(Invalid("stream_options", string(v), "only with stream true"))
 		}
 	}
 	r.MaxTokens = d.integer("max_tokens", 1)
