@@ -44,10 +44,10 @@ var (
 	markReasoning  = []byte(`"reasoning_content":"`)
 	markReasoning2 = []byte(`"reasoning":"`)
 	markToolCalls  = []byte(`"tool_calls":[`)
-	markFinish  = []byte(`"finish_reason":"`)
-	markUsage   = []byte(`"completion_tokens":`)
-	markError   = []byte(`"error"`)
-	markChoices = []byte(`"choices":[`)
+	markFinish     = []byte(`"finish_reason":"`)
+	markUsage      = []byte(`"completion_tokens":`)
+	markError      = []byte(`"error"`)
+	markChoices    = []byte(`"choices":[`)
 )
 
 // ReadChunk reads one event's payload of an OpenAI stream; false when it
