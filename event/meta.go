@@ -2,6 +2,7 @@ package event
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -53,14 +54,19 @@ func (m RunMeta) Encode() string {
 	return string(b)
 }
 
-// DecodeRunMeta reads a KindRunMeta record's Text. It refuses a newer schema.
+// ErrNewerSchema is wrapped by DecodeRunMeta's error for a journal written
+// by a newer narwhal-bench: whole, but unreadable here (not damage).
+var ErrNewerSchema = errors.New("upgrade narwhal-bench to read it")
+
+// DecodeRunMeta reads a KindRunMeta record's Text. It refuses a newer schema
+// (ErrNewerSchema).
 func DecodeRunMeta(text string) (RunMeta, error) {
 	var m RunMeta
 	if err := json.Unmarshal([]byte(text), &m); err != nil {
 		return m, fmt.Errorf("run metadata: %w", err)
 	}
 	if m.Schema > SchemaVersion {
-		return m, fmt.Errorf("run metadata: schema %d: this narwhal-bench reads schema %d or older; upgrade it", m.Schema, SchemaVersion)
+		return m, fmt.Errorf("run metadata: schema %d: this narwhal-bench reads schema %d or older: %w", m.Schema, SchemaVersion, ErrNewerSchema)
 	}
 	if m.Schema < 1 {
 		return m, fmt.Errorf("run metadata: schema %d: expected >= 1", m.Schema)

@@ -170,6 +170,13 @@ const chunkRows = 8192
 // because most columns are dictionary or delta-friendly integers.
 var zstdCodec = &zstd.Codec{Level: zstd.SpeedFastest}
 
+// OutputError is an export's failure to write its output (the directory,
+// a Parquet file, the manifest), as against a journal it cannot read.
+type OutputError struct{ Err error }
+
+func (e *OutputError) Error() string { return "writing the export: " + e.Err.Error() }
+func (e *OutputError) Unwrap() error { return e.Err }
+
 // table is one Parquet file being written: a temporary file renamed into
 // place once everything succeeded.
 type table[T any] struct {
@@ -220,7 +227,7 @@ func (t *table[T]) drain() error {
 	clear(t.buf) // drop string references
 	t.buf = t.buf[:0]
 	if err != nil {
-		return fmt.Errorf("%s: %w", filepath.Base(t.final), err)
+		return &OutputError{Err: fmt.Errorf("%s: %w", filepath.Base(t.final), err)}
 	}
 	return nil
 }
@@ -231,7 +238,7 @@ func (t *table[T]) endRun() error {
 		return err
 	}
 	if err := t.w.Flush(); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Base(t.final), err)
+		return &OutputError{Err: fmt.Errorf("%s: %w", filepath.Base(t.final), err)}
 	}
 	return nil
 }
@@ -324,12 +331,12 @@ func ExportWith(root, outDir string, o ExportOptions) (ExportStats, error) {
 		return ExportStats{}, fmt.Errorf("export: %s: no journals here or in its subdirectories", root)
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return ExportStats{}, fmt.Errorf("export: %w", err)
+		return ExportStats{}, fmt.Errorf("export: %w", &OutputError{Err: err})
 	}
 	e := &exporter{opts: o}
 	if err := e.open(outDir); err != nil {
 		e.abandon()
-		return ExportStats{}, fmt.Errorf("export: %w", err)
+		return ExportStats{}, fmt.Errorf("export: %w", &OutputError{Err: err})
 	}
 	for _, dir := range runs {
 		if err := e.run(dir); err != nil {
@@ -339,7 +346,7 @@ func ExportWith(root, outDir string, o ExportOptions) (ExportStats, error) {
 	}
 	if err := e.finish(); err != nil {
 		e.abandon()
-		return ExportStats{}, fmt.Errorf("export: %w", err)
+		return ExportStats{}, fmt.Errorf("export: %w", &OutputError{Err: err})
 	}
 	e.stats.Runs = len(runs)
 	return e.stats, nil
@@ -433,7 +440,7 @@ func (e *exporter) run(dir string) (err error) {
 		}
 	}()
 	m := r.Meta()
-	name := filepath.Base(dir)
+	name := RunName(dir)
 	e.fold.Reset()
 	slo := sloOf(m)
 	// The requests table is written by its own goroutine while the journal

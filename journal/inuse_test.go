@@ -65,3 +65,18 @@ func TestOpenInUseByAnotherProcess(t *testing.T) {
 		t.Fatalf("open while another process holds the lock: %v; expected \"in use\", not damaged", err)
 	}
 }
+
+// A run opened as "." (or "x/..") is named by its directory, not the dot:
+// the name is the join key between the exported tables.
+func TestRunNameOfDot(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "adaptive@2.4")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	for _, p := range []string{".", "sub/..", dir} {
+		if got := RunName(p); got != "adaptive@2.4" {
+			t.Errorf("RunName(%q) = %q, expected adaptive@2.4", p, got)
+		}
+	}
+}

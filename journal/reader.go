@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,8 +78,8 @@ func OpenWith(dir string, o OpenOptions) (*Reader, error) {
 func asCorrupt(dir string, err error) error {
 	var c *CorruptError
 	var inc *IncompleteError
-	if errors.As(err, &c) || errors.As(err, &inc) {
-		return err
+	if errors.As(err, &c) || errors.As(err, &inc) || errors.Is(err, event.ErrNewerSchema) {
+		return err // a newer schema is whole, not damaged
 	}
 	return &CorruptError{Dir: dir, What: err.Error(), Err: err}
 }
@@ -164,6 +165,16 @@ func (r *Reader) readMeta() (err error) {
 	}
 	r.meta = m
 	return nil
+}
+
+// RunName is the name a run goes by in reports and exports: its
+// directory's last element, taken from the absolute path, so that "." or
+// "run/.." name the run and not the dot.
+func RunName(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	return filepath.Base(dir)
 }
 
 // Dir returns the journal's directory.

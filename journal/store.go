@@ -38,6 +38,11 @@ func (quietLogger) Infof(string, ...any)  {}
 func (quietLogger) Errorf(string, ...any) {}
 func (l quietLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
+	// Pebble's messages may carry a wrapped error's whole stack trace on
+	// the lines after the first: the first line says what failed.
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
 	if l.sink != nil {
 		l.sink.set(fmt.Errorf("pebble: fatal: %s", msg))
 	}

@@ -160,7 +160,7 @@ func (b *builder) addJournal(dir string, fold *event.Fold) error {
 	}
 	partial := r.Partial()
 	defer r.Close()
-	name := filepath.Base(dir)
+	name := journal.RunName(dir)
 	fold.Reset()
 	var moves []event.Record
 	err = r.Replay(func(rec *event.Record) error {

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -500,6 +501,9 @@ func TestBadInputs(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %q does not mention %q", err, c.want)
+			}
+			if name == "newer schema" && (strings.Contains(err.Error(), "damaged") || !errors.Is(err, event.ErrNewerSchema)) {
+				t.Errorf("a newer schema reported as damage: %v", err) // the journal is whole
 			}
 			t.Logf("%v", err)
 		})

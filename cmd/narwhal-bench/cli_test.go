@@ -188,7 +188,28 @@ func TestExportDamageExit2(t *testing.T) {
 			if code != 2 || !strings.Contains(errs, d.Want) || !strings.Contains(errs, "static-4P4D@1.6") || strings.Contains(out, "exported") {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 naming the run and %q", code, out, errs, d.Want)
 			}
+			if n := strings.Count(strings.TrimSpace(errs), "\n"); n > 2 {
+				t.Errorf("stderr has %d lines (a stack trace?); want a message of a line or two:\n%s", n+1, errs)
+			}
 		})
+	}
+}
+
+// TestExportOutputFailsExit1: a whole journal whose export cannot be
+// written (the output directory cannot be made) is a failure (exit 1),
+// not bad input (exit 2).
+func TestExportOutputFailsExit1(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	if code, _, errs := runCLI(t, "sim", "--trace", "demo", "--arms", "static:4P4D", "--rates", "1.6", "--journal", dir, "--no-parquet"); code != 0 {
+		t.Fatalf("sim: exit %d: %s", code, errs)
+	}
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runCLI(t, "export", "--out", filepath.Join(file, "pq"), dir)
+	if code != 1 || !strings.Contains(errs, "writing the export") {
+		t.Errorf("exit %d, stderr %q; want exit 1, writing the export", code, errs)
 	}
 }
 

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -82,6 +83,10 @@ func exportCommand() *cli.Command {
 				out = filepath.Join(dir, "parquet")
 			}
 			st, err := journal.ExportWith(dir, out, journal.ExportOptions{Partial: c.Bool("partial")})
+			var oe *journal.OutputError
+			if errors.As(err, &oe) {
+				return err // the output failed, not the input: exit 1
+			}
 			if err != nil {
 				return usageError{fmt.Errorf("%w%s", err, partialHint(err))}
 			}
