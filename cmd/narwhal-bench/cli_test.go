@@ -227,3 +227,26 @@ func TestImportedTraceNeedsFleet(t *testing.T) {
 		t.Fatalf("with --fleet: exit %d: %s", code, errs)
 	}
 }
+
+// TestServeBadTLSExit2: a certificate or key that cannot be loaded stops
+// serve at start (exit 2, naming the flags), rather than a router that
+// says it serves and answers nothing.
+func TestServeBadTLSExit2(t *testing.T) {
+	dir := t.TempDir()
+	fleetFile := filepath.Join(dir, "fleet.yaml")
+	os.WriteFile(fleetFile, []byte(`name: two
+instances:
+  list:
+    - {name: a, url: "http://127.0.0.1:1", profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}}
+    - {name: b, url: "http://127.0.0.1:2", profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}}
+slo: {ttft: 2s, tpot: 100ms}
+`), 0o644)
+	notPEM := filepath.Join(dir, "cert.pem")
+	os.WriteFile(notPEM, []byte("not a certificate"), 0o644)
+	for _, files := range [][2]string{{filepath.Join(dir, "missing.pem"), filepath.Join(dir, "missing.key")}, {notPEM, notPEM}} {
+		code, out, errs := runCLI(t, "serve", "--fleet", fleetFile, "--listen", "127.0.0.1:0", "--tls-cert", files[0], "--tls-key", files[1])
+		if code != 2 || !strings.Contains(errs, "--tls-cert "+files[0]) || strings.Contains(out+errs, "serving") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 naming --tls-cert", files, code, out, errs)
+		}
+	}
+}

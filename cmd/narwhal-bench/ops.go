@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,6 +119,13 @@ func standbyHandler(node *ha.Node) http.Handler {
 func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
 	if c.String("tls-cert") != "" != (c.String("tls-key") != "") {
 		return nil, usageError{errors.New("--tls-cert and --tls-key: expected both or neither")}
+	}
+	if cert, key := c.String("tls-cert"), c.String("tls-key"); cert != "" {
+		// Loaded here so that a bad pair stops the start with a message;
+		// http.Server.ServeTLS would only fail in its goroutine.
+		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+			return nil, usageError{fmt.Errorf("--tls-cert %s, --tls-key %s: %w: expected a PEM certificate and its private key", cert, key, err)}
+		}
 	}
 	key := ""
 	switch env, file := c.String("engine-api-key-env"), c.String("engine-api-key-file"); {
