@@ -11,6 +11,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,9 +114,11 @@ func (s *stopper) Record(*event.Record) {
 	}
 }
 
-// RunName names a run: the arm with ':' and '/' as '-', '@', the rate.
+// RunName names a run: the arm with ':' and '/' as '-', '@', the rate as
+// the sweep runs it (CanonRate's significant digits, no exponent), so
+// that two rates a sweep tells apart never share a run's name.
 func RunName(arm string, rate float64) string {
-	return strings.NewReplacer(":", "-", "/", "-").Replace(arm) + "@" + fmtRate(rate)
+	return strings.NewReplacer(":", "-", "/", "-").Replace(arm) + "@" + strconv.FormatFloat(CanonRate(rate), 'f', -1, 64)
 }
 
 // Run is one (arm, rate) cell's result.

@@ -3,6 +3,8 @@ package sweep
 import (
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 )
 
@@ -84,8 +86,15 @@ func WriteTable(w io.Writer, r *Result) error {
 	return err
 }
 
+// fmtRate prints a rate with two decimals, or three significant digits
+// below 1 req/s (0.165, 0.0125), so that a slow trace's grid columns stay
+// apart; trailing zeros go.
 func fmtRate(r float64) string {
-	s := fmt.Sprintf("%.2f", r)
+	dec := 2
+	if r > 0 && r < 1 {
+		dec = 2 - int(math.Floor(math.Log10(r)))
+	}
+	s := strconv.FormatFloat(r, 'f', dec, 64)
 	s = strings.TrimRight(s, "0")
 	if strings.HasSuffix(s, ".") {
 		s += "0"

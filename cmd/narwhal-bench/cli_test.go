@@ -250,3 +250,18 @@ slo: {ttft: 2s, tpot: 100ms}
 		}
 	}
 }
+
+// TestCloseRatesJournal: rates closer than two decimals journal as runs
+// of their own (their names used to collide, and the sweep stopped).
+func TestCloseRatesJournal(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	code, out, errs := runCLI(t, "sim", "--trace", "demo", "--arms", "static:4P4D", "--rates", "1.001,1.002", "--journal", dir, "--no-parquet")
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
+	for _, name := range []string{"static-4P4D@1.001", "static-4P4D@1.002"} {
+		if !journal.LooksLikeRun(filepath.Join(dir, name)) {
+			t.Errorf("no run %s in %s", name, dir)
+		}
+	}
+}
