@@ -156,10 +156,34 @@ func Parse(data []byte, source string) (spec *Spec, err error) {
 	if bytes.TrimSpace(data) == nil {
 		return nil, fmt.Errorf("fleet %s: empty file: expected a fleet spec", source)
 	}
+	s.fillDefaults()
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("fleet %s: %w", source, err)
 	}
 	return &s, nil
+}
+
+// fillDefaults gives the fields a file leaves out of a batch or
+// prefix_cache block their documented defaults (docs/fleet.md), as when
+// the block is absent: `batch: {max_seqs: 4}` keeps the default chunk and
+// budget.
+func (s *Spec) fillDefaults() {
+	if b := s.Batch; b != nil {
+		if b.ChunkTokens == 0 {
+			b.ChunkTokens = engine.DefaultBatch.ChunkTokens
+		}
+		if b.BudgetTokens == 0 {
+			b.BudgetTokens = engine.DefaultBatch.BudgetTokens
+		}
+	}
+	if pc := s.PrefixCache; pc != nil {
+		if pc.BlockTokens == 0 {
+			pc.BlockTokens = engine.DefaultPrefixCache.BlockTokens
+		}
+		if pc.CapacityTokens == 0 {
+			pc.CapacityTokens = engine.DefaultPrefixCache.CapacityTokens
+		}
+	}
 }
 
 // Validate reports every violation, each naming its field and value.

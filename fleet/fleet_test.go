@@ -73,6 +73,27 @@ slo: {ttft: 1s, tpot: 50ms}
 	}
 }
 
+// A batch or prefix_cache block that sets some fields leaves the others
+// at their documented defaults (docs/fleet.md), as an absent block does.
+func TestPartialBlocksKeepDefaults(t *testing.T) {
+	src := `name: one
+instances: {count: 2, profile: {a: 0, b: 1.0e-4, c: 0.001, slope: 1.0e-6, intercept: 0.01}}
+slo: {ttft: 1s, tpot: 50ms}
+batch: {max_seqs: 4}
+prefix_cache: {capacity_tokens: 1000}
+`
+	s, err := Parse([]byte(src), "one.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := *s.Batch; b.ChunkTokens != 2048 || b.BudgetTokens != 16384 || b.MaxSeqs != 4 || b.KVCapacityTokens != 0 {
+		t.Errorf("batch %+v: expected chunk 2048, budget 16384, max_seqs 4, no KV bound", b)
+	}
+	if pc := *s.PrefixCache; pc.BlockTokens != 16 || pc.CapacityTokens != 1000 {
+		t.Errorf("prefix_cache %+v: expected block 16, capacity 1000", pc)
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	for _, name := range Builtin() {
 		data, _ := builtin.ReadFile(name + ".yaml")
