@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/narwhal-bench/narwhal-bench/internal/strictyaml"
 	"math"
 	"os"
 	"path"
@@ -12,8 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/goccy/go-yaml"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/engine"
@@ -39,7 +38,7 @@ type Spec struct {
 	Batch *Batch `yaml:"batch"`
 	// DrainLimit is how long a simulation drains after its last arrival
 	// (default 600s).
-	DrainLimit string `yaml:"drain_limit"`
+	DrainLimit string `yaml:"drain_limit,text"`
 	// PrefixCache sizes each engine's prefix cache when a run turns it on
 	// (defaults: 16-token blocks, 200,000 tokens).
 	PrefixCache *PrefixCache `yaml:"prefix_cache"`
@@ -59,7 +58,7 @@ type Admission struct {
 	// Margin is the budget's hysteresis: TTFT SLO × (1 + margin).
 	Margin float64 `yaml:"margin"`
 	// Deadline is the longest wait in the queue (default: the TTFT SLO).
-	Deadline string `yaml:"deadline"`
+	Deadline string `yaml:"deadline,text"`
 	// Depth bounds the queue (0 = no bound).
 	Depth int `yaml:"depth"`
 }
@@ -87,14 +86,14 @@ type Instance struct {
 
 // SLO is the objective pair as durations ("2.1s", "45ms").
 type SLO struct {
-	TTFT string `yaml:"ttft"`
-	TPOT string `yaml:"tpot"`
+	TTFT string `yaml:"ttft,text"`
+	TPOT string `yaml:"tpot,text"`
 }
 
 // KV is the YAML form of timing.KV.
 type KV struct {
 	// Latency is a duration ("50ms").
-	Latency       string  `yaml:"latency"`
+	Latency       string  `yaml:"latency,text"`
 	BytesPerToken float64 `yaml:"bytes_per_token"`
 	// Bandwidth is bytes per second.
 	Bandwidth float64 `yaml:"bandwidth"`
@@ -150,8 +149,8 @@ func Parse(data []byte, source string) (spec *Spec, err error) {
 		}
 	}()
 	var s Spec
-	if err := yaml.UnmarshalWithOptions(data, &s, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
-		return nil, fmt.Errorf("fleet %s: %s", source, yaml.FormatError(err, false, true))
+	if errs := strictyaml.Decode(data, &s); len(errs) > 0 {
+		return nil, fmt.Errorf("fleet %s: %w", source, errors.Join(errs...))
 	}
 	if bytes.TrimSpace(data) == nil {
 		return nil, fmt.Errorf("fleet %s: empty file: expected a fleet spec", source)

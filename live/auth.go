@@ -4,15 +4,15 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
+	"github.com/narwhal-bench/narwhal-bench/internal/strictyaml"
 	"math"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/goccy/go-yaml"
 
 	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
@@ -59,8 +59,8 @@ func LoadTenants(path string) (*TenantsFile, [][]byte, error) {
 		return nil, nil, err
 	}
 	var tf TenantsFile
-	if err := yaml.UnmarshalWithOptions(b, &tf, yaml.Strict()); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	if errs := strictyaml.Decode(b, &tf); len(errs) > 0 {
+		return nil, nil, fmt.Errorf("%s: %w", path, errors.Join(errs...))
 	}
 	if len(tf.Tenants) == 0 {
 		return nil, nil, fmt.Errorf("%s: no tenants", path)
@@ -73,8 +73,16 @@ func LoadTenants(path string) (*TenantsFile, [][]byte, error) {
 			return nil, nil, fmt.Errorf("%s: expected a unique name other than anonymous", where)
 		}
 		seen[t.Name] = true
-		if t.Weight <= 0 || t.MaxConcurrent < 0 || t.Rate < 0 || t.Burst < 0 || math.IsInf(t.Weight, 0) {
-			return nil, nil, fmt.Errorf("%s: expected weight > 0, max_concurrent, rate and burst >= 0", where)
+		finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+		switch {
+		case !(t.Weight > 0) || !finite(t.Weight):
+			return nil, nil, fmt.Errorf("%s: weight: %v: expected a number > 0", where, t.Weight)
+		case t.MaxConcurrent < 0:
+			return nil, nil, fmt.Errorf("%s: max_concurrent: %d: expected >= 0 (0 = no cap of its own)", where, t.MaxConcurrent)
+		case !(t.Rate >= 0) || !finite(t.Rate):
+			return nil, nil, fmt.Errorf("%s: rate: %v: expected a number >= 0 (0 = no rate limit)", where, t.Rate)
+		case !(t.Burst >= 0) || !finite(t.Burst):
+			return nil, nil, fmt.Errorf("%s: burst: %v: expected a number >= 0", where, t.Burst)
 		}
 		switch {
 		case t.KeyEnv != "" && t.KeyFile == "":
@@ -95,7 +103,7 @@ func LoadTenants(path string) (*TenantsFile, [][]byte, error) {
 			return nil, nil, fmt.Errorf("%s: expected exactly one of key_env and key_file", where)
 		}
 	}
-	if tf.AnonymousWeight < 0 {
+	if !(tf.AnonymousWeight >= 0) || math.IsInf(tf.AnonymousWeight, 0) {
 		return nil, nil, fmt.Errorf("%s: anonymous_weight %v: expected >= 0", path, tf.AnonymousWeight)
 	}
 	return &tf, keys, nil

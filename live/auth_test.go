@@ -54,17 +54,21 @@ func TestTenantShares(t *testing.T) {
 // A tenants file that names a key it cannot read is refused, and the
 // error names the variable, never a key.
 func TestTenantsRefused(t *testing.T) {
-	for _, body := range []string{
-		"tenants:\n- {name: ops, key_env: NWB_UNSET_VAR_FOR_TEST, weight: 1}\n",
-		"tenants:\n- {name: ops, key_file: /nonexistent/key, weight: 1}\n",
-		"tenants:\n- {name: ops, weight: 1}\n",
-		"tenants:\n- {name: anonymous, key_env: HOME, weight: 1}\n",
-		"tenants:\n- {name: ops, key_env: HOME, weight: 0}\n",
-		"tenants: []\n",
-		"tenants:\n- {name: ops, key_env: HOME, weight: 1, colour: red}\n",
+	for body, want := range map[string]string{
+		"tenants:\n- {name: ops, key_env: NWB_UNSET_VAR_FOR_TEST, weight: 1}\n":    "key_env NWB_UNSET_VAR_FOR_TEST is not set",
+		"tenants:\n- {name: ops, key_file: /nonexistent/key, weight: 1}\n":         "key_file",
+		"tenants:\n- {name: ops, weight: 1}\n":                                     "exactly one of key_env and key_file",
+		"tenants:\n- {name: anonymous, key_env: HOME, weight: 1}\n":                "unique name",
+		"tenants:\n- {name: ops, key_env: HOME, weight: 0}\n":                      "weight: 0: expected a number > 0",
+		"tenants:\n- {name: ops, key_env: HOME, weight: .nan}\n":                   "weight: NaN: expected a number > 0",
+		"tenants:\n- {name: ops, key_env: HOME, weight: 1, rate: .nan}\n":          "rate: NaN: expected a number >= 0",
+		"tenants:\n- {name: ops, key_env: HOME, weight: 1, max_concurrent: 1.9}\n": "tenants[0].max_concurrent: 1.9: expected an integer",
+		"tenants:\n- {name: ops, key_env: HOME, weight: \"2\"}\n":                  "tenants[0].weight: \"2\": expected a number",
+		"tenants: []\n": "no tenants",
+		"tenants:\n- {name: ops, key_env: HOME, weight: 1, colour: red}\n": "tenants[0].colour: unknown field: expected one of name",
 	} {
-		if _, _, err := LoadTenants(writeTenants(t, body)); err == nil {
-			t.Errorf("accepted:\n%s", body)
+		if _, _, err := LoadTenants(writeTenants(t, body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v, want %q:\n%s", err, want, body)
 		}
 	}
 	kf := filepath.Join(t.TempDir(), "k")

@@ -3,12 +3,11 @@ package sweep
 import (
 	"errors"
 	"fmt"
+	"github.com/narwhal-bench/narwhal-bench/internal/strictyaml"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-
-	"github.com/goccy/go-yaml"
 )
 
 // Experiment is an experiment file: one trace and fleet, the arms, rates,
@@ -28,14 +27,14 @@ type Experiment struct {
 	Fleet string `yaml:"fleet"`
 	// SLO overrides the trace's and fleet's objectives (durations).
 	SLO struct {
-		TTFT string `yaml:"ttft"`
-		TPOT string `yaml:"tpot"`
+		TTFT string `yaml:"ttft,text"`
+		TPOT string `yaml:"tpot,text"`
 	} `yaml:"slo"`
 	// Arms to run (see core.NewController), at least one.
 	Arms []string `yaml:"arms"`
 	// Rates, each as --rates takes it ("2.4", "1x", "0.5x..2x/0.25x");
 	// default the trace's own rate.
-	Rates []string `yaml:"rates"`
+	Rates []string `yaml:"rates,text"`
 	// Seeds for the trace's draws (default the trace's seed).
 	Seeds []uint64 `yaml:"seeds"`
 	// PrefixCache lists the prefix-cache settings to run (default [false]).
@@ -93,8 +92,8 @@ func ParseExperiment(data []byte, source string) (exp *Experiment, err error) {
 		}
 	}()
 	var e Experiment
-	if err := yaml.UnmarshalWithOptions(data, &e, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
-		return nil, fmt.Errorf("experiment %s: %s", source, yaml.FormatError(err, false, true))
+	if errs := strictyaml.Decode(data, &e); len(errs) > 0 {
+		return nil, fmt.Errorf("experiment %s: %w", source, errors.Join(errs...))
 	}
 	var errs []error
 	if !nameRE.MatchString(e.Name) {

@@ -32,7 +32,10 @@ func TestExperimentFiles(t *testing.T) {
 
 func TestBadExperiments(t *testing.T) {
 	cases := []struct{ src, want string }{
-		{"name: x\ntrace: demo\narms: [adaptive]\ncolour: red\n", `unknown field "colour"`},
+		{"name: x\ntrace: demo\narms: [adaptive]\ncolour: red\n", `colour: unknown field: expected one of name, description, trace`},
+		{"name: x\ntrace: demo\narms: [adaptive]\nseeds: [1.5]\n", `seeds[0]: 1.5: expected an integer`},
+		{"name: x\ntrace: demo\narms: [adaptive]\nseeds: [-1]\n", `seeds[0]: -1: expected an integer between 0 and`},
+		{"name: x\ntrace: demo\narms: [adaptive]\nprefix_cache: [yes]\n", `prefix_cache[0]: "yes": expected true or false`},
 		{"name: 'a b'\ntrace: demo\narms: [adaptive]\n", `name: "a b": expected`},
 		{"name: x\narms: [adaptive]\n", "trace: missing"},
 		{"name: x\ntrace: demo\n", "arms: none"},
@@ -41,6 +44,11 @@ func TestBadExperiments(t *testing.T) {
 		{"name: x\ntrace: demo\narms: [adaptive]\nslo: {ttft: 2}\n", "slo.ttft"},
 		{"name: x\ntrace: demo\narms: [adaptive]\nprefix_cache: [true, true]\n", "prefix_cache"},
 		{"name: x\ntrace: demo\narms: [adaptive]\ntrace_format: csv\n", `trace_format: "csv"`},
+	}
+	// Rates and SLOs may be written as numbers: they are kept as text,
+	// for the rate parser's and the duration check's own messages.
+	if e, err := ParseExperiment([]byte("name: x\ntrace: demo\narms: [adaptive]\nrates: [2.4, 1.5x]\n"), "x.yaml"); err != nil || strings.Join(e.Rates, ",") != "2.4,1.5x" {
+		t.Errorf("numeric rates: %+v, %v", e, err)
 	}
 	for _, c := range cases {
 		_, err := ParseExperiment([]byte(c.src), "x.yaml")

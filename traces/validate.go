@@ -24,7 +24,7 @@ type validator struct {
 }
 
 func (v *validator) fail(path, format string, args ...any) {
-	v.errs = append(v.errs, &fieldError{path: path, msg: fmt.Sprintf(format, args...)})
+	v.errs = append(v.errs, &fieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 const nameRule = "expected letters, digits, '_', '-' or '.', starting with a letter or digit, at most 64 characters"
