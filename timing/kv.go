@@ -38,6 +38,12 @@ func (k KV) Validate() error {
 	if k.BytesPerToken > 0 && k.Bandwidth == 0 {
 		errs = append(errs, fmt.Errorf("bandwidth: 0 with bytes_per_token %v: expected a bandwidth > 0 to price the bytes", k.BytesPerToken))
 	}
+	if k.Latency > MaxSpan {
+		errs = append(errs, fmt.Errorf("latency: %v s: expected at most %g s (1000 h)", k.Latency, MaxSpan))
+	}
+	if w := k.Wire(MaxProfileTokens); w > MaxSpan {
+		errs = append(errs, fmt.Errorf("bytes_per_token, bandwidth: moving %d tokens takes %.4g s: expected at most %g s (1000 h); a transfer this slow overflows the simulated clock", MaxProfileTokens, w, MaxSpan))
+	}
 	return errors.Join(errs...)
 }
 

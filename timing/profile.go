@@ -49,8 +49,24 @@ func (p Profile) Validate() error {
 	if p.Prefill(1) <= 0 && p.Prefill(100000) <= 0 {
 		errs = append(errs, errors.New("a, b, c: prefill time is 0 for every prompt: expected positive prefill times"))
 	}
+	if t := p.Prefill(MaxProfileTokens); t > MaxSpan {
+		errs = append(errs, fmt.Errorf("a, b, c: T(%d tokens) = %.4g s: expected at most %g s (1000 h); a prefill this slow overflows the simulated clock", MaxProfileTokens, t, MaxSpan))
+	}
+	if t := p.Interval(MaxProfileContext); t > MaxSpan {
+		errs = append(errs, fmt.Errorf("slope, intercept: I(%d tokens) = %.4g s: expected at most %g s (1000 h); a decode iteration this slow overflows the simulated clock", MaxProfileContext, t, MaxSpan))
+	}
 	return errors.Join(errs...)
 }
+
+// Bounds of Validate: the longest prompt a trace may hold (traces'
+// MaxTokens), a batch's largest resident context, and the longest span
+// one prefill or decode iteration may take (a trace's longest duration,
+// 1000 h).
+const (
+	MaxProfileTokens  = 10_000_000
+	MaxProfileContext = 1_000_000_000
+	MaxSpan           = 1000 * 3600.0
+)
 
 // Prefill returns T(n), the seconds to prefill an n-token prompt.
 func (p Profile) Prefill(n int) float64 {
