@@ -222,7 +222,13 @@ func New(cfg Config) (*Router, error) {
 		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
 			return nil, fmt.Errorf("live: instance %d (%s): url %q: expected http://HOST:PORT", i, names[i], u)
 		}
-		r.engines = append(r.engines, &engine{idx: event.Instance(i), name: names[i], base: strings.TrimRight(u, "/")})
+		base := strings.TrimRight(u, "/")
+		for _, e := range r.engines {
+			if e.base == base {
+				return nil, fmt.Errorf("live: instance %d (%s): url %q is also %s's: expected one engine per url", i, names[i], u, e.name)
+			}
+		}
+		r.engines = append(r.engines, &engine{idx: event.Instance(i), name: names[i], base: base})
 	}
 	r.met = newMetrics(cfg.Controller.Name(), cfg.Fleet.CoreSLO(), names)
 	mr := &meteredRecorder{next: cfg.Recorder, m: r.met}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/live/api"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
 )
@@ -749,5 +750,23 @@ func TestStreamUsageCorrectsTheCount(t *testing.T) {
 	rows := checkJournal(t, r.jr.records())
 	if asked.Load() != 2 || len(rows) != 2 || rows[0].OutputTokens != 3 || rows[1].OutputTokens != 3 {
 		t.Fatalf("usage asked %d times, rows %+v: expected usage asked on both decode legs and 3 tokens each", asked.Load(), rows)
+	}
+}
+
+// Two instances naming one engine url are refused: the router would
+// count one engine twice (its load, its roles, its breaker).
+func TestNewRefusesDuplicateURLs(t *testing.T) {
+	spec, err := fleet.Load("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, _ := core.NewController("static:4P4D", spec.Size())
+	urls := make([]string, spec.Size())
+	for i := range urls {
+		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 18100+i)
+	}
+	urls[5] = urls[2] + "/"
+	if _, err := New(Config{Fleet: spec, URLs: urls, Controller: ctrl}); err == nil || !strings.Contains(err.Error(), "is also e2's: expected one engine per url") {
+		t.Fatalf("duplicate url: %v", err)
 	}
 }

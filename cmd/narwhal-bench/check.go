@@ -78,6 +78,15 @@ func engineURLs(spec *fleet.Spec, base int) []string {
 	return spec.URLs()
 }
 
+// basePortErr checks --base-port P for n engines (0: the fleet file's
+// urls): they listen on P to P+n-1.
+func basePortErr(base, n int) error {
+	if base < 0 || base > 0 && base+n-1 > 65535 {
+		return fmt.Errorf("--base-port %d: %d engines on ports %d to %d: expected ports from 1 to 65535", base, n, base, base+n-1)
+	}
+	return nil
+}
+
 // checkFleet loads and validates a fleet file and what the router needs
 // of it: every error, one per line.
 func checkFleet(path string, base int) (*fleet.Spec, []string) {
@@ -92,6 +101,9 @@ func checkFleet(path string, base int) (*fleet.Spec, []string) {
 		return nil, lines
 	}
 	var errs []string
+	if err := basePortErr(base, spec.Size()); err != nil {
+		return spec, []string{err.Error()}
+	}
 	seen := map[string]string{}
 	names := spec.Names()
 	for i, u := range engineURLs(spec, base) {

@@ -31,6 +31,9 @@ func TestExitCodes(t *testing.T) {
 	}{
 		{[]string{"sim", "traces/chatdoc.yaml"}, 2, `unexpected argument "traces/chatdoc.yaml"`},
 		{[]string{"export"}, 2, "expected one journal directory"},
+		{[]string{"check", "--fleet", "demo", "--base-port", "70000"}, 2, "has 1 error"},
+		{[]string{"serve", "--fleet", "demo", "--base-port", "-5"}, 2, "--base-port -5: 8 engines on ports -5 to 2: expected ports from 1 to 65535"},
+		{[]string{"stub", "--fleet", "demo", "--base-port", "65530"}, 2, "expected ports from 1 to 65535"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"sim", "--seed", "-1"}, 2, "seed"},
 		{[]string{"sim", "--rates", "1e6"}, 2, "--rates: 1e+06 req/s"},

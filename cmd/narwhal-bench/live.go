@@ -148,6 +148,9 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 			return nil, fmt.Errorf("--fleet: %w", err)
 		}
 		lc.slo = lc.spec.CoreSLO()
+		if err := basePortErr(lc.basePort, lc.spec.Size()); err != nil {
+			return nil, err
+		}
 		lc.arm = c.String("arm")
 		if lc.arm == "" {
 			lc.arm = "adaptive"

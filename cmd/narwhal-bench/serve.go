@@ -87,6 +87,9 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				*d.dst = v
 			}
 			base := int(c.Int("base-port"))
+			if err := basePortErr(base, spec.Size()); err != nil {
+				return usageError{err}
+			}
 			if c.Bool("stub") {
 				if base == 0 {
 					base = stub.DefaultBasePort

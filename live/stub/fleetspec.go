@@ -17,6 +17,9 @@ import (
 // fleet's KV model in opts.KV.
 func FromFleet(spec *fleet.Spec, basePort int, opts *Options) ([]Instance, error) {
 	profiles := spec.Profiles()
+	if basePort < 0 || basePort > 0 && basePort+len(profiles)-1 > 65535 {
+		return nil, fmt.Errorf("base port %d: %d engines on ports %d to %d: expected ports from 1 to 65535", basePort, len(profiles), basePort, basePort+len(profiles)-1)
+	}
 	var b fleet.Batch
 	if spec.Batch != nil {
 		b = *spec.Batch
@@ -48,6 +51,13 @@ func FromFleet(spec *fleet.Spec, basePort int, opts *Options) ([]Instance, error
 			in.Addr = u.Host
 		}
 		out[i] = in
+	}
+	seen := map[string]int{}
+	for i, in := range out {
+		if j, dup := seen[in.Addr]; dup {
+			return nil, fmt.Errorf("instances.list[%d] (%s): address %s is also engine %s's: expected one engine per address", i, in.ID, in.Addr, out[j].ID)
+		}
+		seen[in.Addr] = i
 	}
 	if opts != nil {
 		opts.KV = spec.KVModel()

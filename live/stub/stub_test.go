@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"io"
 	"net/http"
 	"strings"
@@ -349,4 +350,30 @@ func TestClientDisconnectCancels(t *testing.T) {
 		resp.Body.Close()
 		return bytes.Contains(b, []byte(`vllm:request_success_total{engine="0",finished_reason="abort",model_name="stub"} 1`+"\n"))
 	})
+}
+
+// FromFleet refuses ports past 65535 and two engines on one address,
+// before any engine starts.
+func TestFromFleetRefuses(t *testing.T) {
+	spec, err := fleet.Parse([]byte(`name: two
+instances:
+  list:
+    - {name: a, url: "http://127.0.0.1:18532", profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}}
+    - {name: b, url: "http://127.0.0.1:18532", profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}}
+slo: {ttft: 2s, tpot: 100ms}
+`), "two.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromFleet(spec, 0, nil); err == nil || !strings.Contains(err.Error(), "address 127.0.0.1:18532 is also engine a's") {
+		t.Errorf("duplicate address: %v", err)
+	}
+	if _, err := FromFleet(spec, 18000, nil); err != nil {
+		t.Errorf("--base-port overrides the urls: %v", err)
+	}
+	for _, base := range []int{65535, -5} {
+		if _, err := FromFleet(spec, base, nil); err == nil || !strings.Contains(err.Error(), "expected ports from 1 to 65535") {
+			t.Errorf("base port %d: %v", base, err)
+		}
+	}
 }
