@@ -34,6 +34,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"check", "--fleet", "demo", "--base-port", "70000"}, 2, "has 1 error"},
 		{[]string{"serve", "--fleet", "demo", "--base-port", "-5"}, 2, "--base-port -5: 8 engines on ports -5 to 2: expected ports from 1 to 65535"},
 		{[]string{"stub", "--fleet", "demo", "--base-port", "65530"}, 2, "expected ports from 1 to 65535"},
+		{[]string{"stub", "--fleet", "demo", "--time-scale", "NaN"}, 2, "time scale NaN: expected a finite number >= 0"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"sim", "--seed", "-1"}, 2, "seed"},
 		{[]string{"sim", "--rates", "1e6"}, 2, "--rates: 1e+06 req/s"},

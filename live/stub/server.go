@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -65,8 +66,8 @@ func (o *Options) defaults() error {
 		one := 1.0
 		o.TimeScale = &one
 	}
-	if *o.TimeScale < 0 {
-		return fmt.Errorf("time scale %v: expected >= 0", *o.TimeScale)
+	if !(*o.TimeScale >= 0) || math.IsInf(*o.TimeScale, 0) {
+		return fmt.Errorf("time scale %v: expected a finite number >= 0", *o.TimeScale)
 	}
 	if o.Lease == 0 {
 		o.Lease = 30 * time.Second
