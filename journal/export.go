@@ -2,6 +2,7 @@ package journal
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -156,6 +157,18 @@ type ExportOptions struct {
 	// "none", and runs.parquet's partial column says why. Without it such
 	// a run fails the export.
 	Partial bool
+	// Context, when set, interrupts the export when done: it stops
+	// between runs and within a run's replay, leaves any previous export
+	// in place, and returns an error wrapping context.Cause.
+	Context context.Context
+}
+
+// interrupted is the context's cause once ctx is done, else nil.
+func interrupted(ctx context.Context) error {
+	if ctx != nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
 }
 
 // rowGroupRows caps a row group; a run's rows start a new row group, so
@@ -339,6 +352,10 @@ func ExportWith(root, outDir string, o ExportOptions) (ExportStats, error) {
 		return ExportStats{}, fmt.Errorf("export: %w", &OutputError{Err: err})
 	}
 	for _, dir := range runs {
+		if err := interrupted(o.Context); err != nil {
+			e.abandon()
+			return ExportStats{}, fmt.Errorf("export: %w", err)
+		}
 		if err := e.run(dir); err != nil {
 			e.abandon()
 			return ExportStats{}, fmt.Errorf("export: %w", err)
@@ -475,7 +492,11 @@ func (e *exporter) run(dir string) (err error) {
 	}
 	var records int64
 	err = r.Replay(func(rec *event.Record) error {
-		records++
+		if records++; records&0xffff == 0 {
+			if err := interrupted(e.opts.Context); err != nil {
+				return err
+			}
+		}
 		e.fold.Record(rec)
 		switch rec.Kind {
 		case event.KindFinish, event.KindRefuse, event.KindExpire, event.KindFail:

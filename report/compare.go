@@ -28,6 +28,10 @@ type RunPair struct {
 	Arm     string          `json:"arm"`
 	Rate    float64         `json:"rate"`
 	Metrics []MetricCompare `json:"metrics"`
+	// PartialA and PartialB say why a side's run is not whole (--partial;
+	// "" when it is).
+	PartialA string `json:"partial_a,omitempty"`
+	PartialB string `json:"partial_b,omitempty"`
 }
 
 // MetricCompare is one metric on both sides and the error of B against A:
@@ -84,7 +88,7 @@ func Compare(a, b *Report, nameA, nameB string) *Comparison {
 
 func comparePair(a *Report, i int, b *Report, j int) RunPair {
 	x, y := &a.Runs[i], &b.Runs[j]
-	p := RunPair{Run: x.Run, RunB: y.Run, Arm: x.Arm, Rate: x.Rate}
+	p := RunPair{Run: x.Run, RunB: y.Run, Arm: x.Arm, Rate: x.Rate, PartialA: x.Partial, PartialB: y.Partial}
 	add := func(metric, unit string, va, vb float64, rel bool) {
 		m := MetricCompare{Metric: metric, Unit: unit, A: va, B: vb, Diff: vb - va}
 		if rel && va != 0 {
@@ -161,6 +165,11 @@ func (c *Comparison) Write(w io.Writer, f Format) error {
 			name += " / " + p.RunB
 		}
 		fmt.Fprintf(&b, "\n%s (arm %s, %s req/s)\n", name, p.Arm, trimRate(p.Rate))
+		for _, side := range []struct{ name, why string }{{"A", p.PartialA}, {"B", p.PartialB}} {
+			if side.why != "" {
+				fmt.Fprintf(&b, "PARTIAL: %s's run is not whole (%s): requests that had not ended count as not completed\n", side.name, side.why)
+			}
+		}
 		fmt.Fprintf(&b, "%-14s %-9s %12s %12s %12s %9s\n", "metric", "unit", "A", "B", "B - A", "error")
 		b.WriteString(strings.Repeat("-", 73) + "\n")
 		for _, m := range p.Metrics {

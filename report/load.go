@@ -1,6 +1,7 @@
 package report
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -121,6 +122,14 @@ func LoadAll(dirs []string, opts Options) (*Report, error) {
 	return b.finish(), nil
 }
 
+// interrupted is the cause once opts.Context is done, else nil.
+func (b *builder) interrupted() error {
+	if ctx := b.opts.Context; ctx != nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
 // addDir adds every run of one directory.
 func (b *builder) addDir(dir string) error {
 	opts := b.opts
@@ -131,6 +140,9 @@ func (b *builder) addDir(dir string) error {
 	switch kind {
 	case InputParquet:
 		err = journal.ReadExportWith(dir, journal.ReadExportOptions{Partial: opts.Partial}, func(run *journal.ExportedRun) error {
+			if err := b.interrupted(); err != nil {
+				return err
+			}
 			moves := make([]event.Record, len(run.Moves))
 			for i, m := range run.Moves {
 				moves[i] = event.Record{At: m.At, Kind: event.KindRoleMove, Cause: m.Cause, From: m.From, To: m.To,
@@ -144,6 +156,9 @@ func (b *builder) addDir(dir string) error {
 	default:
 		var fold event.Fold
 		for _, rd := range runs {
+			if err := b.interrupted(); err != nil {
+				return err
+			}
 			if err := b.addJournal(rd, &fold); err != nil {
 				return err
 			}
@@ -163,7 +178,13 @@ func (b *builder) addJournal(dir string, fold *event.Fold) error {
 	name := journal.RunName(dir)
 	fold.Reset()
 	var moves []event.Record
+	var n int64
 	err = r.Replay(func(rec *event.Record) error {
+		if n++; n&0xffff == 0 {
+			if err := b.interrupted(); err != nil {
+				return err
+			}
+		}
 		fold.Record(rec)
 		if rec.Kind == event.KindRoleMove {
 			m := *rec

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
@@ -217,6 +218,9 @@ type Options struct {
 	// requests that had not ended count as not completed, and every table
 	// and plot is labelled partial. Without it such a run is an error.
 	Partial bool
+	// Context, when set, interrupts loading when done (between runs and
+	// within a run's replay), with an error wrapping context.Cause.
+	Context context.Context
 }
 
 // runPlot is what the plots need of one run, gathered while its rows are

@@ -44,9 +44,32 @@ type RateError struct {
 func (e *RateError) Error() string {
 	rs := make([]string, len(e.Rates))
 	for i, v := range e.Rates {
-		rs[i] = fmtRate(v)
+		rs[i] = strconv.FormatFloat(v, 'g', -1, 64)
 	}
-	return fmt.Sprintf("plot rate %s req/s: no run at that rate (rates here: %s)", fmtRate(e.Rate), strings.Join(rs, ", "))
+	return fmt.Sprintf("plot rate %s req/s: no run at that rate (rates here: %s)", strconv.FormatFloat(e.Rate, 'g', -1, 64), strings.Join(rs, ", "))
+}
+
+// PlotRate finds the swept rate a user means: the rate itself, or the one
+// swept rate that prints as it does in the report (four significant
+// digits, as the tables print rates) or lies within 0.5% of it; a
+// *RateError when none or several do.
+func (r *Report) PlotRate(rate float64) (float64, error) {
+	rates := r.rates()
+	for _, v := range rates {
+		if v == rate || math.Abs(v-rate) <= 1e-9*math.Max(1, math.Abs(v)) {
+			return v, nil
+		}
+	}
+	var near []float64
+	for _, v := range rates {
+		if fmtRate(v) == fmtRate(rate) || math.Abs(v-rate) <= 0.005*v {
+			near = append(near, v)
+		}
+	}
+	if len(near) == 1 {
+		return near[0], nil
+	}
+	return 0, &RateError{Rate: rate, Rates: rates}
 }
 
 // DefaultPlotRate is the rate the per-arm plots show when none is asked
@@ -82,14 +105,9 @@ func (r *Report) Plot(dir string, rate float64) ([]string, error) {
 	if len(r.Runs) == 0 {
 		return nil, fmt.Errorf("plots: no runs")
 	}
-	found := false
-	for _, v := range r.rates() {
-		if v == rate || math.Abs(v-rate) <= 1e-9*math.Max(1, math.Abs(v)) {
-			rate, found = v, true
-		}
-	}
-	if !found {
-		return nil, &RateError{Rate: rate, Rates: r.rates()}
+	rate, err := r.PlotRate(rate)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("plots: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -267,5 +268,24 @@ func TestCloseRatesJournal(t *testing.T) {
 		if !journal.LooksLikeRun(filepath.Join(dir, name)) {
 			t.Errorf("no run %s in %s", name, dir)
 		}
+	}
+}
+
+// TestExportInterrupted: a signal stops the export (exit 130) and it
+// writes no manifest, so no reader takes a half export for a whole one.
+func TestExportInterrupted(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	if code, _, errs := runCLI(t, "sim", "--trace", "demo", "--arms", "static:4P4D", "--rates", "1.6", "--journal", dir, "--no-parquet"); code != 0 {
+		t.Fatalf("sim: exit %d: %s", code, errs)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(fmt.Errorf("%w by SIGINT", cliexit.ErrInterrupted))
+	var out, errb bytes.Buffer
+	out2 := filepath.Join(t.TempDir(), "pq")
+	if code := run(ctx, []string{"narwhal-bench", "export", "--out", out2, dir}, &out, &errb); code != 130 {
+		t.Fatalf("exit %d, stderr %q: want 130", code, errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(out2, journal.ManifestFile)); err == nil {
+		t.Error("an interrupted export wrote its manifest")
 	}
 }

@@ -82,7 +82,7 @@ func exportCommand() *cli.Command {
 			if out == "" {
 				out = filepath.Join(dir, "parquet")
 			}
-			st, err := journal.ExportWith(dir, out, journal.ExportOptions{Partial: c.Bool("partial")})
+			st, err := journal.ExportWith(dir, out, journal.ExportOptions{Partial: c.Bool("partial"), Context: ctx})
 			var oe *journal.OutputError
 			if errors.As(err, &oe) {
 				return err // the output failed, not the input: exit 1

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
+	"github.com/narwhal-bench/narwhal-bench/journal"
 
 	"github.com/urfave/cli/v3"
 
@@ -17,13 +21,27 @@ func compareAction(c *cli.Command, format report.Format, opts report.Options) er
 		return usageError(fmt.Errorf("--compare: expected two directories A B, got %d arguments", c.Args().Len()))
 	}
 	a, b := c.Args().Get(0), c.Args().Get(1)
-	ra, err := report.Load(a, opts)
-	if err != nil {
-		return usageError(fmt.Errorf("A: %w", err))
+	load := func(side, dir string) (*report.Report, error) {
+		r, err := report.Load(dir, opts)
+		if err != nil {
+			if cliexit.Code(err) == cliexit.Interrupted {
+				return nil, err
+			}
+			var inc *journal.IncompleteError
+			if errors.As(err, &inc) {
+				err = fmt.Errorf("%w (--partial compares what is there, labelled partial)", err)
+			}
+			return nil, usageError(fmt.Errorf("%s: %w", side, err))
+		}
+		return r, nil
 	}
-	rb, err := report.Load(b, opts)
+	ra, err := load("A", a)
 	if err != nil {
-		return usageError(fmt.Errorf("B: %w", err))
+		return err
+	}
+	rb, err := load("B", b)
+	if err != nil {
+		return err
 	}
 	cmp := report.Compare(ra, rb, a, b)
 	if len(cmp.Pairs) == 0 {
@@ -33,12 +51,22 @@ func compareAction(c *cli.Command, format report.Format, opts report.Options) er
 }
 
 // compareFlagged reads --format and the SLO overrides, then compares.
-func compareFlagged(c *cli.Command) error {
+func compareFlagged(ctx context.Context, c *cli.Command) error {
 	format, err := report.ParseFormat(c.String("format"))
 	if err != nil {
 		return usageError(fmt.Errorf("--format: %w", err))
 	}
-	var opts report.Options
+	if format != report.FormatText && format != report.FormatJSON {
+		return usageError(fmt.Errorf("--format %s: --compare writes text or json", c.String("format")))
+	}
+	for _, f := range []string{"plots", "plot-rate"} {
+		if c.IsSet(f) {
+			return usageError(fmt.Errorf("--%s: not with --compare (plot each side's runs with its own report)", f))
+		}
+	}
+	// --partial pairs runs that are not whole too (an interrupted live run
+	// and its replay); each pair's table says so.
+	opts := report.Options{Partial: c.Bool("partial"), Context: ctx}
 	if err := sloFlags(c, &opts); err != nil {
 		return err
 	}

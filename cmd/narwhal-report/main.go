@@ -8,11 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/narwhal-bench/narwhal-bench/cmd/internal/simcli"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -25,7 +24,9 @@ import (
 const version = "0.1.0-dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM stops the report between runs or within
+	// a run's replay (exit 130); a second one kills the process.
+	ctx, stop := simcli.SignalContext()
 	code := run(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 
 func action(ctx context.Context, c *cli.Command) error {
 	if c.Bool("compare") {
-		return compareFlagged(c)
+		return compareFlagged(ctx, c)
 	}
 	if c.Args().Len() == 0 {
 		return usageError(fmt.Errorf("expected a directory (a journal root, a run, or a Parquet export), or several (shards), got none"))
@@ -92,7 +93,7 @@ func action(ctx context.Context, c *cli.Command) error {
 	if c.IsSet("plot-rate") && !c.IsSet("plots") {
 		return usageError(errors.New("--plot-rate: only with --plots DIR"))
 	}
-	opts := report.Options{Partial: c.Bool("partial")}
+	opts := report.Options{Partial: c.Bool("partial"), Context: ctx}
 	if err := sloFlags(c, &opts); err != nil {
 		return err
 	}
@@ -105,22 +106,34 @@ func action(ctx context.Context, c *cli.Command) error {
 	}
 	rep, err := report.LoadAll(c.Args().Slice(), opts)
 	if err != nil {
+		if cliexit.Code(err) == cliexit.Interrupted {
+			return err
+		}
 		var inc *journal.IncompleteError
 		if errors.As(err, &inc) {
 			err = fmt.Errorf("%w (--partial scores what is there, labelled partial)", err)
 		}
 		return usageError(err)
 	}
-	if err := rep.Write(c.Root().Writer, format); err != nil {
-		return err
-	}
-	if dir := c.String("plots"); dir != "" {
+	dir := c.String("plots")
+	if dir != "" {
+		// The rate is checked before anything is printed.
 		if plotRate == 0 {
 			var ok bool
 			if plotRate, ok = rep.DefaultPlotRate(); !ok {
 				return usageError(errors.New("--plots: no runs to plot"))
 			}
+		} else if plotRate, err = rep.PlotRate(plotRate); err != nil {
+			return usageError(fmt.Errorf("--plot-rate: %w", err))
 		}
+	}
+	if err := rep.Write(c.Root().Writer, format); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	if dir != "" {
 		files, err := rep.Plot(dir, plotRate)
 		if err != nil {
 			var ue *report.RateError

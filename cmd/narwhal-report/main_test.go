@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
 	"github.com/narwhal-bench/narwhal-bench/internal/journaltest"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 )
@@ -213,5 +215,63 @@ func TestShardsMakeOneReport(t *testing.T) {
 	}
 	if one != two {
 		t.Fatalf("the shards' report differs from the whole root's:\n%s\n---\n%s", one, two)
+	}
+}
+
+// --plot-rate takes the rate as the report prints it (four significant
+// digits) for a swept rate that has more; a rate not swept is refused
+// before anything is printed.
+func TestPlotRateAsPrinted(t *testing.T) {
+	root := t.TempDir()
+	writeRun(t, filepath.Join(root, "static-2P2D@5.9375"), "static:2P2D", 5.9375)
+	writeRun(t, filepath.Join(root, "static-2P2D@3.958"), "static:2P2D", 3.958)
+	for _, r := range []string{"5.938", "5.94", "5.9375"} {
+		if code, _, errs := runCLI(t, "--plots", filepath.Join(t.TempDir(), "p"), "--plot-rate", r, root); code != 0 {
+			t.Errorf("--plot-rate %s: exit %d: %s", r, code, errs)
+		}
+	}
+	code, out, errs := runCLI(t, "--plots", filepath.Join(t.TempDir(), "p"), "--plot-rate", "9.9", root)
+	if code != 2 || out != "" || !strings.Contains(errs, "rates here: 3.958, 5.9375") {
+		t.Errorf("--plot-rate 9.9: exit %d, stdout %d bytes, stderr %q: want exit 2, nothing printed, the exact rates", code, len(out), errs)
+	}
+}
+
+// --compare writes text or json only, plots nothing, and with --partial
+// pairs runs that are not whole, saying so.
+func TestCompareOptions(t *testing.T) {
+	root := writeRoot(t)
+	cut := t.TempDir()
+	w, err := journal.Create(filepath.Join(cut, "static-2P2D@1"), event.RunMeta{Version: "test", Driver: "live", Arm: "static:2P2D", Rate: 1,
+		Trace: "t", Fleet: "f", Instances: 4, TTFTSLO: 1, TPOTSLO: 0.1}, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Record(&event.Record{Kind: event.KindArrival, Req: 1, Tokens: 10, Want: 5, Inst: event.NoInstance, Peer: event.NoInstance})
+	if err := w.ClosePartial("interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--format", "csv"}, {"--format", "markdown"}, {"--plots", t.TempDir()}} {
+		if code, _, errs := runCLI(t, append(append([]string{"--compare"}, args...), root, root)...); code != 2 {
+			t.Errorf("--compare %v: exit %d (%s): want 2", args, code, errs)
+		}
+	}
+	if code, _, errs := runCLI(t, "--compare", cut, root); code != 2 || !strings.Contains(errs, "--partial") {
+		t.Errorf("--compare of a partial run without --partial: exit %d, %s", code, errs)
+	}
+	code, out, errs := runCLI(t, "--compare", "--partial", cut, root)
+	if code != 0 || !strings.Contains(out, "PARTIAL: A's run is not whole (interrupted)") {
+		t.Errorf("--compare --partial: exit %d, %s%s", code, out, errs)
+	}
+}
+
+// A signal during the report (here: before it starts) stops it with 130,
+// nothing printed.
+func TestReportInterrupted(t *testing.T) {
+	root := writeRoot(t)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(fmt.Errorf("%w by SIGTERM", cliexit.ErrInterrupted))
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"narwhal-report", root}, &out, &errb); code != 130 || out.Len() != 0 {
+		t.Errorf("exit %d, stdout %q, stderr %q: want 130 and no report", code, out.String(), errb.String())
 	}
 }
