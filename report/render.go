@@ -311,7 +311,7 @@ func (r *Report) tables() []*table {
 	out := &table{title: "Outcomes", left: []int{0},
 		header: []string{"arm", "rate", "offered", "completed", "qualified", "at cap", "missed", "ttft/tpot/short/cancel", "not completed"},
 		notes: []string{
-			"rate: mean arrival rate, req/s. completed: finished, naturally or at the output cap. qualified: passed every SLO check (share of offered = attainment).",
+			"rate: mean arrival rate, req/s. completed: finished, naturally, at the output cap or cancelled by the client (live runs; counted under missed). qualified: passed every SLO check (share of offered = attainment).",
 			"The offered requests fall into four groups: qualified + at cap (finished at the output cap) + missed (finished, but failed TTFT, TPOT, too short or cancelled) + not completed (refused, expired or failed) = offered.",
 		}}
 	if multiSLO {

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/narwhal-bench/narwhal-bench/report"
 )
 
 var update = flag.Bool("update", false, "rewrite the JSON example in docs/sim.md from the command's output")
@@ -42,3 +44,53 @@ func TestSimDocJSON(t *testing.T) {
 		t.Errorf("%s: the JSON example differs from what `narwhal-bench %s` prints (rerun with -update and review):\n%s", path, strings.Join(args, " "), out)
 	}
 }
+
+// TestReportDocExample: docs/report.md's example prints exactly what the
+// report of its sweep prints (go test ./cmd/narwhal-bench -run
+// ReportDocExample -update rewrites it). The sweep runs here; the report
+// is narwhal-report's text, which is report.Load and Write.
+func TestReportDocExample(t *testing.T) {
+	const path = "../../docs/report.md"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := reportExampleRE.FindSubmatchIndex(doc)
+	if m == nil {
+		t.Fatalf("%s: no example (## Example, a block with the sim and narwhal-report lines, \"prints\", a block)", path)
+	}
+	cmd := strings.ReplaceAll(string(doc[m[2]:m[3]]), "\\\n", " ")
+	args := strings.Fields(cmd)
+	dir := t.TempDir()
+	for i, a := range args {
+		if a == "/tmp/rj" {
+			args[i] = dir
+		}
+	}
+	if code, _, errs := runCLI(t, args[1:]...); code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, errs)
+	}
+	rep, err := report.Load(dir, report.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := rep.Write(&b, report.FormatText); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if got := string(doc[m[4]:m[5]]); got != out {
+		if *update {
+			doc = append(append(append([]byte{}, doc[:m[4]]...), out...), doc[m[5]:]...)
+			if err := os.WriteFile(path, doc, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Errorf("%s: the example differs from what its report prints (rerun with -update and review the diff)", path)
+	}
+}
+
+// reportExampleRE finds docs/report.md's example: the sim command (up to
+// its --journal), the narwhal-report line, then the printed block.
+var reportExampleRE = regexp.MustCompile("(?s)## Example\n\n```\n(narwhal-bench sim .*?--journal /tmp/rj)\nnarwhal-report [^\n]*\n```\n\nprints[^\n]*\n[^\n]*\n\n```\n(.*?)```\n")
