@@ -428,6 +428,12 @@ func (l *leg) engineStatus(e *engine, status int, body []byte, stage string) ver
 		ae = &api.Error{Status: status, Message: fmt.Sprintf("%s answered %d", e.name, status)}
 	}
 	ae.Status = status
+	if ae.Type == "" {
+		ae.Type = api.TypeInvalidRequest
+		if status >= 500 {
+			ae.Type = api.TypeServer
+		}
+	}
 	if status >= 500 {
 		if stage == "decode" && l.pe != nil && l.pe != e {
 			l.r.blame(l.pe, e)

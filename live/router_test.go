@@ -770,3 +770,32 @@ func TestNewRefusesDuplicateURLs(t *testing.T) {
 		t.Fatalf("duplicate url: %v", err)
 	}
 }
+
+// An engine's 4xx reaches the client with the engine's status and
+// message, whichever of vLLM's error shapes it came in (flat before
+// 0.10.1, nested with an integer code after).
+func TestEngineErrorShapes(t *testing.T) {
+	const msg = "This model's maximum context length is 100 tokens."
+	for _, body := range []string{
+		`{"object":"error","message":"` + msg + `","type":"BadRequestError","param":null,"code":400}`,
+		`{"error":{"message":"` + msg + `","type":"BadRequestError","param":null,"code":400}}`,
+	} {
+		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprint(w, body)
+			}))
+			t.Cleanup(srv.Close)
+			c.URLs[0] = srv.URL // the prefill engine of 1P1D
+		}})
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"hi","max_tokens":5}`, nil)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		e := api.ParseError(resp.StatusCode, b)
+		if resp.StatusCode != 400 || e == nil || e.Message != msg {
+			t.Errorf("engine body %s: client got %d %s", body, resp.StatusCode, b)
+		}
+		r.stop()
+	}
+}

@@ -167,6 +167,27 @@ func TestWriteError(t *testing.T) {
 	if ParseError(500, []byte("boom")) != nil {
 		t.Error("ParseError read a non-JSON body")
 	}
+	// vLLM's shapes: nested with an integer code (0.10.1 and later), and
+	// flat (before): the message comes through, the integer code is the
+	// status already.
+	for _, body := range []string{
+		`{"error":{"message":"This model's maximum context length is 100 tokens.","type":"BadRequestError","param":null,"code":400}}`,
+		`{"object":"error","message":"This model's maximum context length is 100 tokens.","type":"BadRequestError","param":null,"code":400}`,
+	} {
+		e := ParseError(400, []byte(body))
+		if e == nil || e.Message != "This model's maximum context length is 100 tokens." || e.Type != "BadRequestError" || e.Code != "" || e.Status != 400 {
+			t.Errorf("ParseError(%s) = %+v", body, e)
+		}
+	}
+	if e := ParseError(400, []byte(`{"object":"list","data":[]}`)); e != nil {
+		t.Errorf("ParseError read a body that is not an error: %+v", e)
+	}
+	// The stubs answer as vLLM does.
+	rec = httptest.NewRecorder()
+	WriteVLLMError(rec, ModelNotFound("gpt-4", []string{"stub"}))
+	if got := rec.Body.String(); rec.Code != 404 || !strings.Contains(got, `"type":"NotFoundError"`) || !strings.Contains(got, `"code":404`) || !strings.Contains(got, `"param":"model"`) {
+		t.Errorf("WriteVLLMError: %d %s", rec.Code, got)
+	}
 }
 
 // fields decodes a JSON object into its top-level keys for comparison.

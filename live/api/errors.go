@@ -64,38 +64,79 @@ func (e *Error) Body() []byte {
 // WriteError writes e as an OpenAI error response: its status, a JSON body
 // and, when e.RetryAfter is set, a Retry-After header.
 func WriteError(w http.ResponseWriter, e *Error) {
+	writeError(w, e, e.Body())
+}
+
+// WriteVLLMError writes e as vLLM (0.10.1 and later) writes its errors:
+// {"error":{"message","type","param","code"}} with type vLLM's exception
+// name for the status (BadRequestError, NotFoundError, ...) and code the
+// HTTP status as an integer. The stub engines answer this way.
+func WriteVLLMError(w http.ResponseWriter, e *Error) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": e.Message, "type": VLLMType(e.Status),
+		"param": orNull(e.Param), "code": e.Status}})
+	writeError(w, e, b)
+}
+
+// VLLMType is vLLM's error type for an HTTP status.
+func VLLMType(status int) string {
+	switch {
+	case status == http.StatusNotFound:
+		return "NotFoundError"
+	case status == http.StatusNotImplemented:
+		return "NotImplementedError"
+	case status == http.StatusServiceUnavailable:
+		return "ServiceUnavailableError"
+	case status >= 500:
+		return "InternalServerError"
+	}
+	return "BadRequestError"
+}
+
+func writeError(w http.ResponseWriter, e *Error, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.RetryAfter.Seconds())), 10))
 	}
 	w.WriteHeader(e.Status)
-	_, _ = w.Write(append(e.Body(), '\n'))
+	_, _ = w.Write(append(body, '\n'))
 }
 
-// ParseError reads an error body (any status); it returns nil when the
-// body is not an OpenAI error object.
+// errorFields are the fields of an error object, nested or flat.
+type errorFields struct {
+	Object  string          `json:"object"`
+	Message *string         `json:"message"`
+	Type    string          `json:"type"`
+	Param   *string         `json:"param"`
+	Code    json.RawMessage `json:"code"`
+}
+
+// ParseError reads an error body (any status): OpenAI's and vLLM's
+// {"error":{...}}, or the flat {"object":"error","message",...} of vLLM
+// before 0.10.1. It returns nil when the body is neither. A string code
+// is kept; vLLM's integer code is the HTTP status, which Status holds.
 func ParseError(status int, body []byte) *Error {
 	var b struct {
-		Error *struct {
-			Message string          `json:"message"`
-			Type    string          `json:"type"`
-			Param   *string         `json:"param"`
-			Code    json.RawMessage `json:"code"`
-		} `json:"error"`
+		Error *errorFields `json:"error"`
+		errorFields
 	}
-	if json.Unmarshal(body, &b) != nil || b.Error == nil {
+	if json.Unmarshal(body, &b) != nil {
 		return nil
 	}
-	e := &Error{Status: status, Type: b.Error.Type, Message: b.Error.Message}
-	if b.Error.Param != nil {
-		e.Param = *b.Error.Param
+	f := b.Error
+	if f == nil || f.Message == nil {
+		if b.errorFields.Message == nil || b.Object != "error" {
+			return nil
+		}
+		f = &b.errorFields
+	}
+	e := &Error{Status: status, Type: f.Type, Message: *f.Message}
+	if f.Param != nil {
+		e.Param = *f.Param
 	}
 	var code string
-	if json.Unmarshal(b.Error.Code, &code) == nil {
+	if json.Unmarshal(f.Code, &code) == nil {
 		e.Code = code
-	} else if len(b.Error.Code) > 0 && string(b.Error.Code) != "null" {
-		e.Code = string(b.Error.Code)
 	}
 	return e
 }

@@ -53,11 +53,11 @@ func (s *Server) serveFaults(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&f); err != nil {
-			api.WriteError(w, api.BadRequest("faults: "+err.Error()))
+			api.WriteVLLMError(w, api.BadRequest("faults: "+err.Error()))
 			return
 		}
 		if f.CrashAfter < 0 || f.BreakAfter < 0 || f.Slow < 0 || f.RestartAfterMs < 0 {
-			api.WriteError(w, api.BadRequest("faults: crash_after, break_after, slow and restart_after_ms must be >= 0"))
+			api.WriteVLLMError(w, api.BadRequest("faults: crash_after, break_after, slow and restart_after_ms must be >= 0"))
 			return
 		}
 		s.SetFaults(f)

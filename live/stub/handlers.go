@@ -85,7 +85,7 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 	var probe map[string]json.RawMessage
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
 	if err != nil || json.Unmarshal(body, &probe) != nil {
-		api.WriteError(w, api.Invalid("body", "unreadable", "a JSON object"))
+		api.WriteVLLMError(w, api.Invalid("body", "unreadable", "a JSON object"))
 		return
 	}
 	_, chat := probe["messages"]
@@ -94,7 +94,7 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 		e = api.ModelNotFound(req.Model, []string{s.opts.Model})
 	}
 	if e != nil {
-		api.WriteError(w, e)
+		api.WriteVLLMError(w, e)
 		return
 	}
 	n := req.PromptTokens()
@@ -121,17 +121,17 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		return
 	}
 	if f.Refuse {
-		api.WriteError(w, api.Unavailable("engine refusing requests (fault)", time.Second))
+		api.WriteVLLMError(w, api.Unavailable("engine refusing requests (fault)", time.Second))
 		return
 	}
 	req, e := s.readRequest(w, r, chat)
 	if e != nil {
-		api.WriteError(w, e)
+		api.WriteVLLMError(w, e)
 		return
 	}
 	prompt, limit := req.PromptTokens(), req.OutputLimit()
 	if prompt+limit > s.opts.MaxModelLen {
-		api.WriteError(w, api.Invalid("max_tokens", strconv.Itoa(limit),
+		api.WriteVLLMError(w, api.Invalid("max_tokens", strconv.Itoa(limit),
 			fmt.Sprintf("prompt (%d tokens) plus output at most max_model_len %d", prompt, s.opts.MaxModelLen)))
 		return
 	}
@@ -157,7 +157,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 			s.pulling.Add(-1)
 			if s.opts.KVLoadFailurePolicy == PolicyFail {
 				s.logf("stub %s: request %s: KV pull from %s failed: %v", s.id, rid, *kv.RemoteEngineID, err)
-				api.WriteError(w, api.ServerError(http.StatusInternalServerError,
+				api.WriteVLLMError(w, api.ServerError(http.StatusInternalServerError,
 					fmt.Sprintf("kv load failed (kv_load_failure_policy=fail): engine %s, request %s: %v", *kv.RemoteEngineID, *kv.RemoteRequestID, err)))
 				return
 			}
@@ -185,7 +185,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	}
 	if !l.done {
 		if !s.submit(cmd{kind: kind, r: l}) {
-			api.WriteError(w, api.Unavailable("engine shutting down", time.Second))
+			api.WriteVLLMError(w, api.Unavailable("engine shutting down", time.Second))
 			return
 		}
 		// However the handler ends (client gone, broken stream, server
@@ -361,7 +361,7 @@ func (s *Server) serveRenew(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveKV(w http.ResponseWriter, r *http.Request, op func(id string) (any, error)) {
 	var p pullRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&p); err != nil || p.RequestID == "" {
-		api.WriteError(w, api.Invalid("request_id", "missing", "a JSON body with engine_id and request_id"))
+		api.WriteVLLMError(w, api.Invalid("request_id", "missing", "a JSON body with engine_id and request_id"))
 		return
 	}
 	var out any
@@ -372,7 +372,7 @@ func (s *Server) serveKV(w http.ResponseWriter, r *http.Request, op func(id stri
 	if err != nil {
 		e := api.ServerError(pullStatus(err), err.Error())
 		e.Type = api.TypeInvalidRequest
-		api.WriteError(w, e)
+		api.WriteVLLMError(w, e)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -239,6 +239,11 @@ func TestErrorsAndRoutes(t *testing.T) {
 			t.Errorf("%s %s: %d %s", tc.path, tc.body, r.status, r.body)
 		}
 	}
+	// vLLM's error shape: its exception name as type, the status as an
+	// integer code.
+	if r := post(t, u+"/v1/completions", `{"model":"gpt-4","prompt":"x"}`); !bytes.Contains(r.body, []byte(`"code":404`)) || !bytes.Contains(r.body, []byte(`"type":"NotFoundError"`)) {
+		t.Errorf("404 body %s: expected vLLM's shape", r.body)
+	}
 	big := `{"prompt":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`
 	if r := post(t, u+"/v1/completions", big); r.status != 413 {
 		t.Errorf("huge body: %d", r.status)
