@@ -207,7 +207,7 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		return
 	}
 	want := req.OutputLimit()
-	if want > r.cfg.MaxOutputTokens {
+	if req.LimitSet() && want > r.cfg.MaxOutputTokens {
 		param := "max_tokens"
 		if req.MaxCompletionTokens != nil {
 			param = "max_completion_tokens"
@@ -220,7 +220,17 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		xid = fmt.Sprintf("nwb-%x-%d", r.start.UnixNano(), r.ids.Add(1))
 	}
 	w.Header().Set(HeaderRequestID, xid)
-	f := &flight{input: r.promptTokens(q.Context(), req), want: want, class: q.Header.Get(HeaderClass), scheduled: -1,
+	input := r.promptTokens(q.Context(), req)
+	if req.Chat && !req.LimitSet() {
+		// vLLM's chat default: the rest of the context, known when an
+		// engine's /tokenize said its max_model_len (--tokenize); else 0,
+		// journaled as unknown.
+		want = req.OutputLimitIn(0)
+		if m := int(r.maxModelLen.Load()); m > 0 {
+			want = max(1, m-input)
+		}
+	}
+	f := &flight{input: input, want: want, class: q.Header.Get(HeaderClass), scheduled: -1,
 		reply: make(chan placement, 1), noDecode: want == 1}
 	if s := q.Header.Get(HeaderScheduled); s != "" {
 		if ns, err := strconv.ParseInt(s, 10, 64); err == nil && ns >= 0 {
@@ -471,8 +481,8 @@ func (l *leg) passThrough(body []byte) {
 // (min_tokens up to the limit, or ignore_eos, as benchmark clients do) is a
 // natural end, not a cut.
 func (l *leg) finishCause(reason string) event.Cause {
-	if reason == api.FinishLength && !l.req.IgnoreEOS && l.req.MinTokens < l.f.want {
-		return event.CauseLength
+	if reason == api.FinishLength && (l.f.want == 0 || !l.req.IgnoreEOS && l.req.MinTokens < l.f.want) {
+		return event.CauseLength // want 0: a chat answer that ran to the end of an unknown context
 	}
 	return event.CauseStop
 }

@@ -183,6 +183,9 @@ type Router struct {
 	ids     atomic.Uint64 // X-Request-Id for clients that send none
 	// tokenizer is the engine the next /tokenize asks first (Tokenize).
 	tokenizer atomic.Int64
+	// maxModelLen is the engines' context length, from /tokenize's
+	// max_model_len (0 until one answered).
+	maxModelLen atomic.Int64
 	// ejectMu makes one ejection decision at a time (claimEjection).
 	ejectMu sync.Mutex
 	o       *owner

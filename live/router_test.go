@@ -799,3 +799,28 @@ func TestEngineErrorShapes(t *testing.T) {
 		r.stop()
 	}
 }
+
+// A chat request that sets no limit is served as vLLM serves it (its
+// min_tokens is not held to 16), and journaled with the rest of the
+// context as its want when an engine's /tokenize said the context length,
+// else with want 0 (unknown).
+func TestChatWithoutLimit(t *testing.T) {
+	for _, tokenize := range []bool{true, false} {
+		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero(), MaxModelLen: 40}, configure: func(c *Config) { c.Tokenize = tokenize }})
+		resp := post(t, r, "/v1/chat/completions", `{"model":"stub","messages":[{"role":"user","content":"abcdefgh"}],"min_tokens":30}`, nil)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("tokenize %v: status %d %s", tokenize, resp.StatusCode, b)
+		}
+		r.stop()
+		rows := checkJournal(t, r.jr.records())
+		want := int64(0)
+		if tokenize {
+			want = 38
+		}
+		if len(rows) != 1 || rows[0].OutputTokens != 38 || rows[0].WantOutput != want || rows[0].Cause != event.CauseLength {
+			t.Fatalf("tokenize %v: rows %+v: expected 38 tokens, want %d, cause length", tokenize, rows, want)
+		}
+	}
+}

@@ -83,10 +83,16 @@ func (r *Router) tokenizeOn(ctx context.Context, e *engine, req *api.Request) (i
 		return 0, false
 	}
 	var out struct {
-		Count *int `json:"count"`
+		Count       *int `json:"count"`
+		MaxModelLen int  `json:"max_model_len"`
 	}
 	if json.Unmarshal(rb, &out) != nil || out.Count == nil || *out.Count < 1 {
 		return 0, false
+	}
+	if out.MaxModelLen > 0 {
+		// vLLM's context length: a chat request with no limit may run to
+		// its end (OutputLimitIn).
+		r.maxModelLen.Store(int64(out.MaxModelLen))
 	}
 	return *out.Count, true
 }

@@ -164,6 +164,19 @@ func TestWriteError(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != 400 {
 		t.Errorf("errors.As: %v", err)
 	}
+	// vLLM's chat default is the rest of the context: min_tokens is not
+	// bounded by 16 there, and the limit depends on the engine's context.
+	if r, e := Decode([]byte(`{"messages":[{"role":"user","content":"abcdefgh"}],"min_tokens":50}`), true); e != nil {
+		t.Errorf("chat without a limit, min_tokens 50: %v", e)
+	} else if r.LimitSet() || r.OutputLimitIn(100) != 98 || r.OutputLimitIn(0) != 0 || r.OutputLimitIn(2) != 1 {
+		t.Errorf("chat default: set %v, in 100: %d, unknown: %d, in 2: %d", r.LimitSet(), r.OutputLimitIn(100), r.OutputLimitIn(0), r.OutputLimitIn(2))
+	}
+	if r, e := Decode([]byte(`{"prompt":"abcdefgh"}`), false); e != nil || r.OutputLimitIn(100) != DefaultMaxTokens {
+		t.Errorf("completions default: %v %v", r, e)
+	}
+	if _, e := Decode([]byte(`{"prompt":"x","min_tokens":50}`), false); e == nil || e.Param != "min_tokens" {
+		t.Errorf("completions without a limit, min_tokens 50: %v", e)
+	}
 	if ParseError(500, []byte("boom")) != nil {
 		t.Error("ParseError read a non-JSON body")
 	}

@@ -15,8 +15,9 @@ const (
 	// CharsPerToken is the estimate of prompt tokens from text when no
 	// token ids are given: bytes of text per token.
 	CharsPerToken = 4.0
-	// DefaultMaxTokens is the output limit when a request sets neither
-	// max_tokens nor max_completion_tokens (vLLM's completions default).
+	// DefaultMaxTokens is the output limit when a completions request sets
+	// neither max_tokens nor max_completion_tokens (vLLM's default there;
+	// a chat request's is the rest of the context: OutputLimitIn).
 	DefaultMaxTokens = 16
 	// maxInt bounds integer fields so they stay well inside an int32.
 	maxInt = 1 << 30
@@ -116,7 +117,10 @@ func Decode(body []byte, chat bool) (*Request, *Error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	if lim := r.OutputLimit(); r.MinTokens > lim {
+	// A chat request that sets no limit may run to the end of the
+	// context, which the engine knows: its min_tokens is the engine's to
+	// check.
+	if lim := r.OutputLimit(); (!r.Chat || r.LimitSet()) && r.MinTokens > lim {
 		return nil, Invalid("min_tokens", strconv.Itoa(r.MinTokens), "at most the output limit "+strconv.Itoa(lim))
 	}
 	return r, nil
@@ -150,8 +154,28 @@ func (r *Request) Text() string {
 	return strings.Join(parts, "\n")
 }
 
-// OutputLimit is the most tokens the answer may have:
-// max_completion_tokens, else max_tokens, else DefaultMaxTokens.
+// LimitSet reports whether the request sets its output limit
+// (max_tokens or max_completion_tokens).
+func (r *Request) LimitSet() bool { return r.MaxTokens != nil || r.MaxCompletionTokens != nil }
+
+// OutputLimitIn is the most tokens the answer may have on an engine whose
+// context holds maxModelLen tokens, as vLLM decides it: the limit the
+// request sets, else for completions DefaultMaxTokens, else (chat) the
+// rest of the context, maxModelLen minus the prompt (at least 1); 0 when
+// that is unknown (maxModelLen <= 0).
+func (r *Request) OutputLimitIn(maxModelLen int) int {
+	if !r.Chat || r.LimitSet() {
+		return r.OutputLimit()
+	}
+	if maxModelLen <= 0 {
+		return 0
+	}
+	return max(1, maxModelLen-r.PromptTokens())
+}
+
+// OutputLimit is the most tokens the answer may have by the request alone:
+// max_completion_tokens, else max_tokens, else DefaultMaxTokens (vLLM's
+// completions default; for chat see OutputLimitIn).
 func (r *Request) OutputLimit() int {
 	switch {
 	case r.MaxCompletionTokens != nil:

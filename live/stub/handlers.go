@@ -129,10 +129,19 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		api.WriteVLLMError(w, e)
 		return
 	}
-	prompt, limit := req.PromptTokens(), req.OutputLimit()
+	prompt, limit := req.PromptTokens(), req.OutputLimitIn(s.opts.MaxModelLen)
+	if !req.LimitSet() && req.Chat && prompt >= s.opts.MaxModelLen {
+		api.WriteVLLMError(w, api.Invalid("messages", fmt.Sprintf("%d tokens", prompt),
+			fmt.Sprintf("a prompt shorter than max_model_len %d", s.opts.MaxModelLen)))
+		return
+	}
 	if prompt+limit > s.opts.MaxModelLen {
 		api.WriteVLLMError(w, api.Invalid("max_tokens", strconv.Itoa(limit),
 			fmt.Sprintf("prompt (%d tokens) plus output at most max_model_len %d", prompt, s.opts.MaxModelLen)))
+		return
+	}
+	if req.MinTokens > limit {
+		api.WriteVLLMError(w, api.Invalid("min_tokens", strconv.Itoa(req.MinTokens), "at most the output limit "+strconv.Itoa(limit)))
 		return
 	}
 	rid := r.Header.Get("X-Request-Id")
@@ -140,7 +149,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		rid = fmt.Sprintf("%s-%d", s.id, s.nextID.Load()+1)
 	}
 	w.Header().Set("X-Request-Id", rid)
-	ans := makeAnswer(req, s.opts.Seed, s.opts.MeanOutput)
+	ans := makeAnswer(req, limit, s.opts.Seed, s.opts.MeanOutput)
 	l := newLive(s.nextID.Add(1), prompt, ans.n())
 	s.metrics.prompt.Add(float64(prompt))
 

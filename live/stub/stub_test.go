@@ -171,6 +171,31 @@ func TestChat(t *testing.T) {
 	}
 }
 
+// A chat request that sets no limit runs, as on vLLM, to the end of the
+// context (max_model_len minus the prompt), not to 16 tokens; a
+// completions request gets 16.
+func TestChatDefaultLimit(t *testing.T) {
+	u := startFleet(t, 1, Options{MaxModelLen: 40}).Servers()[0].URL()
+	r := post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"abcdefgh"}]}`) // 2 prompt tokens
+	c := decodeResp(t, r.body)
+	if r.status != 200 || c.Usage.CompletionTokens != 38 || *c.Choices[0].FinishReason != "length" {
+		t.Fatalf("chat without max_tokens: %d %s: expected 38 tokens, finish length", r.status, r.body)
+	}
+	if r := post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"abcdefgh"}],"min_tokens":30}`); r.status != 200 {
+		t.Errorf("min_tokens 30 within the context: %d %s", r.status, r.body)
+	}
+	if r := post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"abcdefgh"}],"min_tokens":39}`); r.status != 400 || !bytes.Contains(r.body, []byte("min_tokens")) {
+		t.Errorf("min_tokens past the context: %d %s", r.status, r.body)
+	}
+	if r := post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"`+strings.Repeat("x", 200)+`"}]}`); r.status != 400 || !bytes.Contains(r.body, []byte(`"param":"messages"`)) {
+		t.Errorf("a prompt filling the context: %d %s", r.status, r.body)
+	}
+	r = post(t, u+"/v1/completions", `{"prompt":"abcdefgh"}`)
+	if c := decodeResp(t, r.body); r.status != 200 || c.Usage.CompletionTokens != 16 {
+		t.Errorf("completions without max_tokens: %d %s: expected 16 tokens", r.status, r.body)
+	}
+}
+
 func TestStopMinTokensEOS(t *testing.T) {
 	u := startFleet(t, 1, Options{MeanOutput: 3}).Servers()[0].URL()
 	gen := func(extra string) api.Response {

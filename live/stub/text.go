@@ -86,10 +86,9 @@ var spacedVocab = func() []string {
 	return out
 }()
 
-func makeAnswer(r *api.Request, seed uint64, meanOutput int) answer {
+func makeAnswer(r *api.Request, limit int, seed uint64, meanOutput int) answer {
 	h := promptHash(r)
 	rng := rand.New(rand.NewPCG(seed, h))
-	limit := r.OutputLimit()
 	natural := 0
 	if meanOutput > 0 && !r.IgnoreEOS {
 		natural = 1 + rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, h)).IntN(2*meanOutput)
