@@ -402,7 +402,11 @@ func (l *leg) twoLegs(pe *engine) verdict {
 	l.r.answered(pe)
 	handoff := api.Handoff(rb)
 	if handoff == nil {
-		if l.r.cfg.Handoff == HandoffFail {
+		// vLLM before late 2025 returns no handoff when the one token was
+		// an end of sequence (finish "stop"): that is an answer, not a
+		// lost handoff, so the decode leg runs without one (recomputing
+		// the prompt) even under fail.
+		if _, finish := nonStreamTokens(rb); l.r.cfg.Handoff == HandoffFail && finish != api.FinishStop {
 			l.f.noHandoff = true
 			l.fail(event.KindFail, event.CauseNoHandoff, nil)
 			return verdict{}

@@ -824,3 +824,40 @@ func TestChatWithoutLimit(t *testing.T) {
 		}
 	}
 }
+
+// vLLM before late 2025 returns no handoff when the prefill's one token
+// was an end of sequence (finish "stop"): under the fail policy that is
+// not a failure; the decode leg runs without a handoff and the miss is
+// journaled. A missing handoff after a "length" stop still fails.
+func TestNoHandoffAfterEOS(t *testing.T) {
+	for _, finish := range []string{"stop", "length"} {
+		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+			target, _ := url.Parse(c.URLs[0]) // the prefill engine of 1P1D
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+				rec := httptest.NewRecorder()
+				httputil.NewSingleHostReverseProxy(target).ServeHTTP(rec, q)
+				var body map[string]any
+				if json.Unmarshal(rec.Body.Bytes(), &body) == nil && body["kv_transfer_params"] != nil {
+					body["kv_transfer_params"] = nil
+					body["choices"].([]any)[0].(map[string]any)["finish_reason"] = finish
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(rec.Code)
+				json.NewEncoder(w).Encode(body)
+			}))
+			t.Cleanup(srv.Close)
+			c.URLs[0] = srv.URL
+		}})
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"hi","max_tokens":5,"stream":true}`, nil)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		r.stop()
+		rows := checkJournal(t, r.jr.records())
+		if finish == "stop" && (resp.StatusCode != 200 || len(rows) != 1 || rows[0].Terminal != event.KindFinish || rows[0].OutputTokens != 5) {
+			t.Errorf("EOS and no handoff: status %d, rows %+v: expected a finished 5-token answer", resp.StatusCode, rows)
+		}
+		if finish == "length" && (resp.StatusCode != 502 || len(rows) != 1 || rows[0].Cause != event.CauseNoHandoff) {
+			t.Errorf("no handoff after length: status %d, rows %+v: expected 502, no_handoff", resp.StatusCode, rows)
+		}
+	}
+}
