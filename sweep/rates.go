@@ -55,13 +55,14 @@ func ParseRates(s string, base float64) ([]float64, error) {
 
 func oneRate(s string, base float64) (float64, error) {
 	s = strings.TrimSpace(s)
+	given := s
 	mult := 1.0
 	if strings.HasSuffix(s, "x") {
 		s, mult = strings.TrimSuffix(s, "x"), base
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || !(v > 0) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("rate %q: expected a positive number of req/s, or a multiple of the base rate such as 1.5x", s)
+		return 0, fmt.Errorf("rate %q: expected a positive number of req/s, or a multiple of the base rate such as 1.5x", given)
 	}
 	if v*mult > MaxRate {
 		return 0, fmt.Errorf("rate %q: %.4g req/s: expected at most %g req/s", s, v*mult, MaxRate)

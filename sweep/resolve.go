@@ -62,12 +62,11 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	if err != nil {
 		return cfg, nil, optErr("trace", err)
 	}
-	if o.ArrivalCV < 0 || (o.BatchMean != 0 && o.BatchMean < 1) {
-		name := "arrival-cv"
-		if o.ArrivalCV >= 0 {
-			name = "batch-mean"
-		}
-		return cfg, nil, optErr(name, fmt.Errorf("cv %v, batch mean %v: expected a cv > 0 and a mean batch size >= 1", o.ArrivalCV, o.BatchMean))
+	if o.ArrivalCV < 0 || math.IsNaN(o.ArrivalCV) {
+		return cfg, nil, optErr("arrival-cv", fmt.Errorf("%v: expected a coefficient of variation > 0", o.ArrivalCV))
+	}
+	if o.BatchMean != 0 && !(o.BatchMean >= 1) {
+		return cfg, nil, optErr("batch-mean", fmt.Errorf("%v: expected a mean batch size >= 1", o.BatchMean))
 	}
 	if tr, err = tr.WithBurst(o.ArrivalCV, o.BatchMean); err != nil {
 		name := "batch-mean"
@@ -207,6 +206,11 @@ func checkScale(tr *traces.Trace, rate, base float64, limit int) error {
 		if n := tr.Spec.ExpectedRequests(scale); !(n <= float64(limit)) {
 			return fmt.Errorf("%.4g req/s (%.4gx the trace's mean rate of %.4g req/s) would generate about %.4g requests: expected at most %d (a lower rate)",
 				rate, scale, base, n, limit)
+		} else if n < 1 {
+			// A run offering nothing would print 0% and "none", as if
+			// every request had missed.
+			return fmt.Errorf("%.4g req/s (%.4gx the trace's mean rate of %.4g req/s) would offer about %.3g requests: expected a rate that offers at least one (%.3g req/s or more)",
+				rate, scale, base, n, base/tr.Spec.ExpectedRequests(1))
 		}
 		return nil
 	}

@@ -161,7 +161,7 @@ func (v *validator) arrival(path string, a Arrival) {
 			if a.Burstiness != 0 {
 				v.fail(path+".cv", "%s: expected cv or burstiness, not both (shape k = 1/cv^2)", formatFloat(a.CV))
 			} else if k := 1 / (a.CV * a.CV); !(k >= MinBurstiness && k <= MaxBurstiness) {
-				v.fail(path+".cv", "%s: expected a coefficient of variation between %g and %g", formatFloat(a.CV),
+				v.fail(path+".cv", "%s: expected a coefficient of variation between %.4g and %.4g", formatFloat(a.CV),
 					1/math.Sqrt(MaxBurstiness), 1/math.Sqrt(MinBurstiness))
 			}
 		} else if a.Burstiness == 0 {

@@ -20,6 +20,14 @@ import (
 // replayAction is `narwhal-bench sim --replay JOURNAL`.
 func replayAction(c *cli.Command, stderr io.Writer) error {
 	root := c.String("replay")
+	// The journal fixes the trace, its rates and seed, and the settings it
+	// ran with: a flag that would change them is refused, never ignored.
+	for _, f := range []string{"trace", "trace-format", "speedup", "arrival-cv", "batch-mean", "rates", "seed", "seeds",
+		"prefix-cache", "admission", "refine", "resume", "force"} {
+		if c.IsSet(f) {
+			return usageError{fmt.Errorf("--%s with --replay: the journal fixes it (--replay takes --fleet, --arms, --ttft-slo, --tpot-slo, --journal, --no-parquet, --json)", f)}
+		}
+	}
 	runs, err := journal.Runs(root)
 	if err != nil {
 		return usageError{fmt.Errorf("--replay: %w", err)}

@@ -134,6 +134,9 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 				if dir != "" {
 					return cliexit.Input(errors.New("--seeds with --journal: journal one seed per sweep, or use an experiment file's seeds: list with narwhal-bench run"))
 				}
+				if c.IsSet("seed") && (strings.Contains(c.String("seeds"), ",") || strings.Contains(c.String("seeds"), "..")) {
+					return cliexit.Input(fmt.Errorf("--seed with --seeds %s: a list or range names its seeds: expected --seed only with a count (--seeds N)", c.String("seeds")))
+				}
 				seeds, err := sweep.ParseSeeds(c.String("seeds"), cfg.Seed)
 				if err != nil {
 					return cliexit.Input(fmt.Errorf("--seeds %w", err))
@@ -254,7 +257,11 @@ func NoArgs(c *cli.Command, hint string) error {
 	if c.Args().Len() == 0 {
 		return nil
 	}
-	msg := fmt.Sprintf("%s: unexpected argument %q: %s takes flags only", c.Name, c.Args().First(), c.Name)
+	// The root command's name is already the message's prefix.
+	msg := fmt.Sprintf("unexpected argument %q: %s takes flags only", c.Args().First(), c.Name)
+	if c.Root() != c {
+		msg = c.Name + ": " + msg
+	}
 	if hint != "" {
 		msg += "; " + fmt.Sprintf(hint, c.Args().First())
 	}
