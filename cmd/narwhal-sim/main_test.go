@@ -72,7 +72,7 @@ func TestSameAsNarwhalBenchSim(t *testing.T) {
 		// Messages start with the program's name; the one for a positional
 		// argument names the command (sim there, narwhal-sim here).
 		want.stderr = strings.Replace(want.stderr, "narwhal-bench: ", "narwhal-sim: ", 1)
-		want.stderr = strings.ReplaceAll(want.stderr, "narwhal-sim: sim", "narwhal-sim: narwhal-sim")
+		want.stderr = strings.ReplaceAll(want.stderr, "narwhal-sim: sim: ", "narwhal-sim: ")
 		want.stderr = strings.ReplaceAll(want.stderr, " sim takes", " narwhal-sim takes")
 		if got != want {
 			t.Errorf("%v:\nnarwhal-sim:       %+v\nnarwhal-bench sim: %+v", args, got, want)
