@@ -112,3 +112,38 @@ func checkFile(path string, e manifestEntry) error {
 	}
 	return nil
 }
+
+// ExportedRunNames lists the runs of the export in dir (runs.parquet,
+// checked against manifest.json), without reading the other tables.
+func ExportedRunNames(dir string) (names []string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			names, err = nil, fmt.Errorf("export %s: reading Parquet: %v", dir, v)
+		}
+	}()
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, fmt.Errorf("export %s: %w", dir, err)
+	}
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil || m.Format != manifestFormat {
+		return nil, fmt.Errorf("export %s: %s: not this narwhal-bench's manifest", dir, ManifestFile)
+	}
+	for _, e := range m.Files {
+		if e.Name != RunsFile {
+			continue
+		}
+		if err := checkFile(filepath.Join(dir, e.Name), e); err != nil {
+			return nil, fmt.Errorf("export %s: %w", dir, err)
+		}
+		runs, err := readAll[runRow](filepath.Join(dir, RunsFile))
+		if err != nil {
+			return nil, fmt.Errorf("export %s: %w", dir, err)
+		}
+		for _, r := range runs {
+			names = append(names, r.Run)
+		}
+		return names, nil
+	}
+	return nil, fmt.Errorf("export %s: %s does not list %s", dir, ManifestFile, RunsFile)
+}

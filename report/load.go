@@ -154,6 +154,9 @@ func (b *builder) addDir(dir string) error {
 			return err
 		}
 	default:
+		if err := checkExportedRuns(dir, kind, runs); err != nil {
+			return err
+		}
 		var fold event.Fold
 		for _, rd := range runs {
 			if err := b.interrupted(); err != nil {
@@ -162,6 +165,30 @@ func (b *builder) addDir(dir string) error {
 			if err := b.addJournal(rd, &fold); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// checkExportedRuns refuses a journal root that lacks a run its own
+// export (DIR/parquet, as sim --journal writes it) holds: a run directory
+// deleted, emptied or moved would otherwise make a smaller report.
+func checkExportedRuns(dir string, kind InputKind, runs []string) error {
+	pq := filepath.Join(dir, "parquet")
+	if kind != InputJournalRoot || !journal.IsExport(pq) {
+		return nil
+	}
+	names, err := journal.ExportedRunNames(pq)
+	if err != nil {
+		return err
+	}
+	have := make(map[string]bool, len(runs))
+	for _, r := range runs {
+		have[journal.RunName(r)] = true
+	}
+	for _, n := range names {
+		if !have[n] {
+			return fmt.Errorf("journal root %s: run %s is in its export (%s) but not here as a journal: a run directory was deleted, emptied or moved (export again, narwhal-bench export %s, if it was removed on purpose)", dir, n, pq, dir)
 		}
 	}
 	return nil

@@ -851,3 +851,36 @@ func TestHybridLagMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingRunOfExportedRoot: a journal root whose own export lists a
+// run that is no longer there as a journal (its directory deleted or
+// emptied) is refused, never reported as a smaller whole; once exported
+// again it reads.
+func TestMissingRunOfExportedRoot(t *testing.T) {
+	root := t.TempDir()
+	writeQualityRun(t, filepath.Join(root, "a-run"))
+	writeQualityRun(t, filepath.Join(root, "b-run"))
+	if _, err := journal.ExportWith(root, filepath.Join(root, "parquet"), journal.ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(root, Options{}); err != nil {
+		t.Fatalf("the whole root: %v", err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(root, "b-run"))
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(root, "b-run", e.Name()))
+	}
+	if _, err := Load(root, Options{}); err == nil || !strings.Contains(err.Error(), "run b-run is in its export") {
+		t.Fatalf("a run emptied: %v", err)
+	}
+	os.RemoveAll(filepath.Join(root, "b-run"))
+	if _, err := Load(root, Options{}); err == nil || !strings.Contains(err.Error(), "run b-run is in its export") {
+		t.Fatalf("a run deleted: %v", err)
+	}
+	if _, err := journal.ExportWith(root, filepath.Join(root, "parquet"), journal.ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := Load(root, Options{}); err != nil || len(r.Runs) != 1 {
+		t.Fatalf("exported again: %v", err)
+	}
+}
