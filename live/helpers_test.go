@@ -1,10 +1,15 @@
 package live
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sort"
 	"sync"
 	"testing"
@@ -252,4 +257,23 @@ func statusJSON(t testing.TB, resp *http.Response, err error) (int, map[string]a
 	var body map[string]any
 	json.NewDecoder(resp.Body).Decode(&body)
 	return resp.StatusCode, body
+}
+
+// interpose puts a test server in front of engine i of c: fn gets each
+// request with its body read (q.Body restored), and engine, which passes
+// a request on to the engine itself.
+func interpose(t testing.TB, c *Config, i int, fn func(w http.ResponseWriter, q *http.Request, body []byte, engine http.Handler)) {
+	t.Helper()
+	target, err := url.Parse(c.URLs[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		body, _ := io.ReadAll(q.Body)
+		q.Body = io.NopCloser(bytes.NewReader(body))
+		fn(w, q, body, engine)
+	}))
+	t.Cleanup(srv.Close)
+	c.URLs[i] = srv.URL
 }

@@ -9,8 +9,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -606,26 +604,22 @@ func TestTokenize(t *testing.T) {
 	failing := [2]bool{true, false} // e0's /tokenize answers 500
 	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
 		c.Tokenize = true
-		for i, u := range c.URLs {
-			target, _ := url.Parse(u)
-			proxy := httputil.NewSingleHostReverseProxy(target)
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		for i := range c.URLs {
+			interpose(t, c, i, func(w http.ResponseWriter, q *http.Request, b []byte, engine http.Handler) {
 				if q.URL.Path != "/tokenize" {
-					proxy.ServeHTTP(w, q)
+					engine.ServeHTTP(w, q)
 					return
 				}
 				asked[i].Add(1)
 				var body map[string]any
-				json.NewDecoder(q.Body).Decode(&body)
+				json.Unmarshal(b, &body)
 				if failing[i] || body["prompt"] == nil || body["model"] != "stub" {
 					http.Error(w, "no", http.StatusInternalServerError)
 					return
 				}
 				w.Header().Set("Content-Type", "application/json")
 				fmt.Fprint(w, `{"count":777,"max_model_len":32768,"tokens":[]}`)
-			}))
-			t.Cleanup(srv.Close)
-			c.URLs[i] = srv.URL
+			})
 		}
 	}})
 	prompt := "eight bytes of text, about ten tokens by the estimate"
@@ -660,21 +654,15 @@ func TestTokenize(t *testing.T) {
 func TestErrorEventBeforeFirstTokenIsRetried(t *testing.T) {
 	var failed atomic.Int64
 	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
-		target, _ := url.Parse(c.URLs[1]) // the decode engine of 1P1D
-		proxy := httputil.NewSingleHostReverseProxy(target)
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
-			body, _ := io.ReadAll(q.Body)
-			q.Body = io.NopCloser(bytes.NewReader(body))
+		interpose(t, c, 1, func(w http.ResponseWriter, q *http.Request, body []byte, engine http.Handler) { // the decode engine of 1P1D
 			if bytes.Contains(body, []byte("do_remote_prefill")) && failed.Add(1) == 1 {
 				w.Header().Set("Content-Type", "text/event-stream")
 				w.WriteHeader(http.StatusOK)
 				fmt.Fprint(w, "data: {\"error\":{\"object\":\"error\",\"message\":\"KV load failed\",\"type\":\"InternalServerError\",\"code\":500}}\n\n")
 				return
 			}
-			proxy.ServeHTTP(w, q)
-		}))
-		t.Cleanup(srv.Close)
-		c.URLs[1] = srv.URL
+			engine.ServeHTTP(w, q)
+		})
 	}})
 	resp := post(t, r, "/v1/chat/completions", `{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"min_tokens":5,"stream":true}`, nil)
 	b, _ := io.ReadAll(resp.Body)
@@ -706,13 +694,9 @@ func TestErrorEventBeforeFirstTokenIsRetried(t *testing.T) {
 func TestStreamUsageCorrectsTheCount(t *testing.T) {
 	var asked atomic.Int64
 	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
-		target, _ := url.Parse(c.URLs[1]) // the decode engine of 1P1D
-		proxy := httputil.NewSingleHostReverseProxy(target)
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
-			body, _ := io.ReadAll(q.Body)
-			q.Body = io.NopCloser(bytes.NewReader(body))
+		interpose(t, c, 1, func(w http.ResponseWriter, q *http.Request, body []byte, engine http.Handler) { // the decode engine of 1P1D
 			if !bytes.Contains(body, []byte("do_remote_prefill")) {
-				proxy.ServeHTTP(w, q)
+				engine.ServeHTTP(w, q)
 				return
 			}
 			// Three tokens in two chunks, then usage when asked for.
@@ -731,9 +715,7 @@ func TestStreamUsageCorrectsTheCount(t *testing.T) {
 				fmt.Fprint(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":3,\"total_tokens\":4}}\n\n")
 			}
 			fmt.Fprint(w, "data: [DONE]\n\n")
-		}))
-		t.Cleanup(srv.Close)
-		c.URLs[1] = srv.URL
+		})
 	}})
 	for _, opts := range []string{``, `,"stream_options":{"include_usage":true}`} {
 		resp := post(t, r, "/v1/chat/completions", `{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true`+opts+`}`, nil)
@@ -781,13 +763,11 @@ func TestEngineErrorShapes(t *testing.T) {
 		`{"error":{"message":"` + msg + `","type":"BadRequestError","param":null,"code":400}}`,
 	} {
 		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+			interpose(t, c, 0, func(w http.ResponseWriter, _ *http.Request, _ []byte, _ http.Handler) { // the prefill engine of 1P1D
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
 				fmt.Fprint(w, body)
-			}))
-			t.Cleanup(srv.Close)
-			c.URLs[0] = srv.URL // the prefill engine of 1P1D
+			})
 		}})
 		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"hi","max_tokens":5}`, nil)
 		b, _ := io.ReadAll(resp.Body)
@@ -832,10 +812,9 @@ func TestChatWithoutLimit(t *testing.T) {
 func TestNoHandoffAfterEOS(t *testing.T) {
 	for _, finish := range []string{"stop", "length"} {
 		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
-			target, _ := url.Parse(c.URLs[0]) // the prefill engine of 1P1D
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+			interpose(t, c, 0, func(w http.ResponseWriter, q *http.Request, _ []byte, engine http.Handler) { // the prefill engine of 1P1D
 				rec := httptest.NewRecorder()
-				httputil.NewSingleHostReverseProxy(target).ServeHTTP(rec, q)
+				engine.ServeHTTP(rec, q)
 				var body map[string]any
 				if json.Unmarshal(rec.Body.Bytes(), &body) == nil && body["kv_transfer_params"] != nil {
 					body["kv_transfer_params"] = nil
@@ -844,9 +823,7 @@ func TestNoHandoffAfterEOS(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(rec.Code)
 				json.NewEncoder(w).Encode(body)
-			}))
-			t.Cleanup(srv.Close)
-			c.URLs[0] = srv.URL
+			})
 		}})
 		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"hi","max_tokens":5,"stream":true}`, nil)
 		io.Copy(io.Discard, resp.Body)

@@ -33,16 +33,26 @@ func TestSimDocJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("%v: exit %d: %s", args, code, errs)
 	}
-	if got := string(doc[m[4]:m[5]]); got != out {
-		if *update {
-			doc = append(append(append([]byte{}, doc[:m[4]]...), out...), doc[m[5]:]...)
-			if err := os.WriteFile(path, doc, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
+	if !docBlockIs(t, path, doc, m[4], m[5], out) {
 		t.Errorf("%s: the JSON example differs from what `narwhal-bench %s` prints (rerun with -update and review):\n%s", path, strings.Join(args, " "), out)
 	}
+}
+
+// docBlockIs reports whether doc[from:to] is out; with -update it rewrites
+// the file at path with out there instead and reports true.
+func docBlockIs(t *testing.T, path string, doc []byte, from, to int, out string) bool {
+	t.Helper()
+	if string(doc[from:to]) == out {
+		return true
+	}
+	if !*update {
+		return false
+	}
+	doc = append(append(append([]byte{}, doc[:from]...), out...), doc[to:]...)
+	if err := os.WriteFile(path, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return true
 }
 
 // TestReportDocExample: docs/report.md's example prints exactly what the
@@ -79,14 +89,7 @@ func TestReportDocExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	if got := string(doc[m[4]:m[5]]); got != out {
-		if *update {
-			doc = append(append(append([]byte{}, doc[:m[4]]...), out...), doc[m[5]:]...)
-			if err := os.WriteFile(path, doc, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
+	if !docBlockIs(t, path, doc, m[4], m[5], out) {
 		t.Errorf("%s: the example differs from what its report prints (rerun with -update and review the diff)", path)
 	}
 }
