@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -58,7 +59,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "model", Usage: "the model field of every request (default: stub with --stub, else the first model GET /v1/models lists)"},
 			&cli.StringFlag{Name: "endpoint", Value: loadgen.EndpointCompletions, Usage: "completions (/v1/completions) or chat (/v1/chat/completions)"},
 			&cli.StringFlag{Name: "api-key", Usage: "bearer token for --target (default: $NARWHAL_API_KEY)"},
-			&cli.IntFlag{Name: "max-concurrency", Usage: "at most this many requests in flight; a send waiting for a slot is late and its lag says so", DefaultText: "no bound, pure open loop"},
+			&cli.IntFlag{Name: "max-concurrency", Usage: "at most this many requests in flight; the wait for a slot is the client's own queue (client_queue_s), not lag", DefaultText: "no bound, pure open loop"},
 			&cli.StringFlag{Name: "request-timeout", Value: "600s", Usage: "bound on one request end to end"},
 			&cli.StringFlag{Name: "first-token-timeout", Usage: "bound on the wait for a request's first token (default: the request timeout)"},
 			&cli.StringFlag{Name: "drain-timeout", Value: "10s", Usage: "after Ctrl-C, how long requests in flight may finish before they are cancelled"},
@@ -311,6 +312,11 @@ func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if stopped {
 		return fmt.Errorf("live: stopped before the run ended: the run is marked partial: %w", cliexit.ErrInterrupted)
 	}
+	for _, x := range results {
+		if c := x.Client; c.Sent > 0 && c.OK == 0 {
+			return fmt.Errorf("live: at %s req/s no request succeeded (%d errors: %s): the run measured nothing", fmtRate(x.Rate), c.Errors, strings.Join(c.ErrorKinds, "; "))
+		}
+	}
 	return nil
 }
 
@@ -331,6 +337,10 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	}
 	meta.ConfigHash = liveConfigHash(lc, meta)
 	cfg := lc.lg
+	// Each rate's prompts differ from the other rates' (the same seed
+	// gives the same prompts at one rate): a target's prefix cache must
+	// not serve a later rate from an earlier one's prompts.
+	cfg.Salt = math.Float64bits(rate)
 	cfg.Progress = progressBar(stderr)
 	var (
 		res   *loadgen.Result
@@ -578,7 +588,7 @@ func writeClientCSV(path string, res *loadgen.Result) error {
 	}
 	w := csv.NewWriter(f)
 	_ = w.Write([]string{"index", "class", "input_tokens", "max_tokens", "scheduled_ns", "sent_ns", "first_token_ns",
-		"end_ns", "output_tokens", "chunks", "status", "finish_reason", "error", "chunk_us_after_send", "journal_scheduled_ns"})
+		"end_ns", "output_tokens", "chunks", "status", "finish_reason", "error", "chunk_us_after_send", "journal_scheduled_ns", "client_queue_ns"})
 	for i := range res.Outcomes {
 		o := &res.Outcomes[i]
 		tok := make([]string, len(o.TokenAt))
@@ -589,7 +599,7 @@ func writeClientCSV(path string, res *loadgen.Result) error {
 			strconv.FormatInt(int64(o.Scheduled), 10), strconv.FormatInt(int64(o.Sent), 10),
 			strconv.FormatInt(int64(o.FirstToken), 10), strconv.FormatInt(int64(o.End), 10),
 			strconv.Itoa(o.Tokens), strconv.Itoa(o.Chunks), strconv.Itoa(o.Status), o.Finish, o.Err, strings.Join(tok, " "),
-			strconv.FormatInt(int64(o.Scheduled+res.RouterOffset), 10)})
+			strconv.FormatInt(int64(o.Ready()+res.RouterOffset), 10), strconv.FormatInt(int64(o.QueueWait), 10)})
 	}
 	w.Flush()
 	return errors.Join(w.Error(), f.Close())
@@ -617,8 +627,8 @@ func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nclient side (seconds; TTFT from the actual send, TPOT = (e2e - TTFT)/(n - 1), ITL = every gap between chunks; docs/live.md):\n")
-	fmt.Fprintf(&b, "%-8s %9s %26s %15s %15s %15s %15s %10s  %s\n", "rate", "sent", "schedule lag p50/p90/p99", "TTFT p50/p99", "TPOT p50/p99", "ITL p50/p99", "E2E p50/p99", "goodput", "status")
+	fmt.Fprintf(&b, "\nclient side (seconds; TTFT from the actual send, TPOT = (e2e - TTFT)/(n - 1), ITL = every gap between chunks; req/s and out tok/s of the requests that succeeded; docs/live.md):\n")
+	fmt.Fprintf(&b, "%-8s %9s %26s %15s %15s %15s %15s %8s %9s %10s  %s\n", "rate", "sent", "schedule lag p50/p90/p99", "TTFT p50/p99", "TPOT p50/p99", "ITL p50/p99", "E2E p50/p99", "req/s", "out tok/s", "goodput", "status")
 	for _, x := range results {
 		s := x.Client
 		status := "ok"
@@ -635,14 +645,17 @@ func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
 		if len(notes) > 0 {
 			status = strings.Join(notes, ", ")
 		}
-		fmt.Fprintf(&b, "%-8s %9s %26s %15s %15s %15s %15s %10s  %s\n", fmtRate(x.Rate), fmt.Sprintf("%d/%d", s.Sent, s.Planned),
+		fmt.Fprintf(&b, "%-8s %9s %26s %15s %15s %15s %15s %8.3g %9.4g %10s  %s\n", fmtRate(x.Rate), fmt.Sprintf("%d/%d", s.Sent, s.Planned),
 			fmt.Sprintf("%s/%s/%s ms", ms(s.Lag.P50), ms(s.Lag.P90), ms(s.Lag.P99)),
-			pair(s.TTFT), pair(s.TPOT), pair(s.ITL), pair(s.E2E), fmt.Sprintf("%.3g/s", s.GoodputRPS), status)
+			pair(s.TTFT), pair(s.TPOT), pair(s.ITL), pair(s.E2E), s.RequestRPS, s.OutputTokensRPS, fmt.Sprintf("%.3g/s", s.GoodputRPS), status)
 	}
 	for _, x := range results {
 		if x.Client.Degraded {
 			fmt.Fprintf(&b, "DEGRADED at %s req/s: p99 schedule lag %s ms > %d ms: the load generator did not offer the planned load; do not compare this run\n",
 				fmtRate(x.Rate), ms(x.Client.Lag.P99), loadgen.DegradedLag.Milliseconds())
+		}
+		if len(x.Client.ErrorKinds) > 0 {
+			fmt.Fprintf(&b, "errors at %s req/s: %s\n", fmtRate(x.Rate), strings.Join(x.Client.ErrorKinds, "; "))
 		}
 		if x.Client.Partial {
 			if x.Client.Sent < x.Client.Planned {

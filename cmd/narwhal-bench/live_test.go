@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -131,12 +133,16 @@ func liveAgainstReplay(t *testing.T, checks bool) []string {
 		}
 		rows, err := csv.NewReader(f).ReadAll()
 		f.Close()
-		if err != nil || len(rows) != len(refs)+1 || rows[0][len(rows[0])-1] != "journal_scheduled_ns" {
-			t.Fatalf("client CSV: %d rows, %v: expected a header and %d requests", len(rows), err, len(refs))
+		col := -1
+		if err == nil && len(rows) > 0 {
+			col = slices.Index(rows[0], "journal_scheduled_ns")
+		}
+		if err != nil || len(rows) != len(refs)+1 || col < 0 {
+			t.Fatalf("client CSV: %d rows, %v: expected a header with journal_scheduled_ns and %d requests", len(rows), err, len(refs))
 		}
 		var joined []int64
 		for _, row := range rows[1:] {
-			v, err := strconv.ParseInt(row[len(row)-1], 10, 64)
+			v, err := strconv.ParseInt(row[col], 10, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -302,5 +308,20 @@ func TestLiveInterrupted(t *testing.T) {
 	}
 	if rep.Runs[0].Offered != meta.Sent {
 		t.Fatalf("report offered %d, sent %d", rep.Runs[0].Offered, meta.Sent)
+	}
+}
+
+// TestLiveEveryRequestFailed: a run in which no request succeeded (the
+// target answers 500) exits 1, naming the errors, not 0.
+func TestLiveEveryRequestFailed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"error":{"message":"engine core dead","type":"InternalServerError","param":null,"code":500}}`)
+	}))
+	defer srv.Close()
+	code, out, errs := runCLI(t, "live", "--target", srv.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50")
+	if code != 1 || !strings.Contains(errs, "no request succeeded (3 errors: HTTP 500: engine core dead (3))") || !strings.Contains(out, "errors at 50 req/s: HTTP 500: engine core dead (3)") {
+		t.Fatalf("exit %d, stdout %s, stderr %s: want exit 1 naming the errors", code, out, errs)
 	}
 }

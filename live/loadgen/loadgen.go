@@ -78,6 +78,10 @@ type Config struct {
 	APIKey string
 	// Seed makes the generated prompts (PromptText).
 	Seed uint64
+	// Salt varies the prompts between runs of one seed (the CLI salts
+	// each rate's run with its rate), so that a server's prefix cache does
+	// not serve one run's prompts from another's.
+	Salt uint64
 	// RouterStart, when set, is the receiving router's clock zero
 	// (live.Router.Start): each request then carries X-Narwhal-Scheduled-Ns,
 	// its scheduled send time in nanoseconds of that clock, so the
@@ -117,6 +121,10 @@ type Outcome struct {
 	Input     int
 	Output    int // max_tokens asked
 	Scheduled time.Duration
+	// QueueWait is how long it waited for a slot under MaxConcurrency (the
+	// client's own queue, vllm bench serve's client queue time): the
+	// request was ready at Scheduled+QueueWait (Ready).
+	QueueWait time.Duration
 	Sent      time.Duration
 	// FirstToken is when the first chunk with content arrived.
 	FirstToken time.Duration
@@ -147,6 +155,13 @@ type Outcome struct {
 
 // OK reports whether the request streamed to its end.
 func (o *Outcome) OK() bool { return o.Err == "" && o.Status == http.StatusOK }
+
+// Ready is when the schedule let the request go: its scheduled send, or
+// later when it waited for a concurrency slot. Schedule lag, the
+// journal's scheduled send and the goodput's TTFT count from it, so the
+// client's own queue is neither the generator's lateness nor the
+// server's latency.
+func (o *Outcome) Ready() time.Duration { return o.Scheduled + o.QueueWait }
 
 // Result is a run.
 type Result struct {
@@ -244,6 +259,7 @@ func Run(ctx context.Context, cfg Config, plan []Item) (*Result, error) {
 		sem = make(chan struct{}, cfg.MaxConcurrency)
 	}
 	var wg sync.WaitGroup
+	var blockedEnd time.Time // when the send loop last got a slot after waiting for one
 	sent := 0
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -264,25 +280,38 @@ send:
 		} else if ctx.Err() != nil {
 			break send
 		}
+		var wait time.Duration
 		if sem != nil {
 			select {
 			case sem <- struct{}{}:
-			case <-ctx.Done():
-				break send
+			default:
+				// No slot free: the wait is the client's own queue.
+				select {
+				case sem <- struct{}{}:
+					blockedEnd = time.Now()
+				case <-ctx.Done():
+					break send
+				}
+			}
+			// Queued until the last wait for a slot ended, whether it was
+			// this request's or one before it that held the loop past this
+			// one's scheduled send; any lateness after that is lag.
+			if at := r.start.Add(plan[i].At); blockedEnd.After(at) {
+				wait = blockedEnd.Sub(at)
 			}
 		}
 		sent++
 		wg.Add(1)
-		go func(i int) {
+		go func(i int, wait time.Duration) {
 			defer wg.Done()
-			r.one(i, &plan[i], body)
+			r.one(i, &plan[i], body, wait)
 			if sem != nil {
 				<-sem
 			}
 			if cfg.Progress != nil {
 				cfg.Progress(int(r.done.Add(1)), r.total)
 			}
-		}(i)
+		}(i, wait)
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
@@ -337,7 +366,7 @@ func (r *runner) body(i int, it *Item) ([]byte, error) {
 	}
 	text := it.Prompt
 	if text == "" {
-		text = PromptText(r.cfg.Seed, i, it.Input)
+		text = SaltedPromptText(r.cfg.Seed, r.cfg.Salt, i, it.Input)
 	}
 	b := wireBody{Model: r.cfg.Model, MaxTokens: it.Output, MinTokens: it.MinTokens, Stream: true}
 	b.StreamOptions.IncludeUsage = true
@@ -353,9 +382,9 @@ func (r *runner) body(i int, it *Item) ([]byte, error) {
 func (r *runner) since() time.Duration { return time.Since(r.start) }
 
 // one sends request i and reads its stream.
-func (r *runner) one(i int, it *Item, body []byte) {
+func (r *runner) one(i int, it *Item, body []byte, wait time.Duration) {
 	o := &r.out[i]
-	*o = Outcome{Index: i, Class: it.Class, Input: it.Input, Output: it.Output, Scheduled: it.At, FirstToken: -1, End: -1}
+	*o = Outcome{Index: i, Class: it.Class, Input: it.Input, Output: it.Output, Scheduled: it.At, QueueWait: wait, FirstToken: -1, End: -1}
 	ctx, cancel := context.WithTimeout(r.reqCtx, r.cfg.RequestTimeout)
 	defer cancel()
 	var firstTimeout atomic.Bool
@@ -373,7 +402,7 @@ func (r *runner) one(i int, it *Item, body []byte) {
 		hq.Header.Set(HeaderClass, it.Class)
 	}
 	if !r.cfg.RouterStart.IsZero() {
-		hq.Header.Set(HeaderScheduled, strconv.FormatInt(int64(r.start.Add(it.At).Sub(r.cfg.RouterStart)), 10))
+		hq.Header.Set(HeaderScheduled, strconv.FormatInt(int64(r.start.Add(o.Ready()).Sub(r.cfg.RouterStart)), 10))
 	}
 	if r.cfg.APIKey != "" {
 		hq.Header.Set("Authorization", "Bearer "+r.cfg.APIKey)
@@ -447,6 +476,12 @@ func (r *runner) one(i int, it *Item, body []byte) {
 		o.Tokens = usage
 	}
 	o.Cut = o.Finish == "length" && it.MinTokens < it.Output
+	if o.Chunks == 0 {
+		// A stream that ends without one chunk of output is no answer
+		// (vllm bench serve fails it: no valid chunk for a TTFT); counted
+		// as an error, it cannot flatter the throughput or the latencies.
+		o.Err = "the stream ended without any output"
+	}
 }
 
 // failed records a request that ended without its stream's end.

@@ -30,6 +30,12 @@ func TestPromptText(t *testing.T) {
 	if PromptText(1, 5, 50) == PromptText(1, 6, 50) || PromptText(1, 5, 50) == PromptText(2, 5, 50) {
 		t.Fatal("prompts do not depend on seed and index")
 	}
+	// Each rate's run salts its prompts: the same length, another text,
+	// the same again for the same salt.
+	a, b := SaltedPromptText(1, 7, 5, 50), SaltedPromptText(1, 8, 5, 50)
+	if a == b || len(a) != len(b) || a != SaltedPromptText(1, 7, 5, 50) || SaltedPromptText(1, 0, 5, 50) != PromptText(1, 5, 50) {
+		t.Fatal("salted prompts are not distinct per salt and deterministic")
+	}
 }
 
 func TestQuantiles(t *testing.T) {
@@ -259,6 +265,55 @@ func TestStreamWithoutDone(t *testing.T) {
 		}
 		if o := res.Outcomes[0]; o.OK() != tc.ok || (tc.ok && o.Tokens != 2) {
 			t.Fatalf("finish %s: outcome %+v, expected ok %v", tc.finish, o, tc.ok)
+		}
+	}
+}
+
+// A 200 stream with no output chunk is an error, not an answer (vllm
+// bench serve fails it too): it cannot raise the throughput.
+func TestStreamWithoutOutput(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"stop\"}],\"usage\":{\"completion_tokens\":0}}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	res, err := Run(context.Background(), Config{URL: srv.URL}, evenPlan(3, 100, 10, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := Summarize(res, 0, 0); s.OK != 0 || s.Errors != 3 || s.RequestRPS != 0 || s.E2E.N != 0 {
+		t.Fatalf("summary %+v: expected 3 errors and nothing counted as served", s)
+	}
+}
+
+// With MaxConcurrency, the wait for a slot is the client's own queue
+// (client_queue_s): not schedule lag (so not DEGRADED), and the goodput's
+// TTFT counts from when the slot was free, as vllm bench serve counts it.
+func TestMaxConcurrencyQueue(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.(http.Flusher).Flush()
+		for k := range 2 {
+			time.Sleep(60 * time.Millisecond)
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\" t%d\",\"finish_reason\":null}]}\n\n", k)
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	// 10 requests at 100 req/s through one slot, each about 120 ms: each
+	// waits for the one before it.
+	res, err := Run(context.Background(), Config{URL: srv.URL, MaxConcurrency: 1}, evenPlan(10, 100, 10, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Summarize(res, 5*time.Second, 5*time.Second)
+	if s.OK != 10 || s.Degraded || s.ClientQueue.P99 < 0.5 || s.Lag.P99 > DegradedLag.Seconds() || s.Good != 10 {
+		t.Fatalf("summary %+v: expected 10 good answers, a client queue of over 0.5 s at p99, no lag, not degraded", s)
+	}
+	for _, o := range res.Outcomes {
+		if o.Sent < o.Ready() {
+			t.Fatalf("outcome %+v sent before it was ready", o)
 		}
 	}
 }

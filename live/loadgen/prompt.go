@@ -47,9 +47,15 @@ func base(seed uint64) string {
 // (live/api: bytes/4, rounded) is exactly tokens. A real tokenizer counts
 // these words at about one token per 4-5 bytes.
 func PromptText(seed uint64, index, tokens int) string {
+	return SaltedPromptText(seed, 0, index, tokens)
+}
+
+// SaltedPromptText is PromptText cut at another place of the same text for
+// each salt: salt 0 is PromptText.
+func SaltedPromptText(seed, salt uint64, index, tokens int) string {
 	n := tokens * int(api.CharsPerToken)
 	b := base(seed)
-	off := int(mix(seed, uint64(index)) % uint64(baseLen))
+	off := int(mix(seed^salt, uint64(index)) % uint64(baseLen))
 	if off+n <= baseLen {
 		return b[off : off+n]
 	}

@@ -38,7 +38,7 @@ func Records(res *Result) []event.Record {
 			return event.Record{At: ns(at), Kind: k, Req: id, Inst: inst, Peer: event.NoInstance}
 		}
 		a := req(o.Sent, event.KindArrival, event.NoInstance)
-		a.Ref, a.Tokens, a.Want, a.Class = ns(o.Scheduled), int64(o.Input), int64(o.Output), o.Class
+		a.Ref, a.Tokens, a.Want, a.Class = ns(o.Ready()), int64(o.Input), int64(o.Output), o.Class
 		add(a)
 		refused := o.Status == http.StatusTooManyRequests || o.Status == http.StatusServiceUnavailable || o.Status == 529
 		if refused && o.FirstToken < 0 {

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"sort"
 	"time"
@@ -57,13 +58,14 @@ func quantiles(xs []float64) Quantiles {
 	return q
 }
 
-// Lag is the schedule lag of every sent request: actual minus scheduled
-// send time.
+// Lag is the schedule lag of every sent request: actual send minus the
+// time the schedule let it go (Outcome.Ready: its scheduled send, or later
+// when it waited for a concurrency slot).
 func Lag(res *Result) Quantiles {
 	xs := make([]float64, 0, len(res.Outcomes))
 	for i := range res.Outcomes {
 		o := &res.Outcomes[i]
-		xs = append(xs, (o.Sent - o.Scheduled).Seconds())
+		xs = append(xs, (o.Sent - o.Ready()).Seconds())
 	}
 	return quantiles(xs)
 }
@@ -80,15 +82,21 @@ func Lag(res *Result) Quantiles {
 //   - ITL: every gap between two content chunks (vLLM's ITL).
 //   - E2E: end − actual send (vLLM's E2EL, AIPerf's request_latency).
 type Summary struct {
-	Planned   int  `json:"planned"`
-	Sent      int  `json:"sent"`
-	OK        int  `json:"ok"`     // streamed to their end
-	Errors    int  `json:"errors"` // HTTP errors, broken streams, timeouts
-	Cancelled int  `json:"cancelled"`
-	Partial   bool `json:"partial"`
+	Planned   int `json:"planned"`
+	Sent      int `json:"sent"`
+	OK        int `json:"ok"`     // streamed to their end
+	Errors    int `json:"errors"` // HTTP errors, broken streams, timeouts
+	Cancelled int `json:"cancelled"`
+	// ErrorKinds are the distinct errors (at most 5, in order of first
+	// appearance), each with its count: "HTTP 500: ... (12)".
+	ErrorKinds []string `json:"error_kinds,omitempty"`
+	Partial    bool     `json:"partial"`
 	// Lag is the schedule lag; Degraded is Lag.P99 > DegradedLag.
 	Lag      Quantiles `json:"schedule_lag_s"`
 	Degraded bool      `json:"degraded"`
+	// ClientQueue is the wait for a slot under --max-concurrency (vllm
+	// bench serve's client queue time; all 0 without a cap).
+	ClientQueue Quantiles `json:"client_queue_s"`
 
 	TTFT          Quantiles `json:"ttft_s"`
 	TTFTScheduled Quantiles `json:"ttft_from_scheduled_s"`
@@ -118,9 +126,11 @@ type Summary struct {
 func Summarize(res *Result, ttftSLO, tpotSLO time.Duration) Summary {
 	s := Summary{Planned: res.Planned, Sent: len(res.Outcomes), Partial: res.Partial, Lag: Lag(res)}
 	s.Degraded = s.Lag.P99 > DegradedLag.Seconds()
-	var ttft, ttfts, tpot, itl, e2e []float64
+	var ttft, ttfts, tpot, itl, e2e, queue []float64
+	kinds, order := map[string]int{}, []string(nil)
 	for i := range res.Outcomes {
 		o := &res.Outcomes[i]
+		queue = append(queue, o.QueueWait.Seconds())
 		switch {
 		case o.OK():
 			s.OK++
@@ -128,6 +138,14 @@ func Summarize(res *Result, ttftSLO, tpotSLO time.Duration) Summary {
 			s.Cancelled++
 		default:
 			s.Errors++
+			msg := o.Err
+			if msg == "" {
+				msg = fmt.Sprintf("HTTP %d", o.Status)
+			}
+			if _, seen := kinds[msg]; !seen && len(order) < 5 {
+				order = append(order, msg)
+			}
+			kinds[msg]++
 		}
 		if !o.OK() {
 			continue
@@ -138,7 +156,7 @@ func Summarize(res *Result, ttftSLO, tpotSLO time.Duration) Summary {
 			continue
 		}
 		t := (o.FirstToken - o.Sent).Seconds()
-		ts := (o.FirstToken - o.Scheduled).Seconds()
+		ts := (o.FirstToken - o.Ready()).Seconds()
 		ttft, ttfts = append(ttft, t), append(ttfts, ts)
 		tp := math.Inf(1)
 		if o.Tokens >= 2 {
@@ -153,6 +171,10 @@ func Summarize(res *Result, ttftSLO, tpotSLO time.Duration) Summary {
 		}
 	}
 	s.TTFT, s.TTFTScheduled, s.TPOT, s.ITL, s.E2E = quantiles(ttft), quantiles(ttfts), quantiles(tpot), quantiles(itl), quantiles(e2e)
+	s.ClientQueue = quantiles(queue)
+	for _, m := range order {
+		s.ErrorKinds = append(s.ErrorKinds, fmt.Sprintf("%s (%d)", m, kinds[m]))
+	}
 	if len(res.Outcomes) > 0 {
 		first := res.Outcomes[0].Scheduled
 		for i := range res.Outcomes {
