@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -43,10 +44,16 @@ func waitStatus(t *testing.T, url, status string, who fmt.Stringer) {
 	t.Fatalf("%s never said %s: %s", url, status, who)
 }
 
-// readJournal replays a journal, whole or cut short by a kill.
+// readJournal replays the one leadership term journaled under dir
+// (serve --ha --journal DIR writes DIR/epoch-N), whole or cut short by a
+// kill.
 func readJournal(t *testing.T, dir string) (event.RunMeta, []event.Record) {
 	t.Helper()
-	r, err := journal.OpenWith(dir, journal.OpenOptions{Partial: true})
+	runs, err := journal.Runs(dir)
+	if err != nil || len(runs) != 1 || !strings.HasPrefix(filepath.Base(runs[0]), "epoch-") {
+		t.Fatalf("journal %s: runs %v, %v: expected one leadership term, epoch-N", dir, runs, err)
+	}
+	r, err := journal.OpenWith(runs[0], journal.OpenOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,5 +396,47 @@ func TestResumeOnlyOwnController(t *testing.T) {
 	_ = b.Wait()
 	if !strings.Contains(bErr.String(), "the published state is the static controller's, this router runs adaptive") {
 		t.Fatalf("the adaptive router did not refuse the static router's split: %s", bErr)
+	}
+}
+
+// TestRestartedRouterLeadsAgain: a router stopped and restarted as a
+// standby with the same --journal leads again at the next failover; each
+// leadership term is journaled apart (DIR/epoch-N), and a --journal that
+// is itself one run is refused at start.
+func TestRestartedRouterLeadsAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and an etcd")
+	}
+	dir := t.TempDir()
+	ja, jb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	urls, serve := haFleet(t, "0.01")
+	urlA, urlB := urls[0], urls[1]
+	stop := func(p *exec.Cmd) {
+		if err := p.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		_ = p.Wait()
+	}
+	a, aErr := child(t, serve(0, "static:4P4D", ja)...)
+	waitStatus(t, urlA, "ok", aErr)
+	b, bErr := child(t, serve(1, "static:4P4D", jb)...)
+	waitStatus(t, urlB, "standby", bErr)
+	stop(a)
+	waitStatus(t, urlB, "ok", bErr)
+	a2, a2Err := child(t, serve(0, "static:4P4D", ja)...)
+	waitStatus(t, urlA, "standby", a2Err)
+	stop(b)
+	waitStatus(t, urlA, "ok", a2Err)
+	stop(a2)
+	runs, err := journal.Runs(ja)
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("router A's journal: runs %v, %v: expected its two leadership terms", runs, err)
+	}
+	// A --journal that is one run (serve without --ha writes one) is
+	// refused before the router campaigns.
+	single := runs[0]
+	code, _, errs := runCLI(t, serve(0, "static:4P4D", single)...)
+	if code != 2 || !strings.Contains(errs, "holds one run's journal") {
+		t.Fatalf("--ha --journal RUN: exit %d, %s", code, errs)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -129,6 +130,19 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			defer srv.Close()
 			var node *ha.Node
 			var lost <-chan struct{}
+			jdir := c.String("journal")
+			if c.String("ha") != "" && jdir != "" {
+				// Each leadership term is a run of its own, DIR/epoch-N: a
+				// router restarted as a standby (the same --journal) must
+				// be able to lead again. A DIR that is itself one run is
+				// refused now, not when this router is elected.
+				if journal.LooksLikeRun(jdir) {
+					return usageError{fmt.Errorf("--journal %s holds one run's journal: under --ha each leadership term is journaled in DIR/epoch-N, so DIR must be a directory of terms (a new one, or one an earlier --ha start used)", jdir)}
+				}
+				if err := os.MkdirAll(jdir, 0o755); err != nil {
+					return usageError{fmt.Errorf("--journal %s: %w", jdir, err)}
+				}
+			}
 			if c.String("ha") != "" {
 				if node, err = joinHA(ctx, c, spec, &cfg, front, ln.Addr().String(), stderr); err != nil || node == nil {
 					_ = srv.Close()
@@ -144,7 +158,10 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				return usageError{err}
 			}
 			var w *journal.Writer
-			if dir := c.String("journal"); dir != "" {
+			if dir := jdir; dir != "" {
+				if node != nil {
+					dir = filepath.Join(dir, fmt.Sprintf("epoch-%d", cfg.Epoch))
+				}
 				slo := spec.CoreSLO()
 				meta := event.RunMeta{Version: version, Driver: "live", Arm: arm, Fleet: spec.Name, Instances: spec.Size(),
 					GPUs: spec.Size() * spec.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(),
