@@ -72,6 +72,9 @@ type placement struct {
 	inst  event.Instance
 	cause event.Cause // refusal or failure cause when inst is NoInstance
 	fail  bool        // a failure (503), not a refusal (429)
+	// fenced: this router lost its high-availability lease (another
+	// router may lead); clients should move.
+	fenced bool
 }
 
 // owner holds the core and everything that changes with it. Only its
@@ -295,7 +298,7 @@ func (o *owner) arrive(now event.Time, f *flight) {
 		o.emitReq(now, event.KindFail, f, event.NoInstance, event.NoInstance, 0, event.CauseUnavailable)
 		o.counts.Failed++
 		o.r.met.ended(event.KindFail, event.CauseUnavailable)
-		f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true}
+		f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true, fenced: true}
 		return
 	}
 	f.stage = core.StageQueued
@@ -432,7 +435,7 @@ func (o *owner) apply(rd core.Ready) {
 	o.arm(rd.NextTick)
 	for _, f := range fenced {
 		o.end(now, f, event.KindFail, event.CauseUnavailable)
-		f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true}
+		f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true, fenced: true}
 	}
 }
 

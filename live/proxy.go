@@ -78,6 +78,10 @@ func (r *Router) ready(w http.ResponseWriter, _ *http.Request) {
 	if r.stopping(w) {
 		return
 	}
+	if r.cfg.Fence != nil && !r.cfg.Fence() {
+		api.WriteError(w, fencedError())
+		return
+	}
 	up := 0
 	for _, e := range r.engines {
 		if !r.failing(e) {
@@ -266,11 +270,22 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 	lg.start(p.inst) // live/retry.go
 }
 
+// fencedError is the 503 of a router that lost its high-availability
+// lease: it admits nothing more and finishes what is in flight; another
+// router leads (or will), so clients move, as they do on a standby.
+func fencedError() *api.Error {
+	e := api.Unavailable("this router lost its high-availability lease and admits nothing more; another router leads", time.Second)
+	e.Code = "standby"
+	return e
+}
+
 // writeRefusal answers a request the core refused (429) or could not
 // place (503), with Retry-After.
 func writeRefusal(w http.ResponseWriter, p placement) {
 	msg := "no engine can take the request now (" + p.cause.String() + ")"
 	switch {
+	case p.fenced:
+		api.WriteError(w, fencedError())
 	case p.cause == event.CausePrompt:
 		// No queue drains this: no Retry-After.
 		api.WriteError(w, &api.Error{Status: http.StatusTooManyRequests, Type: api.TypeRateLimit, Code: "prompt",

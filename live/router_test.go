@@ -838,3 +838,44 @@ func TestNoHandoffAfterEOS(t *testing.T) {
 		}
 	}
 }
+
+// A router whose high-availability lease lapsed (the fence shut) says so:
+// /ready answers 503 and every request 503, both with code standby, so
+// that load balancers and clients move to the router that leads.
+func TestFencedRouterSaysStandby(t *testing.T) {
+	var fenced atomic.Bool
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		c.Fence = func() bool { return !fenced.Load() }
+	}})
+	code := func(path, body string) (int, string) {
+		var resp *http.Response
+		if body == "" {
+			var err error
+			if resp, err = http.Get(r.url + path); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			resp = post(t, r, path, body, nil)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		e := api.ParseError(resp.StatusCode, b)
+		if e == nil {
+			return resp.StatusCode, ""
+		}
+		return resp.StatusCode, e.Code
+	}
+	const req = `{"model":"stub","prompt":"hi","max_tokens":3}`
+	if s, _ := code("/ready", ""); s != 200 {
+		t.Fatalf("/ready while leading: %d", s)
+	}
+	if s, _ := code("/v1/completions", req); s != 200 {
+		t.Fatalf("a request while leading: %d", s)
+	}
+	fenced.Store(true)
+	for _, c := range []struct{ path, body string }{{"/ready", ""}, {"/v1/completions", req}} {
+		if s, c2 := code(c.path, c.body); s != 503 || c2 != "standby" {
+			t.Errorf("%s once fenced: %d, code %q: want 503, standby", c.path, s, c2)
+		}
+	}
+}

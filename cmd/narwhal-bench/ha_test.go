@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -438,5 +439,152 @@ func TestRestartedRouterLeadsAgain(t *testing.T) {
 	code, _, errs := runCLI(t, serve(0, "static:4P4D", single)...)
 	if code != 2 || !strings.Contains(errs, "holds one run's journal") {
 		t.Fatalf("--ha --journal RUN: exit %d, %s", code, errs)
+	}
+}
+
+// stallProxy forwards TCP to target until stalled: then it forwards
+// nothing more, in either direction, on old or new connections (an etcd
+// that hangs, as under SIGSTOP), until resumed.
+type stallProxy struct {
+	addr    string
+	mu      sync.Mutex
+	stalled bool
+	resume  chan struct{}
+}
+
+func newStallProxy(t *testing.T, target string) *stallProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{addr: ln.Addr().String(), resume: make(chan struct{})}
+	// Resumed at the end, before etcd stops (cleanups run last first), so
+	// that a failed test never leaves etcd's connections hanging.
+	t.Cleanup(func() { ln.Close(); p.stall(false) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go p.pipe(c, u)
+			go p.pipe(u, c)
+		}
+	}()
+	return p
+}
+
+func (p *stallProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		p.wait()
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *stallProxy) wait() {
+	p.mu.Lock()
+	ch, stalled := p.resume, p.stalled
+	p.mu.Unlock()
+	if stalled {
+		<-ch
+	}
+}
+
+func (p *stallProxy) stall(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if on && !p.stalled {
+		p.stalled, p.resume = true, make(chan struct{})
+	} else if !on && p.stalled {
+		p.stalled = false
+		close(p.resume)
+	}
+}
+
+// TestEtcdHangs: when etcd hangs (it accepts and never answers), the
+// leader's fence shuts within its lease and it says so (/ready 503,
+// standby), a SIGTERM still stops it promptly (the lease's revoke no
+// longer waits etcd's 60 s default), and the standby survives the outage
+// (its lease lapses while it campaigns: it joins again) to lead once
+// etcd answers.
+func TestEtcdHangs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and an etcd")
+	}
+	urls, serve := haFleet(t, "0.01")
+	urlA, urlB := urls[0], urls[1]
+	var proxy *stallProxy
+	via := func(args []string) []string {
+		for i, a := range args {
+			if strings.HasPrefix(a, "etcd://") {
+				if proxy == nil {
+					proxy = newStallProxy(t, strings.TrimPrefix(a, "etcd://"))
+				}
+				args[i] = "etcd://" + proxy.addr
+			}
+		}
+		return args
+	}
+	a, aErr := child(t, via(serve(0, "static:4P4D", ""))...)
+	waitStatus(t, urlA, "ok", aErr)
+	b, bErr := child(t, via(serve(1, "static:4P4D", ""))...)
+	waitStatus(t, urlB, "standby", bErr)
+	bExited := make(chan struct{})
+	go func() { _ = b.Wait(); close(bExited) }()
+
+	proxy.stall(true)
+	fenced := false
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !fenced; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(urlA + "/ready")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			fenced = resp.StatusCode == 503 && strings.Contains(string(body), `"standby"`)
+		}
+	}
+	if !fenced {
+		t.Fatalf("the leader's /ready never said standby after etcd hung: %s", aErr)
+	}
+	if err := a.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	aExited := make(chan struct{})
+	go func() { _ = a.Wait(); close(aExited) }()
+	select {
+	case <-aExited:
+	case <-time.After(30 * time.Second):
+		a.Process.Kill()
+		t.Fatalf("the fenced leader did not stop on SIGTERM while etcd hung (etcd's 60 s revoke?): %s", aErr)
+	}
+	// The standby's own lease lapses in the outage (more than two leases).
+	time.Sleep(5 * time.Second)
+	select {
+	case <-bExited:
+		t.Fatalf("the standby exited in the etcd outage: %s", bErr)
+	default:
+	}
+	proxy.stall(false)
+	waitStatus(t, urlB, "ok", bErr)
+	if err := b.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-bExited
+	if !strings.Contains(bErr.String(), "joining again as a standby") && !strings.Contains(bErr.String(), "trying again") {
+		t.Errorf("the standby did not say it joined again: %s", bErr)
 	}
 }

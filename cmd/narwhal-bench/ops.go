@@ -189,17 +189,36 @@ func joinHA(ctx context.Context, c *cli.Command, spec *fleet.Spec, cfg *live.Con
 	if prefix == "" {
 		prefix = "/narwhal-bench/" + spec.Name + "/"
 	}
-	node, err := ha.Dial(ctx, ha.Config{Endpoints: eps, Prefix: prefix, Name: addr, Lease: lease})
-	if err != nil {
-		return nil, err
-	}
-	front.set(standbyHandler(node))
-	fmt.Fprintf(stderr, "narwhal-bench: ha: standby at %s (leader: %q)\n", addr, node.Leader(ctx))
-	epoch, err := node.Campaign(ctx)
-	if err != nil {
+	var node *ha.Node
+	var epoch uint64
+	for first := true; ; first = false {
+		if node, err = ha.Dial(ctx, ha.Config{Endpoints: eps, Prefix: prefix, Name: addr, Lease: lease}); err != nil {
+			if first || ctx.Err() != nil {
+				return nil, err // etcd unreachable at start: say so
+			}
+			// A standby that lost etcd waits for it to come back: it
+			// admits nothing, so it has nothing to stop.
+			fmt.Fprintf(stderr, "narwhal-bench: ha: %v: trying again in %v\n", err, lease)
+			select {
+			case <-ctx.Done():
+				return nil, nil
+			case <-time.After(lease):
+			}
+			continue
+		}
+		front.set(standbyHandler(node))
+		fmt.Fprintf(stderr, "narwhal-bench: ha: standby at %s (leader: %q)\n", addr, node.Leader(ctx))
+		epoch, err = node.Campaign(ctx)
+		if err == nil {
+			break
+		}
 		node.Close()
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return nil, nil
+		case errors.Is(err, ha.ErrLostCampaigning):
+			fmt.Fprintf(stderr, "narwhal-bench: ha: %v: joining again as a standby\n", err)
+			continue
 		}
 		return nil, err
 	}

@@ -133,7 +133,10 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("ha: etcd %v: lease: %w", cfg.Endpoints, err)
 	}
 	n.renewed(sent, lease.TTL)
-	n.sess, err = concurrency.NewSession(cli, concurrency.WithLease(lease.ID))
+	// The TTL bounds Session.Close's revoke (its default, 60 s, would hold
+	// a stopping router that long when etcd is unreachable): a lease
+	// revoked after its TTL has expired anyway.
+	n.sess, err = concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(max(lease.TTL, 1))))
 	if err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("ha: session: %w", err)
@@ -198,6 +201,11 @@ func (n *Node) lose() {
 	})
 }
 
+// ErrLostCampaigning is Campaign's error when the node's lease lapsed
+// while it waited (etcd unreachable for a lease): the node never led, so
+// a new one may campaign again.
+var ErrLostCampaigning = errors.New("ha: lease lost while campaigning")
+
 // Campaign blocks until this node leads, and returns its epoch. Close
 // ends a campaign in progress.
 func (n *Node) Campaign(ctx context.Context) (uint64, error) {
@@ -216,7 +224,7 @@ func (n *Node) Campaign(ctx context.Context) (uint64, error) {
 	}()
 	if err := n.el.Campaign(cctx, n.cfg.Name); err != nil {
 		if n.Lost() {
-			return 0, errors.New("ha: lease lost while campaigning")
+			return 0, ErrLostCampaigning
 		}
 		return 0, fmt.Errorf("ha: campaign: %w", err)
 	}
