@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/narwhal-bench/narwhal-bench/internal/strictyaml"
+	"github.com/prometheus/client_golang/prometheus"
 	"math"
 	"net/http"
 	"os"
@@ -81,8 +82,9 @@ func LoadTenants(path string) (*TenantsFile, [][]byte, error) {
 			return nil, nil, fmt.Errorf("%s: max_concurrent: %d: expected >= 0 (0 = no cap of its own)", where, t.MaxConcurrent)
 		case !(t.Rate >= 0) || !finite(t.Rate):
 			return nil, nil, fmt.Errorf("%s: rate: %v: expected a number >= 0 (0 = no rate limit)", where, t.Rate)
-		case !(t.Burst >= 0) || !finite(t.Burst):
-			return nil, nil, fmt.Errorf("%s: burst: %v: expected a number >= 0", where, t.Burst)
+		case !(t.Burst == 0 || t.Burst >= 1) || !finite(t.Burst):
+			// A bucket under one token never admits a request.
+			return nil, nil, fmt.Errorf("%s: burst: %v: expected 0 (the default: the rate, at least 1) or a number >= 1", where, t.Burst)
 		}
 		switch {
 		case t.KeyEnv != "" && t.KeyFile == "":
@@ -134,7 +136,8 @@ type tenant struct {
 	tokens   float64
 	last     time.Time
 	served   int
-	rejected int
+	// rejected counts refusals by code (tenant_rate, tenant_concurrency).
+	rejected map[string]int
 }
 
 // NewGate builds the gate for tf's tenants with their keys (LoadTenants),
@@ -266,14 +269,14 @@ func (g *Gate) acquire(t *tenant) *api.Error {
 		}
 		t.last = now
 		if t.tokens < 1 {
-			t.rejected++
+			t.reject("tenant_rate")
 			wait := time.Duration((1 - t.tokens) / t.rate * float64(time.Second))
 			return &api.Error{Status: http.StatusTooManyRequests, Type: api.TypeRateLimit, Code: "tenant_rate",
 				Message: fmt.Sprintf("tenant %s is over its rate of %g requests/s", t.name, t.rate), RetryAfter: max(wait, time.Second)}
 		}
 	}
 	if t.inflight >= t.cap || g.total >= g.limit {
-		t.rejected++
+		t.reject("tenant_concurrency")
 		return &api.Error{Status: http.StatusTooManyRequests, Type: api.TypeRateLimit, Code: "tenant_concurrency",
 			Message: fmt.Sprintf("tenant %s has %d requests in flight, its share", t.name, t.inflight), RetryAfter: time.Second}
 	}
@@ -284,6 +287,50 @@ func (g *Gate) acquire(t *tenant) *api.Error {
 	g.total++
 	t.served++
 	return nil
+}
+
+func (t *tenant) reject(code string) {
+	if t.rejected == nil {
+		t.rejected = map[string]int{}
+	}
+	t.rejected[code]++
+}
+
+// Gate metrics (Collector): what the gate let through and refused, per
+// tenant, so that a gate saturating shows where the core's refusals would
+// have.
+var (
+	tenantRequestsDesc = prometheus.NewDesc("narwhal_tenant_requests_total",
+		"Requests through the tenant gate, by tenant and outcome: served, or the code it was refused with (tenant_rate, tenant_concurrency).",
+		[]string{"tenant", "outcome"}, nil)
+	tenantInFlightDesc = prometheus.NewDesc("narwhal_tenant_in_flight", "Requests of each tenant in flight through the gate.", []string{"tenant"}, nil)
+	tenantCapDesc      = prometheus.NewDesc("narwhal_tenant_cap", "Each tenant's in-flight cap.", []string{"tenant"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (g *Gate) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tenantRequestsDesc
+	ch <- tenantInFlightDesc
+	ch <- tenantCapDesc
+}
+
+// Collect implements prometheus.Collector: register the gate with the
+// router's registry (Router.Registry) and /metrics carries it.
+func (g *Gate) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	all := g.tenants
+	if g.anon != nil {
+		all = append(all[:len(all):len(all)], g.anon)
+	}
+	for _, t := range all {
+		ch <- prometheus.MustNewConstMetric(tenantRequestsDesc, prometheus.CounterValue, float64(t.served), t.name, "served")
+		for _, code := range []string{"tenant_rate", "tenant_concurrency"} {
+			ch <- prometheus.MustNewConstMetric(tenantRequestsDesc, prometheus.CounterValue, float64(t.rejected[code]), t.name, code)
+		}
+		ch <- prometheus.MustNewConstMetric(tenantInFlightDesc, prometheus.GaugeValue, float64(t.inflight), t.name)
+		ch <- prometheus.MustNewConstMetric(tenantCapDesc, prometheus.GaugeValue, float64(t.cap), t.name)
+	}
 }
 
 func (g *Gate) release(t *tenant) {

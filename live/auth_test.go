@@ -2,6 +2,8 @@ package live
 
 import (
 	"bytes"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -65,7 +67,8 @@ func TestTenantsRefused(t *testing.T) {
 		"tenants:\n- {name: ops, key_env: HOME, weight: 1, max_concurrent: 1.9}\n": "tenants[0].max_concurrent: 1.9: expected an integer",
 		"tenants:\n- {name: ops, key_env: HOME, weight: \"2\"}\n":                  "tenants[0].weight: \"2\": expected a number",
 		"tenants: []\n": "no tenants",
-		"tenants:\n- {name: ops, key_env: HOME, weight: 1, colour: red}\n": "tenants[0].colour: unknown field: expected one of name",
+		"tenants:\n- {name: ops, key_env: HOME, weight: 1, rate: 2, burst: 0.5}\n": "burst: 0.5: expected 0",
+		"tenants:\n- {name: ops, key_env: HOME, weight: 1, colour: red}\n":         "tenants[0].colour: unknown field: expected one of name",
 	} {
 		if _, _, err := LoadTenants(writeTenants(t, body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v, want %q:\n%s", err, want, body)
@@ -167,6 +170,24 @@ tenants:
 	clock = clock.Add(time.Second) // two more tokens
 	if c, _ := call("POST", "/v1/completions", "Bearer evals-key", false); c != 200 {
 		t.Errorf("evals after a second: %d", c)
+	}
+	// What the gate served and refused, per tenant, on /metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(g)
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	text := rec.Body
+	for _, line := range []string{
+		`narwhal_tenant_requests_total{outcome="served",tenant="evals"} 3`,
+		`narwhal_tenant_requests_total{outcome="tenant_concurrency",tenant="evals"} 1`,
+		`narwhal_tenant_requests_total{outcome="tenant_rate",tenant="evals"} 1`,
+		`narwhal_tenant_requests_total{outcome="served",tenant="ops"} 1`,
+		`narwhal_tenant_in_flight{tenant="evals"} 0`,
+		`narwhal_tenant_cap{tenant="evals"} 1`,
+	} {
+		if !strings.Contains(text.String(), line+"\n") {
+			t.Errorf("gate metrics lack %s:\n%s", line, text.String())
+		}
 	}
 }
 

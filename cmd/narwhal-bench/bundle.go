@@ -124,7 +124,7 @@ func newRedactor() *redactor {
 	return &redactor{shapes: []*regexp.Regexp{
 		regexp.MustCompile(`(?i)(bearer\s+)[^\s"',]+`),
 		regexp.MustCompile(`(?i)((?:api[_-]?key|token|secret|password|passwd|authorization)["']?\s*[:=]\s*["']?)[^\s"',}]+`),
-		regexp.MustCompile(`(://[^/\s:@"]+:)[^@/\s"]+(@)`), // userinfo in engine URLs
+		regexp.MustCompile(`(://)[^/\s@"]+(@)`), // userinfo in engine URLs: user:password@ and a token alone as user@
 		regexp.MustCompile(`()sk-[A-Za-z0-9_-]{8,}()`),
 	}}
 }
@@ -192,6 +192,11 @@ func journalSummary(dir string) ([]byte, error) {
 func writeBundle(path string, files map[string][]byte, rd *redactor) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
+		return fmt.Errorf("bundle: --out: %w", err)
+	}
+	// An existing file keeps its mode on open: the bundle is 0600 anyway.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
 		return fmt.Errorf("bundle: --out: %w", err)
 	}
 	zw := gzip.NewWriter(f)

@@ -155,3 +155,26 @@ func keys(m map[string]string) []string {
 	}
 	return out
 }
+
+// The redactor removes a URL's whole userinfo, a token alone as user
+// included; the bundle is 0600 even over an existing file.
+func TestBundleRedactsUserinfo(t *testing.T) {
+	rd := newRedactor()
+	for in, want := range map[string]string{
+		"url: http://tok3nUSERONLYsecret@127.0.0.1:16301/v1": "url: http://[REDACTED]@127.0.0.1:16301/v1",
+		`"http://op:pw%2Fx@10.0.0.1:8000"`:                   `"http://[REDACTED]@10.0.0.1:8000"`,
+		"http://10.0.0.1:8000 and https://h:8443/x":          "http://10.0.0.1:8000 and https://h:8443/x",
+	} {
+		if got := string(rd.apply([]byte(in))); got != want {
+			t.Errorf("redact %q = %q, want %q", in, got, want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "b.tar.gz")
+	os.WriteFile(path, []byte("old"), 0o644)
+	if err := writeBundle(path, map[string][]byte{"x": []byte("y")}, rd); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("bundle mode %v, %v: want 0600", st.Mode().Perm(), err)
+	}
+}

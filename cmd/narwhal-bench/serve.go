@@ -157,6 +157,9 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return usageError{err}
 			}
+			if gate != nil {
+				rt.Metrics().Registry().MustRegister(gate) // narwhal_tenant_*
+			}
 			var w *journal.Writer
 			if dir := jdir; dir != "" {
 				if node != nil {
