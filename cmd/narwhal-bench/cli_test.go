@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -293,5 +295,26 @@ func TestExportInterrupted(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out2, journal.ManifestFile)); err == nil {
 		t.Error("an interrupted export wrote its manifest")
+	}
+}
+
+// A router listening on every interface campaigns under its host's name,
+// which says where the leader is; a specific address is kept.
+func TestHANameOfUnspecifiedHost(t *testing.T) {
+	host, _ := os.Hostname()
+	for addr, want := range map[string]string{"[::]:8000": net.JoinHostPort(host, "8000"), "0.0.0.0:8000": net.JoinHostPort(host, "8000"),
+		"10.0.0.1:8000": "10.0.0.1:8000"} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := haName(a); got != want {
+			t.Errorf("haName(%s) = %q, want %q", addr, got, want)
+		}
+	}
+	rec := httptest.NewRecorder()
+	startingHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/ready", nil))
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), `"starting"`) {
+		t.Errorf("/ready while starting: %d %s", rec.Code, rec.Body)
 	}
 }

@@ -249,3 +249,35 @@ func scheme(c *cli.Command) string {
 	}
 	return "http"
 }
+
+// startingHandler answers while serve starts (connecting to etcd under
+// --ha, before it stands by or leads): /health 200 "starting" (the
+// process lives), everything else 503 with code starting.
+func startingHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		if q.URL.Path == "/health" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"status":"starting"}` + "\n"))
+			return
+		}
+		e := api.Unavailable("the router is starting", time.Second)
+		e.Code = "starting"
+		api.WriteError(w, e)
+	})
+}
+
+// haName is the name a router campaigns under (the leader that /health
+// names): its listen address, with the host's name for an unspecified
+// host (--listen :8000), so that the name says where the leader is.
+func haName(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			return net.JoinHostPort(h, port)
+		}
+	}
+	return addr.String()
+}

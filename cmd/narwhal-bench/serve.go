@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -125,7 +124,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			front := &frontDoor{}
-			front.set(http.NotFoundHandler())
+			front.set(startingHandler())
 			srv := listenAndServe(c, ln, front.handler(gate))
 			defer srv.Close()
 			var node *ha.Node
@@ -144,7 +143,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				}
 			}
 			if c.String("ha") != "" {
-				if node, err = joinHA(ctx, c, spec, &cfg, front, ln.Addr().String(), stderr); err != nil || node == nil {
+				if node, err = joinHA(ctx, c, spec, &cfg, front, haName(ln.Addr()), stderr); err != nil || node == nil {
 					_ = srv.Close()
 					return err
 				}
