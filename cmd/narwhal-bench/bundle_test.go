@@ -140,7 +140,7 @@ slo: {ttft: 2s, tpot: 100ms}
 			t.Errorf("live bundle lacks %s: %v", want, keys(lb))
 		}
 	}
-	if !strings.Contains(lb["router/state.txt"], `"split"`) || !strings.Contains(lb["config/0-fleet.yaml"], "op:[REDACTED]@127.0.0.1") {
+	if !strings.Contains(lb["router/state.txt"], `"split"`) || !strings.Contains(lb["config/0-fleet.yaml"], "://[REDACTED]@127.0.0.1") {
 		t.Errorf("state or fleet not as expected:\n%s\n%s", lb["router/state.txt"], lb["config/0-fleet.yaml"])
 	}
 	if !strings.Contains(jbf["journal-summary.json"], `"finish": 5`) {

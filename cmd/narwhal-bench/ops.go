@@ -251,15 +251,10 @@ func scheme(c *cli.Command) string {
 }
 
 // startingHandler answers while serve starts (connecting to etcd under
-// --ha, before it stands by or leads): /health 200 "starting" (the
-// process lives), everything else 503 with code starting.
+// --ha, before it stands by or leads): 503 with code starting on every
+// route, /health included, so that whoever waits for a 200 waits on.
 func startingHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
-		if q.URL.Path == "/health" {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"status":"starting"}` + "\n"))
-			return
-		}
 		e := api.Unavailable("the router is starting", time.Second)
 		e.Code = "starting"
 		api.WriteError(w, e)
