@@ -101,6 +101,9 @@ type liveRun struct {
 	limit      int
 	json       bool
 	progressTo io.Writer
+	// sloFrom names a default the SLOs came from (--target with a trace
+	// that names none): said on stderr, since goodput depends on them.
+	sloFrom string
 }
 
 func liveConfig(c *cli.Command) (*liveRun, error) {
@@ -143,6 +146,7 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 		}
 		if f, err := fleet.Load(name); err == nil {
 			lc.slo = f.CoreSLO()
+			lc.sloFrom = "fleet " + name + "'s"
 		}
 	} else {
 		if lc.spec, err = fleet.Load(c.String("fleet")); err != nil {
@@ -163,11 +167,17 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 			return nil, fmt.Errorf("--arm: %w", err)
 		}
 	}
+	if tr.SLO.TTFT > 0 || tr.SLO.TPOT > 0 {
+		lc.sloFrom = ""
+	}
 	if tr.SLO.TTFT > 0 {
 		lc.slo.TTFT = event.Time(tr.SLO.TTFT)
 	}
 	if tr.SLO.TPOT > 0 {
 		lc.slo.TPOT = event.Time(tr.SLO.TPOT)
+	}
+	if c.String("ttft-slo") != "" && c.String("tpot-slo") != "" {
+		lc.sloFrom = ""
 	}
 	for _, f := range []struct {
 		name string
@@ -264,6 +274,10 @@ type liveResult struct {
 }
 
 func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
+	if lc.sloFrom != "" {
+		fmt.Fprintf(stderr, "narwhal-bench: live: goodput is scored against %s SLOs (TTFT <= %v, TPOT <= %v): the trace names none; set --ttft-slo and --tpot-slo for your own\n",
+			lc.sloFrom, time.Duration(lc.slo.TTFT), time.Duration(lc.slo.TPOT))
+	}
 	if lc.dir != "" {
 		if err := os.MkdirAll(lc.dir, 0o755); err != nil {
 			return usageError{fmt.Errorf("--journal %s: %w", lc.dir, err)}

@@ -325,3 +325,28 @@ func TestLiveEveryRequestFailed(t *testing.T) {
 		t.Fatalf("exit %d, stdout %s, stderr %s: want exit 1 naming the errors", code, out, errs)
 	}
 }
+
+// TestLiveDefaultSLOSaid: with --target and a trace that names no SLO,
+// the run says whose SLOs its goodput is scored by.
+func TestLiveDefaultSLOSaid(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" b\",\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	trace := filepath.Join(t.TempDir(), "noslo.yaml")
+	b, err := os.ReadFile("testdata/live-short.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(bytes.Replace(b, []byte("fleet: demo\n"), nil, 1), []byte("slo: {ttft: 10s, tpot: 125ms}\n"), nil, 1)
+	os.WriteFile(trace, b, 0o644)
+	args := []string{"live", "--target", srv.URL, "--model", "m", "--trace", trace, "--limit", "2", "--rate", "50"}
+	if code, _, errs := runCLI(t, args...); code != 0 || !strings.Contains(errs, "goodput is scored against fleet demo's SLOs (TTFT <= 10s, TPOT <= 125ms)") {
+		t.Fatalf("exit %d, stderr %s", code, errs)
+	}
+	if _, _, errs := runCLI(t, append(args, "--ttft-slo", "1s", "--tpot-slo", "50ms")...); strings.Contains(errs, "scored against") {
+		t.Fatalf("SLOs given, still said: %s", errs)
+	}
+}
