@@ -99,6 +99,13 @@ func ParseExperiment(data []byte, source string) (exp *Experiment, err error) {
 	if !nameRE.MatchString(e.Name) {
 		errs = append(errs, fmt.Errorf("name: %q: expected 1-64 letters, digits, '_', '-', '.'", e.Name))
 	}
+	seenSeed := map[uint64]bool{}
+	for i, sd := range e.Seeds {
+		if seenSeed[sd] {
+			errs = append(errs, fmt.Errorf("seeds[%d]: %d given twice: expected each seed once (a repeated draw would count as two)", i, sd))
+		}
+		seenSeed[sd] = true
+	}
 	if strings.TrimSpace(e.Trace) == "" {
 		errs = append(errs, errors.New("trace: missing: expected a built-in trace, a file, or files joined with +"))
 	}

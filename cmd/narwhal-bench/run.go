@@ -42,10 +42,24 @@ func runCommand(stderr io.Writer) *cli.Command {
 				return usageError{errors.New("run: expected at least one experiment file")}
 			}
 			var exps []*sweep.Experiment
+			named := map[string]string{}
 			for _, p := range c.Args().Slice() {
 				e, err := sweep.LoadExperiment(p)
 				if err != nil {
 					return usageError{err}
+				}
+				// Outputs are OUT/NAME/...: two experiments of one name
+				// would overwrite each other's results.
+				if other, dup := named[e.Name]; dup {
+					return usageError{fmt.Errorf("run: %s and %s are both named %q: expected one name per experiment (the output directory)", other, p, e.Name)}
+				}
+				named[e.Name] = p
+				// Every file is checked whole before anything runs, in
+				// every shard alike: a typo in the last file must not
+				// surface after the first ones' compute, or in one shard.
+				if _, _, err := sweep.Resolve(sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, TTFT: e.SLO.TTFT,
+					TPOT: e.SLO.TPOT, Arms: e.Arms, Rates: strings.Join(e.Rates, ",")}); err != nil {
+					return experimentError(e, err)
 				}
 				exps = append(exps, e)
 			}
@@ -57,6 +71,9 @@ func runCommand(stderr io.Writer) *cli.Command {
 				if err := runExperiment(ctx, c, e, stderr, &sh); err != nil {
 					return err
 				}
+			}
+			if sh.next <= sh.i {
+				fmt.Fprintf(stderr, "narwhal-bench: run: shard %d/%d has no combination: the campaign has %d\n", sh.i, sh.n, sh.next)
 			}
 			return nil
 		},
@@ -366,7 +383,7 @@ func writeSummary(w io.Writer, e *sweep.Experiment, combos []combo, results []*s
 				st := sweep.StatOf(v)
 				cell := fmt.Sprintf("%.3g", st.Mean)
 				if st.N > 1 {
-					cell += fmt.Sprintf(" [%.3g, %.3g]", st.Lo, st.Hi)
+					cell += fmt.Sprintf(" [%.3g, %.3g]", max(st.Lo, 0), st.Hi)
 				}
 				if top > 0 {
 					cell += fmt.Sprintf(" (grid top in %d of %d: at least that)", top, len(v))

@@ -82,3 +82,37 @@ func TestRunRerunsStaleResults(t *testing.T) {
 		t.Fatal("unchanged rerun after that: ran again, want skipped")
 	}
 }
+
+// run checks every file before running any: two experiments of one name,
+// repeated seeds and an unknown arm in a later file are refused (exit 2)
+// with nothing run, in every shard alike; a shard with nothing to do says
+// so.
+func TestRunChecksEveryFileFirst(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	good := write("good.yaml", "name: e\ntrace: demo\narms: [static:4P4D]\nrates: [\"1.6\"]\n")
+	same := write("same.yaml", "name: e\ntrace: demo\narms: [adaptive]\nrates: [\"1.6\"]\n")
+	typo := write("typo.yaml", "name: f\ntrace: demo\narms: [nosucharm]\nrates: [\"1.6\"]\n")
+	twice := write("twice.yaml", "name: g\ntrace: demo\narms: [static:4P4D]\nseeds: [1, 1]\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{good, same}, `both named "e"`},
+		{[]string{good, typo}, "nosucharm"},
+		{[]string{"--shard", "0/2", good, typo}, "nosucharm"},
+		{[]string{twice}, "seeds[1]: 1 given twice"},
+	} {
+		code, _, errs := runCLI(t, append([]string{"run", "--out", filepath.Join(dir, "out")}, c.args...)...)
+		if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(errs, "running") {
+			t.Errorf("%v: exit %d, %s: want exit 2, %q, nothing run", c.args, code, errs, c.want)
+		}
+	}
+	if code, _, errs := runCLI(t, "run", "--out", filepath.Join(dir, "out"), "--shard", "3/5", good); code != 0 || !strings.Contains(errs, "shard 3/5 has no combination: the campaign has 1") {
+		t.Errorf("an empty shard: exit %d, %s", code, errs)
+	}
+}
