@@ -97,3 +97,35 @@ func TestReportDocExample(t *testing.T) {
 // reportExampleRE finds docs/report.md's example: the sim command (up to
 // its --journal), the narwhal-report line, then the printed block.
 var reportExampleRE = regexp.MustCompile("(?s)## Example\n\n```\n(narwhal-bench sim .*?--journal /tmp/rj)\nnarwhal-report [^\n]*\n```\n\nprints[^\n]*\n[^\n]*\n\n```\n(.*?)```\n")
+
+// TestReadmeDemo: the README's `make demo` output is what make demo's sim
+// command prints, up to the README's "..." (its arms and rates read from
+// the Makefile).
+func TestReadmeDemo(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^(DEMOARMS|DEMORATES)\s*:=\s*(\S+)`).FindAllSubmatch(mk, -1) {
+		vars[string(m[1])] = string(m[2])
+	}
+	if vars["DEMOARMS"] == "" || vars["DEMORATES"] == "" {
+		t.Fatalf("Makefile: no DEMOARMS or DEMORATES: %v", vars)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```\n(trace: demo \\(base rate.*?\n)\\.\\.\\.\n```").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md: no demo output block (from \"trace: demo (base rate\" to \"...\")")
+	}
+	code, out, errs := runCLI(t, "sim", "--trace", "demo", "--arms", vars["DEMOARMS"], "--rates", vars["DEMORATES"])
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.HasPrefix(out, string(m[1])) {
+		t.Errorf("README.md's demo output is not what make demo prints; it prints:\n%s", out)
+	}
+}
