@@ -65,6 +65,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "drain-timeout", Value: "10s", Usage: "after Ctrl-C, how long requests in flight may finish before they are cancelled"},
 			&cli.StringFlag{Name: "duration", Usage: "play only the trace's first D of (scaled) time, e.g. 20s"},
 			&cli.IntFlag{Name: "limit", Usage: "send only the first N requests", DefaultText: "all"},
+			&cli.IntFlag{Name: "warmup", Usage: "with --target: first send the plan's first N requests at once, with other prompts, unscored and unjournaled (an engine's first requests pay one-time costs); none succeeding stops the run (exit 1)", DefaultText: "none"},
 			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
@@ -104,6 +105,7 @@ type liveRun struct {
 	// sloFrom names a default the SLOs came from (--target with a trace
 	// that names none): said on stderr, since goodput depends on them.
 	sloFrom string
+	warmup  int // --warmup: requests sent first, unscored (--target)
 }
 
 func liveConfig(c *cli.Command) (*liveRun, error) {
@@ -112,7 +114,7 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 	}
 	lc := &liveRun{target: c.String("target"), dir: c.String("journal"), noParquet: c.Bool("no-parquet"),
 		stub: c.Bool("stub"), timeScale: c.Float64("stub-time-scale"), basePort: int(c.Int("base-port")),
-		model: c.String("model"), limit: int(c.Int("limit")), json: c.Bool("json")}
+		model: c.String("model"), limit: int(c.Int("limit")), json: c.Bool("json"), warmup: int(c.Int("warmup"))}
 	switch {
 	case lc.target == "" && c.String("fleet") == "":
 		return nil, errors.New("live: expected --fleet FILE (the router in this process) or --target URL (any OpenAI endpoint)")
@@ -225,6 +227,9 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 			*d.dst = v
 		}
 	}
+	if lc.warmup < 0 || lc.warmup > 0 && lc.target == "" {
+		return nil, fmt.Errorf("--warmup %d: expected a count >= 0, with --target (the stub fleet has no first-request costs)", lc.warmup)
+	}
 	if lc.limit < 0 || c.Int("max-concurrency") < 0 {
 		return nil, errors.New("--limit and --max-concurrency: expected >= 0")
 	}
@@ -249,6 +254,40 @@ func (lc *liveRun) plan(rate float64) ([]loadgen.Item, error) {
 		plan = append(plan, planItem(q))
 	}
 	return plan, nil
+}
+
+// warmUp sends the first rate's first --warmup requests at once to the
+// target, with prompts of their own (another salt), and waits for them:
+// they are neither scored nor journaled. None succeeding is an error.
+func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer) error {
+	plan, err := lc.plan(lc.rates[0])
+	if err != nil {
+		return usageError{err}
+	}
+	plan = plan[:min(lc.warmup, len(plan))]
+	for i := range plan {
+		plan[i].At = 0
+	}
+	cfg := lc.lg
+	cfg.URL, cfg.Salt = lc.target, 0x7761726d7570 // "warmup"
+	if cfg.Model = lc.model; cfg.Model == "" {
+		if cfg.Model, err = firstModel(ctx, lc.target, cfg.APIKey); err != nil {
+			return usageError{fmt.Errorf("--target %s: %w (or name it with --model)", lc.target, err)}
+		}
+	}
+	res, err := loadgen.Run(ctx, cfg, plan)
+	if err != nil {
+		return err
+	}
+	s := loadgen.Summarize(res, 0, 0)
+	fmt.Fprintf(stderr, "narwhal-bench: live: warm-up: %d requests to %s, %d succeeded\n", s.Sent, lc.target, s.OK)
+	if ctx.Err() != nil {
+		return fmt.Errorf("live: stopped during the warm-up: %w", cliexit.ErrInterrupted)
+	}
+	if s.OK == 0 {
+		return fmt.Errorf("live: warm-up: no request succeeded (%s): the target does not serve", strings.Join(s.ErrorKinds, "; "))
+	}
+	return nil
 }
 
 // planItem asks for exactly the trace's answer length (min_tokens =
@@ -287,6 +326,11 @@ func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 			if _, err := os.Stat(p); err == nil {
 				return usageError{fmt.Errorf("--journal %s: run %s already exists: choose another directory", lc.dir, filepath.Base(p))}
 			}
+		}
+	}
+	if lc.warmup > 0 {
+		if err := lc.warmUp(ctx, stderr); err != nil {
+			return err
 		}
 	}
 	var results []liveResult

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,5 +349,37 @@ func TestLiveDefaultSLOSaid(t *testing.T) {
 	}
 	if _, _, errs := runCLI(t, append(args, "--ttft-slo", "1s", "--tpot-slo", "50ms")...); strings.Contains(errs, "scored against") {
 		t.Fatalf("SLOs given, still said: %s", errs)
+	}
+}
+
+// TestLiveWarmup: --warmup N sends N requests to the target first,
+// unscored: the run then sends and scores its own; a target that serves
+// none of the warm-up stops the run (exit 1); --warmup needs --target.
+func TestLiveWarmup(t *testing.T) {
+	var got atomic.Int64
+	var fail atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		got.Add(1)
+		if fail.Load() {
+			http.Error(w, `{"error":{"message":"down","type":"InternalServerError","param":null,"code":500}}`, http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" b\",\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	args := []string{"live", "--target", srv.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50", "--warmup", "2", "--json"}
+	code, out, errs := runCLI(t, args...)
+	if code != 0 || got.Load() != 5 || !strings.Contains(errs, "warm-up: 2 requests to "+srv.URL+", 2 succeeded") || !strings.Contains(out, `"sent": 3`) {
+		t.Fatalf("exit %d, %d requests received (want 2 + 3), stderr %s, stdout %s", code, got.Load(), errs, out)
+	}
+	fail.Store(true)
+	got.Store(0)
+	if code, _, errs := runCLI(t, args...); code != 1 || got.Load() != 2 || !strings.Contains(errs, "warm-up: no request succeeded") {
+		t.Fatalf("a target that serves nothing: exit %d, %d requests, %s", code, got.Load(), errs)
+	}
+	if code, _, errs := runCLI(t, "live", "--fleet", "demo", "--stub", "--warmup", "2"); code != 2 || !strings.Contains(errs, "--warmup 2") {
+		t.Fatalf("--warmup without --target: exit %d, %s", code, errs)
 	}
 }
