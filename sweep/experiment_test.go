@@ -13,6 +13,11 @@ func TestExperimentFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The published shares are keyed "on" and "off" (YAML 1.2 reads
+		// them as text, not as booleans).
+		if v, ok := e.Published.Lookup(e.Published.Qualified, "adaptive", true); !ok || !(v > 0) {
+			t.Errorf("%s: published adaptive qualified with caching: %v, %v", p, v, ok)
+		}
 		// Every evaluation table shows the best static split and aggregated
 		// beside the controllers, and the bound (issue 10).
 		for _, a := range []string{"adaptive", "dynamo", "ray", "aggregated", "static:4P4D", "oracle"} {
