@@ -54,6 +54,27 @@ func (e *OptionError) Unwrap() error { return e.Err }
 
 func optErr(option string, err error) error { return &OptionError{Option: option, Err: err} }
 
+// WithBurst is tr with the options arrival-cv and batch-mean
+// (traces.Trace.WithBurst; 0 leaves each as the trace has it), checked:
+// every error is an *OptionError naming the option.
+func WithBurst(tr *traces.Trace, cv, batchMean float64) (*traces.Trace, error) {
+	if cv < 0 || math.IsNaN(cv) {
+		return nil, optErr("arrival-cv", fmt.Errorf("%v: expected a coefficient of variation > 0", cv))
+	}
+	if batchMean != 0 && !(batchMean >= 1) {
+		return nil, optErr("batch-mean", fmt.Errorf("%v: expected a mean batch size >= 1", batchMean))
+	}
+	out, err := tr.WithBurst(cv, batchMean)
+	if err != nil {
+		name := "batch-mean"
+		if cv != 0 {
+			name = "arrival-cv"
+		}
+		return nil, optErr(name, err)
+	}
+	return out, nil
+}
+
 // Resolve loads the trace and fleet and checks every option. Every error is
 // an *OptionError naming the option, with the value and what was expected.
 // notes are what the trace importers changed or ignored.
@@ -62,18 +83,8 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	if err != nil {
 		return cfg, nil, optErr("trace", err)
 	}
-	if o.ArrivalCV < 0 || math.IsNaN(o.ArrivalCV) {
-		return cfg, nil, optErr("arrival-cv", fmt.Errorf("%v: expected a coefficient of variation > 0", o.ArrivalCV))
-	}
-	if o.BatchMean != 0 && !(o.BatchMean >= 1) {
-		return cfg, nil, optErr("batch-mean", fmt.Errorf("%v: expected a mean batch size >= 1", o.BatchMean))
-	}
-	if tr, err = tr.WithBurst(o.ArrivalCV, o.BatchMean); err != nil {
-		name := "batch-mean"
-		if o.ArrivalCV != 0 {
-			name = "arrival-cv"
-		}
-		return cfg, nil, optErr(name, err)
+	if tr, err = WithBurst(tr, o.ArrivalCV, o.BatchMean); err != nil {
+		return cfg, nil, err
 	}
 	speedup := o.Speedup
 	if speedup == 0 {

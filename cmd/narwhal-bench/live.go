@@ -47,6 +47,8 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "target", Usage: "drive this OpenAI-compatible base URL instead (a bare vLLM, Dynamo, Ray Serve LLM, a remote serve); journaled on the client side"},
 			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), a trace YAML file, a Mooncake .jsonl or Azure .csv file"},
 			&cli.StringFlag{Name: "trace-format", Usage: "force the trace format: spec, mooncake or azure"},
+			&cli.Float64Flag{Name: "arrival-cv", Usage: "as sim's: redraw a synthetic trace's arrivals from a gamma process with this coefficient of variation of the gaps (1 = Poisson; vllm bench serve's --burstiness B is CV 1/sqrt(B))"},
+			&cli.Float64Flag{Name: "batch-mean", Usage: "as sim's: send arrivals in batches at one instant, batch sizes geometric with this mean (> 1)"},
 			&cli.StringFlag{Name: "rate", Usage: "one mean arrival rate: req/s (2.4) or a multiple of the trace's rate (1.5x)"},
 			&cli.StringFlag{Name: "rates", Usage: "several rates, as sim's --rates; one live run per rate, one after another"},
 			&cli.StringFlag{Name: "arm", Usage: "controller with --fleet (static:kPmD, aggregated, hybrid:kPmM, adaptive, arrow, planner, coldswap, dynamo, ray; default adaptive); with --target, the label of the system driven (default target)"},
@@ -126,6 +128,13 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 	tr, err := traces.Open(c.String("trace"), c.String("trace-format"))
 	if err != nil {
 		return nil, fmt.Errorf("--trace: %w", err)
+	}
+	if tr, err = sweep.WithBurst(tr, c.Float64("arrival-cv"), c.Float64("batch-mean")); err != nil {
+		var oe *sweep.OptionError
+		if errors.As(err, &oe) {
+			return nil, fmt.Errorf("--%s: %w", oe.Option, oe.Err)
+		}
+		return nil, err
 	}
 	lc.trace, lc.seed = tr, tr.Seed
 	if c.IsSet("seed") {
@@ -293,9 +302,11 @@ func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer) error {
 // planItem asks for exactly the trace's answer length (min_tokens =
 // max_tokens), or, when the trace caps the answer below it, for the cap
 // with min_tokens one lower, so the answer stops at the cap with reason
-// length and is journaled as cut, as the simulator scores it.
+// length and is journaled as cut, as the simulator scores it. Its prompt
+// begins with its prefix group's shared text (loadgen.SharedPromptText).
 func planItem(q traces.Request) loadgen.Item {
-	it := loadgen.Item{At: time.Duration(q.At), Class: q.Class, Input: q.InputTokens, Output: q.OutputTokens, MinTokens: q.OutputTokens}
+	it := loadgen.Item{At: time.Duration(q.At), Class: q.Class, Input: q.InputTokens, Output: q.OutputTokens, MinTokens: q.OutputTokens,
+		PrefixGroup: q.PrefixGroup, PrefixTokens: q.PrefixTokens}
 	if q.OutputCap > 0 && q.OutputTokens > q.OutputCap {
 		it.Output, it.MinTokens = q.OutputCap, q.OutputCap-1
 	}

@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -324,6 +326,49 @@ func TestLiveEveryRequestFailed(t *testing.T) {
 	code, out, errs := runCLI(t, "live", "--target", srv.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50")
 	if code != 1 || !strings.Contains(errs, "no request succeeded (3 errors: HTTP 500: engine core dead (3))") || !strings.Contains(out, "errors at 50 req/s: HTTP 500: engine core dead (3)") {
 		t.Fatalf("exit %d, stdout %s, stderr %s: want exit 1 naming the errors", code, out, errs)
+	}
+}
+
+// TestLiveBursts: live takes sim's burstiness knobs; with --batch-mean,
+// requests reach the target in batches sent at one instant.
+func TestLiveBursts(t *testing.T) {
+	var mu sync.Mutex
+	var at []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	// largest is the most requests that arrived within 3 ms of the one
+	// before.
+	largest := func(extra ...string) int {
+		mu.Lock()
+		at = nil
+		mu.Unlock()
+		args := append([]string{"live", "--target", srv.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "24", "--rate", "10"}, extra...)
+		if code, out, errs := runCLI(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s\n%s", extra, code, out, errs)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+		best, run := 1, 1
+		for i := 1; i < len(at); i++ {
+			if at[i].Sub(at[i-1]) < 3*time.Millisecond {
+				run++
+			} else {
+				run = 1
+			}
+			best = max(best, run)
+		}
+		return best
+	}
+	poisson, batched := largest(), largest("--batch-mean", "8")
+	if batched < 5 || poisson >= batched {
+		t.Fatalf("largest burst: %d with Poisson arrivals, %d in batches of mean 8: expected batches of 5 or more", poisson, batched)
 	}
 }
 

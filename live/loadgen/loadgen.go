@@ -48,9 +48,15 @@ type Item struct {
 	At    time.Duration
 	Class string
 	// Input is the prompt length in tokens; the prompt is Prompt when set,
-	// else PromptText(seed, index, Input).
+	// else SharedPromptText(seed, salt, index, Input, PrefixGroup,
+	// PrefixTokens): with PrefixGroup 0, PromptText's for salt 0.
 	Input  int
 	Prompt string
+	// PrefixGroup and PrefixTokens are the trace's shared prefix
+	// (traces.Request): prompts of one nonzero group begin with the same
+	// PrefixTokens tokens of text.
+	PrefixGroup  int64
+	PrefixTokens int
 	// Output is the answer length the request asks for: max_tokens =
 	// Output. MinTokens is min_tokens (normally Output, so that an engine
 	// produces exactly the planned answer; see Plan).
@@ -366,7 +372,7 @@ func (r *runner) body(i int, it *Item) ([]byte, error) {
 	}
 	text := it.Prompt
 	if text == "" {
-		text = SaltedPromptText(r.cfg.Seed, r.cfg.Salt, i, it.Input)
+		text = SharedPromptText(r.cfg.Seed, r.cfg.Salt, i, it.Input, it.PrefixGroup, it.PrefixTokens)
 	}
 	b := wireBody{Model: r.cfg.Model, MaxTokens: it.Output, MinTokens: it.MinTokens, Stream: true}
 	b.StreamOptions.IncludeUsage = true

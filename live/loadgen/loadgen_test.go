@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sort"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -248,6 +250,74 @@ func TestQuantilesJSONEmpty(t *testing.T) {
 // A stream that ends cleanly after its finish reason but without
 // data: [DONE] is a whole answer (as vllm bench serve reads it); one that
 // ends before any finish reason is an error.
+// Prompts of one prefix group begin with the same text, as long as the
+// trace's shared prefix, so a target's prefix cache sees the trace's
+// sharing; the rest is the request's own, and the length stays exact.
+func TestSharedPromptText(t *testing.T) {
+	const seed, salt = 3, 9
+	a, b := SharedPromptText(seed, salt, 1, 300, 7, 200), SharedPromptText(seed, salt, 2, 300, 7, 200)
+	if len(a) != 1200 || len(b) != 1200 || a[:800] != b[:800] || a[800:] == b[800:] {
+		t.Fatalf("one group: lengths %d, %d (want 1200), shared head %v, own tails %v", len(a), len(b), a[:800] == b[:800], a[800:] != b[800:])
+	}
+	if c := SharedPromptText(seed, salt, 1, 300, 8, 200); c[:800] == a[:800] {
+		t.Fatal("two groups share a prefix")
+	}
+	if c := SharedPromptText(seed, salt+1, 1, 300, 7, 200); c[:800] == a[:800] {
+		t.Fatal("another salt (another rate's run) shares the group's prefix")
+	}
+	if SharedPromptText(seed, salt, 1, 300, 0, 200) != SaltedPromptText(seed, salt, 1, 300) ||
+		SharedPromptText(seed, salt, 1, 300, 7, 0) != SaltedPromptText(seed, salt, 1, 300) {
+		t.Fatal("no group or no prefix is not the request's own prompt")
+	}
+	// A prefix as long as the prompt (or longer, clipped) is the whole
+	// prompt, the same for every request of the group; one past the end of
+	// the base text wraps and keeps the length.
+	if w := SharedPromptText(seed, salt, 1, 50, 7, 80); w != SharedPromptText(seed, salt, 2, 50, 7, 50) || len(w) != 200 {
+		t.Fatal("a whole-prompt prefix differs between requests of its group")
+	}
+	if long := SharedPromptText(seed, salt, 1, 300_000, 7, 290_000); len(long) != 1_200_000 {
+		t.Fatalf("a prompt longer than the base text: %d bytes", len(long))
+	}
+}
+
+// The prompts sent carry the plan's shared prefixes.
+func TestRunSendsSharedPrefixes(t *testing.T) {
+	var mu sync.Mutex
+	var prompts []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		var body struct{ Prompt string }
+		if err := json.NewDecoder(q.Body).Decode(&body); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		prompts = append(prompts, body.Prompt)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	plan := evenPlan(3, 100, 64, 1)
+	for i := range plan {
+		plan[i].PrefixGroup, plan[i].PrefixTokens = 5, 48
+	}
+	plan[2].PrefixGroup = 0
+	if _, err := Run(context.Background(), Config{URL: srv.URL, Seed: 4, Salt: 2}, plan); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(prompts)
+	shared := 0
+	for i := range prompts {
+		for j := i + 1; j < len(prompts); j++ {
+			if prompts[i][:192] == prompts[j][:192] {
+				shared++
+			}
+		}
+	}
+	if len(prompts) != 3 || shared != 1 {
+		t.Fatalf("%d prompts, %d pairs sharing 192 bytes: expected 3 prompts and the one pair of group 5", len(prompts), shared)
+	}
+}
+
 func TestStreamWithoutDone(t *testing.T) {
 	for _, tc := range []struct {
 		finish string

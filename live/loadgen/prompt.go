@@ -53,10 +53,34 @@ func PromptText(seed uint64, index, tokens int) string {
 // SaltedPromptText is PromptText cut at another place of the same text for
 // each salt: salt 0 is PromptText.
 func SaltedPromptText(seed, salt uint64, index, tokens int) string {
-	n := tokens * int(api.CharsPerToken)
+	return cut(base(seed), int(mix(seed^salt, uint64(index))%uint64(baseLen)), tokens*int(api.CharsPerToken))
+}
+
+// groupSalt keeps a prefix group's text apart from request index's.
+const groupSalt = 0x70726566697867 // "prefixg"
+
+// SharedPromptText is request index's prompt of the given length in tokens
+// whose first prefix tokens are its prefix group's, the same text in every
+// prompt of the group (and salt): a server's prefix cache sees what the
+// trace's shared prefixes mean. The rest is SaltedPromptText's, index's
+// own. Group 0 or prefix 0 is SaltedPromptText; prefix is clipped to
+// tokens. Still exactly tokens·api.CharsPerToken bytes.
+func SharedPromptText(seed, salt uint64, index, tokens int, group int64, prefix int) string {
+	prefix = min(prefix, tokens)
+	if group == 0 || prefix <= 0 {
+		return SaltedPromptText(seed, salt, index, tokens)
+	}
 	b := base(seed)
-	off := int(mix(seed^salt, uint64(index)) % uint64(baseLen))
-	if off+n <= baseLen {
+	head := cut(b, int(mix(seed^salt^groupSalt, uint64(group))%uint64(baseLen)), prefix*int(api.CharsPerToken))
+	if prefix == tokens {
+		return head
+	}
+	return head + SaltedPromptText(seed, salt, index, tokens-prefix)
+}
+
+// cut is n bytes of b from off, wrapping around to b's start.
+func cut(b string, off, n int) string {
+	if off+n <= len(b) {
 		return b[off : off+n]
 	}
 	var sb strings.Builder
