@@ -185,7 +185,10 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		s.metrics.token(l, 1, now)
 		l.tokens, l.last = 1, now
 		if l.want == 1 {
+			// Its one token came with the KV: never in the batch, it is
+			// scheduled, and done, when the KV is here.
 			l.done = true
+			l.scheduled, l.firstHere = now, now
 		} else {
 			kind = cmdDecode
 		}

@@ -15,6 +15,9 @@ type metrics struct {
 	// Per finished request: end to end, mean time per output token,
 	// prompt and answer lengths.
 	e2e, reqTPOT, reqPrompt, reqGen prometheus.Observer
+	// Per finished request, vLLM's intervals: waiting, prefill, decode
+	// and running (prefill + decode).
+	queue, prefill, decode, inference prometheus.Observer
 }
 
 // vLLM's buckets for the two latency histograms.
@@ -104,13 +107,39 @@ func newMetrics(s *Server) metrics {
 	reqTPOT := hist("vllm:request_time_per_output_token_seconds", "Mean time per output token of finished requests (first token to last over tokens - 1).", tpotBuckets)
 	reqPrompt := hist("vllm:request_prompt_tokens", "Prompt tokens of finished requests.", tokenBuckets(s.opts.MaxModelLen))
 	reqGen := hist("vllm:request_generation_tokens", "Output tokens of finished requests.", tokenBuckets(s.opts.MaxModelLen))
-	s.reg.MustRegister(ttft, tpot, itl, prompt, gen, success, e2e, reqTPOT, reqPrompt, reqGen)
+	// vLLM's v1 interval histograms (vllm/v1/metrics/loggers.py,
+	// PrometheusStatLogger: names, meaning, request_latency_buckets):
+	// the request's phases on this engine, as finished measures them.
+	queue := hist("vllm:request_queue_time_seconds", "Time spent in WAITING phase: from arrival at this engine to its first scheduling.", requestBuckets)
+	prefill := hist("vllm:request_prefill_time_seconds", "Time spent in PREFILL phase: from first scheduled to the first token this engine produced.", requestBuckets)
+	decode := hist("vllm:request_decode_time_seconds", "Time spent in DECODE phase: from the first token this engine produced to the last.", requestBuckets)
+	inference := hist("vllm:request_inference_time_seconds", "Time spent in RUNNING phase: from first scheduled to the last token (prefill + decode).", requestBuckets)
+	s.reg.MustRegister(ttft, tpot, itl, prompt, gen, success, e2e, reqTPOT, reqPrompt, reqGen, queue, prefill, decode, inference)
 	return metrics{ttft: ttft, tpot: tpot, itl: itl, prompt: prompt, generate: gen, success: success,
-		e2e: e2e, reqTPOT: reqTPOT, reqPrompt: reqPrompt, reqGen: reqGen}
+		e2e: e2e, reqTPOT: reqTPOT, reqPrompt: reqPrompt, reqGen: reqGen,
+		queue: queue, prefill: prefill, decode: decode, inference: inference}
 }
 
 // finished records a request that ended with reason (a finish reason, or
-// "abort") at now.
+// "abort") at now. The per-request histograms are vLLM's finished-request
+// stats: an aborted request (client gone, server stopped) has none, as
+// vLLM's OutputProcessor drops an aborted request's state without
+// update_from_finished_request. Durations are wall time, as e2e's (under
+// a time scale, scaled as the engine ran them).
+//
+// The four intervals follow vllm/v1/metrics/stats.py
+// (IterationStats.update_from_finished_request, update_from_events):
+// queue = first SCHEDULED - QUEUED, prefill = first token - first
+// SCHEDULED, decode = last token - first token, inference = last token -
+// first SCHEDULED; a preemption's re-wait and recompute fall in prefill
+// or decode, never in queue. QUEUED is the arrival at this engine;
+// SCHEDULED is the start of the iteration that runs the prompt's first
+// chunk or, for a decode leg, that admits it to the running batch after
+// its KV is here (vLLM's scheduler with an async KV connector schedules
+// the request only once its KV has loaded). So a prefill leg's decode is
+// 0 (it ends with its first token), and a decode leg's queue time holds
+// its KV pull and its wait to join, its prefill the iteration that gives
+// its first token here (token 2; token 1 came with the KV).
 func (m metrics) finished(r *live, reason string, now time.Time) {
 	m.success.WithLabelValues(reason).Inc()
 	if reason == "abort" {
@@ -118,12 +147,19 @@ func (m metrics) finished(r *live, reason string, now time.Time) {
 	}
 	r.mu.Lock()
 	n, first, last := r.tokens, r.first, r.last
+	sched, firstHere := r.scheduled, r.firstHere
 	r.mu.Unlock()
 	m.e2e.Observe(now.Sub(r.start).Seconds())
 	m.reqPrompt.Observe(float64(r.prompt))
 	m.reqGen.Observe(float64(n))
 	if n > 1 && !first.IsZero() {
 		m.reqTPOT.Observe(last.Sub(first).Seconds() / float64(n-1))
+	}
+	if !sched.IsZero() && !firstHere.IsZero() {
+		m.queue.Observe(sched.Sub(r.start).Seconds())
+		m.prefill.Observe(firstHere.Sub(sched).Seconds())
+		m.decode.Observe(last.Sub(firstHere).Seconds())
+		m.inference.Observe(last.Sub(sched).Seconds())
 	}
 }
 

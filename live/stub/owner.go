@@ -32,8 +32,15 @@ type live struct {
 	tokens int  // answer tokens produced so far
 	done   bool // the engine is finished with it
 	last   time.Time
-	first  time.Time     // the first token, for the request's TPOT
-	notify chan struct{} // one pending wake-up for the handler
+	first  time.Time // the first token, for the request's TPOT
+	// For vLLM's interval histograms (metrics.finished): when this engine
+	// first scheduled the request (its prompt's first chunk; a decode
+	// leg's admission to the running batch; a preemption's re-wait
+	// changes neither), and the first token this engine's batch produced
+	// after that (token 1 of a prompt prefilled here; token 2 of a
+	// decode leg, whose token 1 came with the KV).
+	scheduled, firstHere time.Time
+	notify               chan struct{} // one pending wake-up for the handler
 }
 
 func newLive(id uint64, prompt, want int) *live {
@@ -54,6 +61,16 @@ func (l *live) wake() {
 	}
 }
 
+// schedule records r's first scheduling at t (later ones are ignored,
+// as vLLM keeps the first SCHEDULED event).
+func (l *live) schedule(t time.Time) {
+	l.mu.Lock()
+	if l.scheduled.IsZero() {
+		l.scheduled = t
+	}
+	l.mu.Unlock()
+}
+
 // immediate is always ready: the owner's "timer" for zero-cost iterations.
 var immediate = func() chan time.Time {
 	c := make(chan time.Time)
@@ -72,6 +89,28 @@ func (s *Server) loop(e *engine.Engine) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var wait <-chan time.Time // nil when no iteration is in flight
+	// iterAt is when the iteration in flight (or the last) started: the
+	// time the engine scheduled what it runs.
+	var iterAt time.Time
+	// prompts mirrors the engine's prefill queue (FIFO; a prompt leaves
+	// it when cancelled or when its prefill ends). The engine begins
+	// prompts in queue order, so those begun are a prefix: the first
+	// Gauges().Started. begun is how many of them are marked scheduled.
+	var prompts []*live
+	begun := 0
+	dropPrompt := func(r *live) {
+		for i, x := range prompts {
+			if x == r {
+				copy(prompts[i:], prompts[i+1:])
+				prompts[len(prompts)-1] = nil
+				prompts = prompts[:len(prompts)-1]
+				if i < begun {
+					begun--
+				}
+				return
+			}
+		}
+	}
 	apply := func(c cmd) {
 		switch c.kind {
 		case cmdPrefill:
@@ -79,6 +118,7 @@ func (s *Server) loop(e *engine.Engine) {
 				panic(err) // ids are unique per server
 			}
 			reqs[c.r.id] = c.r
+			prompts = append(prompts, c.r)
 		case cmdDecode:
 			if err := e.AddDecode(c.r.id, c.r.prompt, 1, c.r.want); err != nil {
 				panic(err)
@@ -87,6 +127,7 @@ func (s *Server) loop(e *engine.Engine) {
 		case cmdCancel:
 			e.Cancel(c.r.id)
 			delete(reqs, c.r.id)
+			dropPrompt(c.r)
 		}
 	}
 	for {
@@ -111,10 +152,21 @@ func (s *Server) loop(e *engine.Engine) {
 					continue
 				}
 				switch ev.Kind {
+				case engine.PrefillDone:
+					dropPrompt(r)
 				case engine.Token:
 					s.metrics.token(r, ev.K, now)
 					r.mu.Lock()
 					r.tokens, r.last = ev.K, now
+					if r.firstHere.IsZero() {
+						// A decode leg is scheduled when it joins the
+						// running batch: the iteration that gives its
+						// first token here.
+						r.firstHere = now
+						if r.scheduled.IsZero() {
+							r.scheduled = iterAt
+						}
+					}
 					r.mu.Unlock()
 					r.wake()
 				case engine.Done:
@@ -130,7 +182,9 @@ func (s *Server) loop(e *engine.Engine) {
 			return
 		}
 		if wait == nil {
+			at := time.Now()
 			if d, busy := e.Start(); busy {
+				iterAt = at
 				if w := s.scale(time.Duration(d)); w > 0 {
 					timer.Reset(w)
 					wait = timer.C
@@ -140,6 +194,11 @@ func (s *Server) loop(e *engine.Engine) {
 			}
 		}
 		g := e.Gauges()
+		// Prompts whose first chunk this iteration runs: scheduled at its
+		// start (marked before the gauges say they began).
+		for ; begun < g.Started && begun < len(prompts); begun++ {
+			prompts[begun].schedule(iterAt)
+		}
 		s.gauges.Store(&g)
 	}
 }
