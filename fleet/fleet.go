@@ -355,6 +355,15 @@ func (s *Spec) KVModel() timing.KV {
 	return timing.KV{Latency: lat, BytesPerToken: s.KV.BytesPerToken, Bandwidth: s.KV.Bandwidth}
 }
 
+// PrefixCacheSize is each engine's prefix cache when a run turns caching
+// on: the file's prefix_cache, else engine.DefaultPrefixCache.
+func (s *Spec) PrefixCacheSize() PrefixCache {
+	if s.PrefixCache == nil {
+		return engine.DefaultPrefixCache
+	}
+	return *s.PrefixCache
+}
+
 // Names returns each instance's name: its list name, else e<i>.
 func (s *Spec) Names() []string {
 	out := make([]string, s.Size())

@@ -53,7 +53,13 @@ type flight struct {
 	noDecode  bool          // the answer is its first token
 	noHandoff bool          // the prefill leg returned no usable handoff
 	queued    bool          // waiting in the core's admission queue (owner only)
-	reply     chan placement
+	// hashes are the prompt's block hashes when the router is
+	// prefix-aware; group and prefix what the prefix index made of them
+	// (set by the owner at arrival).
+	hashes []uint64
+	group  int64
+	prefix int
+	reply  chan placement
 	// Set by the owner.
 	prefill, decode event.Instance
 	stage           core.Stage
@@ -95,7 +101,8 @@ type owner struct {
 	moves      int
 	counts     Counts
 	err        error
-	names      []string // engine names, for the metrics' labels
+	names      []string     // engine names, for the metrics' labels
+	prefixes   *prefixIndex // nil unless the router is prefix-aware
 }
 
 // obsMark is what the owner last read of an engine's gap counters.
@@ -123,8 +130,12 @@ func newOwner(r *Router, c *core.Core) *owner {
 	for i, e := range r.engines {
 		names[i] = e.name
 	}
-	return &owner{r: r, core: c, active: make(map[event.RequestID]*flight), tickAt: event.Never,
+	o := &owner{r: r, core: c, active: make(map[event.RequestID]*flight), tickAt: event.Never,
 		lastObs: make([]obsMark, n), names: names}
+	if pc := r.cfg.PrefixCache; pc != nil {
+		o.prefixes = newPrefixIndex(pc.BlockTokens)
+	}
+	return o
 }
 
 // run is the owner goroutine.
@@ -305,7 +316,10 @@ func (o *owner) arrive(now event.Time, f *flight) {
 	o.active[f.id] = f
 	o.counts.InFlight++
 	o.observeStale(now)
-	if !o.fact(o.core.Arrive(now, core.Request{ID: f.id, InputTokens: f.input})) {
+	if o.prefixes != nil {
+		f.group, f.prefix = o.prefixes.place(f.hashes)
+	}
+	if !o.fact(o.core.Arrive(now, core.Request{ID: f.id, InputTokens: f.input, PrefixGroup: f.group, PrefixTokens: f.prefix})) {
 		o.end(now, f, event.KindFail, event.CauseEngineError)
 		f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
 		return

@@ -235,7 +235,7 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		}
 	}
 	f := &flight{input: input, want: want, class: q.Header.Get(HeaderClass), scheduled: -1,
-		reply: make(chan placement, 1), noDecode: want == 1}
+		reply: make(chan placement, 1), noDecode: want == 1, hashes: r.prefixHashes(req, input)}
 	if s := q.Header.Get(HeaderScheduled); s != "" {
 		if ns, err := strconv.ParseInt(s, 10, 64); err == nil && ns >= 0 {
 			f.scheduled = time.Duration(ns)

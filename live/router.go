@@ -44,6 +44,13 @@ type Config struct {
 	// Admission is the core's admission gate (default open); the fleet
 	// file's admission block, or serve's --admission.
 	Admission core.Admission
+	// PrefixCache, when set, says the engines keep prefix caches of this
+	// size (vLLM's automatic prefix caching; the stubs' with their
+	// PrefixCache): placement then prices a prompt's prefill as T(n) −
+	// T(shared prefix) on the engine that last took its prefix group, as
+	// sim --prefix-cache does, the groups read from the prompts' text
+	// (live/prefix.go). nil: every prompt priced in full.
+	PrefixCache *fleet.PrefixCache
 	// Model is the model name clients must ask for ("" accepts any and
 	// forwards it as sent).
 	Model string
@@ -237,8 +244,13 @@ func New(cfg Config) (*Router, error) {
 	mr := &meteredRecorder{next: cfg.Recorder, m: r.met}
 	mr.errs, _ = cfg.Recorder.(errSource)
 	r.cfg.Recorder = mr
+	if pc := cfg.PrefixCache; pc != nil {
+		if err := pc.Validate(); err != nil {
+			return nil, fmt.Errorf("live: prefix cache: %w", err)
+		}
+	}
 	ccfg := core.Config{Profiles: cfg.Fleet.Profiles(), SLO: cfg.Fleet.CoreSLO(), Pinned: cfg.Fleet.Pins(),
-		Admission: cfg.Admission}
+		Admission: cfg.Admission, PrefixAware: cfg.PrefixCache != nil}
 	if cfg.Resume != nil {
 		ccfg.Opening = cfg.Resume.Roles
 	}

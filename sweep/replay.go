@@ -167,10 +167,7 @@ func SimConfig(fl *fleet.Spec, slo event.SLO, cache bool) sim.Config {
 		c.Batch = *b
 	}
 	if cache {
-		c.Cache = sim.DefaultPrefixCache
-		if pc := fl.PrefixCache; pc != nil {
-			c.Cache.BlockTokens, c.Cache.CapacityTokens = pc.BlockTokens, pc.CapacityTokens
-		}
+		c.Cache = sim.PrefixCache{Enabled: true, PrefixCache: fl.PrefixCacheSize()}
 	}
 	c.DrainLimit = fl.Drain()
 	return c

@@ -56,6 +56,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "journal", Usage: "write each run's journal to DIR/ARM@RATE, the client's own timings to DIR/client/ARM@RATE.csv, and the Parquet export to DIR/parquet"},
 			&cli.BoolFlag{Name: "no-parquet", Usage: "with --journal: skip the Parquet export"},
 			&cli.BoolFlag{Name: "stub", Usage: "with --fleet: first start stub engines for the fleet in this process (loopback, free ports): a whole live run without a GPU"},
+			&cli.BoolFlag{Name: "prefix-cache", Usage: "with --fleet: the engines keep prefix caches (vLLM's automatic prefix caching; with --stub, the stubs', sized by the fleet's prefix_cache) and the router's placement prices them, as sim --prefix-cache"},
 			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost; anything but 1 makes times disagree with sim)"},
 			&cli.IntFlag{Name: "base-port", Usage: "with --fleet: engines at 127.0.0.1:P+i instead of the fleet file's urls", DefaultText: "the urls"},
 			&cli.StringFlag{Name: "model", Usage: "the model field of every request (default: stub with --stub, else the first model GET /v1/models lists)"},
@@ -86,24 +87,25 @@ func liveCommand(stderr io.Writer) *cli.Command {
 
 // liveRun is a resolved `live` command line.
 type liveRun struct {
-	trace      *traces.Trace
-	spec       *fleet.Spec // nil with --target
-	target     string
-	arm        string
-	rates      []float64
-	seed       uint64
-	slo        event.SLO
-	dir        string
-	noParquet  bool
-	stub       bool
-	timeScale  float64
-	basePort   int
-	model      string
-	lg         loadgen.Config
-	duration   time.Duration
-	limit      int
-	json       bool
-	progressTo io.Writer
+	trace       *traces.Trace
+	spec        *fleet.Spec // nil with --target
+	target      string
+	arm         string
+	rates       []float64
+	seed        uint64
+	slo         event.SLO
+	dir         string
+	noParquet   bool
+	stub        bool
+	prefixCache bool // --prefix-cache: stub caches, prefix-aware placement
+	timeScale   float64
+	basePort    int
+	model       string
+	lg          loadgen.Config
+	duration    time.Duration
+	limit       int
+	json        bool
+	progressTo  io.Writer
 	// sloFrom names a default the SLOs came from (--target with a trace
 	// that names none): said on stderr, since goodput depends on them.
 	sloFrom string
@@ -116,7 +118,8 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 	}
 	lc := &liveRun{target: c.String("target"), dir: c.String("journal"), noParquet: c.Bool("no-parquet"),
 		stub: c.Bool("stub"), timeScale: c.Float64("stub-time-scale"), basePort: int(c.Int("base-port")),
-		model: c.String("model"), limit: int(c.Int("limit")), json: c.Bool("json"), warmup: int(c.Int("warmup"))}
+		model: c.String("model"), limit: int(c.Int("limit")), json: c.Bool("json"), warmup: int(c.Int("warmup")),
+		prefixCache: c.Bool("prefix-cache")}
 	switch {
 	case lc.target == "" && c.String("fleet") == "":
 		return nil, errors.New("live: expected --fleet FILE (the router in this process) or --target URL (any OpenAI endpoint)")
@@ -124,6 +127,8 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 		return nil, errors.New("live: --fleet and --target: expected one of them")
 	case lc.target != "" && lc.stub:
 		return nil, errors.New("--stub: needs --fleet (it starts the fleet's engines as stubs)")
+	case lc.target != "" && lc.prefixCache:
+		return nil, errors.New("--prefix-cache: needs --fleet (whether a target's engines cache prefixes is the target's setting)")
 	}
 	tr, err := traces.Open(c.String("trace"), c.String("trace-format"))
 	if err != nil {
@@ -398,7 +403,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	name := sweep.RunName(lc.arm, rate)
 	meta := event.RunMeta{Schema: event.SchemaVersion, Version: version, Driver: "live", Arm: lc.arm, Rate: rate,
 		Seed: lc.seed, Trace: lc.trace.Name, TraceHash: lc.trace.Hash(), TTFTSLO: lc.slo.TTFT.Seconds(),
-		TPOTSLO: lc.slo.TPOT.Seconds(), Planned: len(plan), Target: lc.target}
+		TPOTSLO: lc.slo.TPOT.Seconds(), Planned: len(plan), Target: lc.target, PrefixCache: lc.prefixCache}
 	if lc.spec != nil {
 		meta.Fleet, meta.Instances, meta.GPUs = lc.spec.Name, lc.spec.Size(), lc.spec.Size()*lc.spec.GPUsPerInstance
 	} else {
@@ -454,8 +459,13 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 		if err != nil {
 			return nil, usageError{err}
 		}
-		sweep.AttachRehearser(ctrl, sweep.SimConfig(lc.spec, lc.spec.CoreSLO(), lc.spec.PrefixCache != nil))
-		rt, err := live.New(live.Config{Fleet: lc.spec, URLs: fl.urls, Controller: ctrl, Recorder: rec})
+		sweep.AttachRehearser(ctrl, sweep.SimConfig(lc.spec, lc.spec.CoreSLO(), lc.prefixCache))
+		rcfg := live.Config{Fleet: lc.spec, URLs: fl.urls, Controller: ctrl, Recorder: rec}
+		if lc.prefixCache {
+			pc := lc.spec.PrefixCacheSize()
+			rcfg.PrefixCache = &pc
+		}
+		rt, err := live.New(rcfg)
 		if err != nil {
 			return nil, usageError{err}
 		}
@@ -591,6 +601,10 @@ func (lc *liveRun) startFleet(stderr io.Writer) (*stubFleet, error) {
 	}
 	ts := lc.timeScale
 	opts := stub.Options{Model: lc.model, TimeScale: &ts, Seed: lc.seed}
+	if lc.prefixCache {
+		pc := lc.spec.PrefixCacheSize()
+		opts.PrefixCache = &pc
+	}
 	if opts.Model == "" {
 		opts.Model = "stub"
 	}

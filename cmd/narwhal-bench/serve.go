@@ -40,6 +40,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "base-port", Usage: "engines at 127.0.0.1:P+i instead of the fleet file's urls", DefaultText: "the urls; 8101 with --stub"},
 			&cli.BoolFlag{Name: "stub", Usage: "first start stub engines for the fleet in this process (at --base-port, default 8101): a whole live fleet without a GPU"},
 			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost)"},
+			&cli.BoolFlag{Name: "prefix-cache", Usage: "the engines keep prefix caches (vLLM's automatic prefix caching; with --stub, the stubs', sized by the fleet's prefix_cache): placement prices them, as sim --prefix-cache"},
 			&cli.StringFlag{Name: "admission", Usage: "admission gate: open or queue (price each arrival's TTFT; queue it until it fits or its deadline passes); default: the fleet's, else open"},
 			&cli.StringFlag{Name: "handoff-policy", Value: string(live.HandoffFail), Usage: "a prefill leg with no KV handoff: fail (502, journaled) or recompute (the decode engine prefills again, journaled)"},
 			&cli.StringFlag{Name: "prefill-timeout", Value: "120s", Usage: "bound on one prefill leg"},
@@ -64,7 +65,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("--arm: %w", err)}
 			}
-			sweep.AttachRehearser(ctrl, sweep.SimConfig(spec, spec.CoreSLO(), spec.PrefixCache != nil))
+			sweep.AttachRehearser(ctrl, sweep.SimConfig(spec, spec.CoreSLO(), c.Bool("prefix-cache")))
 			adm := spec.CoreAdmission()
 			if a := c.String("admission"); a != "" {
 				if adm.Mode, err = core.ParseAdmissionMode(a); err != nil {
@@ -75,6 +76,10 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				Handoff: live.HandoffPolicy(c.String("handoff-policy")), MaxInFlight: int(c.Int("max-in-flight")),
 				MaxOutputTokens: int(c.Int("max-tokens")), Tokenize: c.Bool("tokenize")}
 			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+			if c.Bool("prefix-cache") {
+				pc := spec.PrefixCacheSize()
+				cfg.PrefixCache = &pc
+			}
 			for _, d := range []struct {
 				flag string
 				dst  *time.Duration
@@ -95,7 +100,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 					base = stub.DefaultBasePort
 				}
 				ts := c.Float64("stub-time-scale")
-				opts := stub.Options{Model: cfg.Model, TimeScale: &ts}
+				opts := stub.Options{Model: cfg.Model, TimeScale: &ts, PrefixCache: cfg.PrefixCache}
 				if opts.Model == "" {
 					opts.Model = "stub"
 				}

@@ -32,6 +32,7 @@ func stubCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "kv-load-failure-policy", Value: stub.PolicyFail, Usage: "a failed KV pull: fail (the request errors) or recompute"},
 			&cli.IntFlag{Name: "max-model-len", Value: 32768, Usage: "prompt plus output tokens at most"},
 			&cli.IntFlag{Name: "mean-output", Usage: "end answers at a natural length drawn from 1..2N tokens (0 = run to max_tokens)"},
+			&cli.BoolFlag{Name: "prefix-cache", Usage: "keep a prefix cache per engine, as vLLM's automatic prefix caching (sized by the fleet's prefix_cache, default 16-token blocks, 200,000 tokens)"},
 			&cli.BoolFlag{Name: "allow-faults", Usage: "serve POST /stub/faults (fault injection for tests and drills)"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
@@ -48,6 +49,10 @@ func stubCommand(stderr io.Writer) *cli.Command {
 				KVLoadFailurePolicy: c.String("kv-load-failure-policy"), MaxModelLen: int(c.Int("max-model-len")),
 				MeanOutput: int(c.Int("mean-output")), AllowFaults: c.Bool("allow-faults"),
 				Logf: func(format string, args ...any) { fmt.Fprintf(stderr, "narwhal-bench: "+format+"\n", args...) }}
+			if c.Bool("prefix-cache") {
+				pc := spec.PrefixCacheSize()
+				opts.PrefixCache = &pc
+			}
 			f, err := startStubs(spec, int(c.Int("base-port")), opts, stderr)
 			if err != nil {
 				return err

@@ -15,19 +15,20 @@ const root = "../.."
 
 // external are flags the docs cite from other tools.
 var external = map[string]string{
-	"--goodput":               "AIPerf's and vLLM's benchmark flag, cited in docs/report.md",
-	"--burstiness":            "vllm bench serve's flag, cited in docs/live.md",
-	"--num-warmups":           "vllm bench serve's flag, cited in docs/live.md",
-	"--enable-prefix-caching": "vllm serve's flag, cited in docs/live.md",
-	"--warmup-request-count":  "AIPerf's flag, cited in docs/live.md",
-	"--bound":                 "campaigns/burstiness.py's flag (docs/controllers.md)",
-	"--traces":                "campaigns/burstiness.py's flag (docs/controllers.md)",
-	"--levels":                "campaigns/burstiness.py's flag (docs/controllers-rounds.md)",
-	"--first":                 "campaigns/seed_spread.py's flag (docs/controllers.md)",
-	"--bin":                   "campaigns/develop.py's flag (docs/controllers.md)",
-	"--pool":                  "campaigns/seed_spread.py's flag (docs/controllers.md)",
-	"--pool-dirs":             "campaigns/seed_spread.py's flag (docs/controllers.md)",
-	"--cases":                 "campaigns/develop.py's flag (docs/controllers.md)",
+	"--goodput":                      "AIPerf's and vLLM's benchmark flag, cited in docs/report.md",
+	"--burstiness":                   "vllm bench serve's flag, cited in docs/live.md",
+	"--num-warmups":                  "vllm bench serve's flag, cited in docs/live.md",
+	"--enable-prompt-tokens-details": "vllm serve's flag, cited in docs/stub.md",
+	"--enable-prefix-caching":        "vllm serve's flag, cited in docs/live.md",
+	"--warmup-request-count":         "AIPerf's flag, cited in docs/live.md",
+	"--bound":                        "campaigns/burstiness.py's flag (docs/controllers.md)",
+	"--traces":                       "campaigns/burstiness.py's flag (docs/controllers.md)",
+	"--levels":                       "campaigns/burstiness.py's flag (docs/controllers-rounds.md)",
+	"--first":                        "campaigns/seed_spread.py's flag (docs/controllers.md)",
+	"--bin":                          "campaigns/develop.py's flag (docs/controllers.md)",
+	"--pool":                         "campaigns/seed_spread.py's flag (docs/controllers.md)",
+	"--pool-dirs":                    "campaigns/seed_spread.py's flag (docs/controllers.md)",
+	"--cases":                        "campaigns/develop.py's flag (docs/controllers.md)",
 }
 
 var flagRE = regexp.MustCompile(`(^|[^-\w])(--[a-z][a-z0-9-]*)`)

@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"hash/fnv"
 	"math"
 	"strconv"
 	"strings"
@@ -406,4 +408,43 @@ func rawOr(v json.RawMessage, missing string) string {
 		return missing
 	}
 	return string(v)
+}
+
+// BlockHashes is the chain of hashes of r's full blocks of block tokens
+// (n prompt tokens): over its token ids when it sent ids, else over its
+// text, api.CharsPerToken bytes a token, as the stubs count tokens. Each
+// hash covers its block and every block before it, as vLLM's block hashes
+// chain on their parent's: equal hashes at k mean equal first k+1 blocks.
+// The stubs' prefix caches and the router's prefix index use it.
+func BlockHashes(r *Request, n, block int) []uint64 {
+	full := n / block
+	if full == 0 {
+		return nil
+	}
+	out := make([]uint64, 0, full)
+	var prev [8]byte
+	if r.PromptIDs != nil {
+		var buf [8]byte
+		for b := 0; b < full && (b+1)*block <= len(r.PromptIDs); b++ {
+			h := fnv.New64a()
+			h.Write(prev[:])
+			for _, id := range r.PromptIDs[b*block : (b+1)*block] {
+				binary.LittleEndian.PutUint64(buf[:], uint64(id))
+				h.Write(buf[:])
+			}
+			out = append(out, h.Sum64())
+			binary.LittleEndian.PutUint64(prev[:], out[len(out)-1])
+		}
+		return out
+	}
+	text := r.Text()
+	size := block * int(CharsPerToken)
+	for b := 0; b < full && (b+1)*size <= len(text); b++ {
+		h := fnv.New64a()
+		h.Write(prev[:])
+		h.Write([]byte(text[b*size : (b+1)*size]))
+		out = append(out, h.Sum64())
+		binary.LittleEndian.PutUint64(prev[:], out[len(out)-1])
+	}
+	return out
 }

@@ -195,6 +195,9 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	case req.KVTransfer.WantsRemotePrefill():
 		s.logf("stub %s: request %s: invalid KVTransferParams: recomputing the prompt", s.id, rid)
 	}
+	if kind == cmdPrefill && s.opts.PrefixCache != nil {
+		l.hashes = api.BlockHashes(req, prompt, s.opts.PrefixCache.BlockTokens)
+	}
 	if !l.done {
 		if !s.submit(cmd{kind: kind, r: l}) {
 			api.WriteVLLMError(w, api.Unavailable("engine shutting down", time.Second))
@@ -268,13 +271,25 @@ func (o *output) run(ctx context.Context) bool {
 	}
 	if sse != nil {
 		if o.req.IncludeUsage {
-			_ = sse.Send(o.response(nil, api.NewUsage(o.l.prompt, o.l.want)))
+			_ = sse.Send(o.response(nil, o.usage()))
 		}
 		_ = sse.Done()
 		return true
 	}
 	o.whole()
 	return true
+}
+
+// usage is the answer's usage; with a prefix cache, its prompt's cached
+// tokens too (as vLLM's with --enable-prompt-tokens-details).
+func (o *output) usage() *api.Usage {
+	u := api.NewUsage(o.l.prompt, o.l.want)
+	if o.s.opts.PrefixCache != nil {
+		o.l.mu.Lock()
+		u.PromptTokensDetails = &api.PromptTokensDetails{CachedTokens: o.l.cached}
+		o.l.mu.Unlock()
+	}
+	return u
 }
 
 func (o *output) id() string {
@@ -325,7 +340,7 @@ func (o *output) whole() {
 	} else {
 		ch = api.TextChoice(text, o.ans.finish)
 	}
-	resp := o.response([]api.Choice{ch}, api.NewUsage(o.l.prompt, o.l.want))
+	resp := o.response([]api.Choice{ch}, o.usage())
 	if o.prefillLeg && !o.s.getFaults().NoHandoff {
 		resp.KVTransferParams = o.s.pinHandoff(o.id(), o.l.prompt)
 	}

@@ -11,7 +11,10 @@ import (
 type metrics struct {
 	ttft, tpot, itl  prometheus.Observer
 	prompt, generate prometheus.Counter
-	success          *prometheus.CounterVec
+	// Prefix cache: prompt tokens looked up and served from it (vLLM
+	// v1's counters, in tokens; 0 without a cache).
+	cacheQueries, cacheHits prometheus.Counter
+	success                 *prometheus.CounterVec
 	// Per finished request: end to end, mean time per output token,
 	// prompt and answer lengths.
 	e2e, reqTPOT, reqPrompt, reqGen prometheus.Observer
@@ -95,6 +98,10 @@ func newMetrics(s *Server) metrics {
 		Help: "Prompt tokens of the requests accepted.", ConstLabels: labels})
 	gen := prometheus.NewCounter(prometheus.CounterOpts{Name: "vllm:generation_tokens_total",
 		Help: "Output tokens generated.", ConstLabels: labels})
+	cacheQueries := prometheus.NewCounter(prometheus.CounterOpts{Name: "vllm:prefix_cache_queries_total",
+		Help: "Prefix cache queries, in prompt tokens looked up.", ConstLabels: labels})
+	cacheHits := prometheus.NewCounter(prometheus.CounterOpts{Name: "vllm:prefix_cache_hits_total",
+		Help: "Prefix cache hits, in prompt tokens served from the cache.", ConstLabels: labels})
 	success := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
 		Help: "Finished requests by finish reason.", ConstLabels: labels}, []string{"finished_reason"})
 	for _, r := range finishReasons {
@@ -114,9 +121,10 @@ func newMetrics(s *Server) metrics {
 	prefill := hist("vllm:request_prefill_time_seconds", "Time spent in PREFILL phase: from first scheduled to the first token this engine produced.", requestBuckets)
 	decode := hist("vllm:request_decode_time_seconds", "Time spent in DECODE phase: from the first token this engine produced to the last.", requestBuckets)
 	inference := hist("vllm:request_inference_time_seconds", "Time spent in RUNNING phase: from first scheduled to the last token (prefill + decode).", requestBuckets)
-	s.reg.MustRegister(ttft, tpot, itl, prompt, gen, success, e2e, reqTPOT, reqPrompt, reqGen, queue, prefill, decode, inference)
+	s.reg.MustRegister(ttft, tpot, itl, prompt, gen, success, e2e, reqTPOT, reqPrompt, reqGen, queue, prefill, decode, inference,
+		cacheQueries, cacheHits)
 	return metrics{ttft: ttft, tpot: tpot, itl: itl, prompt: prompt, generate: gen, success: success,
-		e2e: e2e, reqTPOT: reqTPOT, reqPrompt: reqPrompt, reqGen: reqGen,
+		e2e: e2e, reqTPOT: reqTPOT, reqPrompt: reqPrompt, reqGen: reqGen, cacheQueries: cacheQueries, cacheHits: cacheHits,
 		queue: queue, prefill: prefill, decode: decode, inference: inference}
 }
 

@@ -40,7 +40,12 @@ type live struct {
 	// after that (token 1 of a prompt prefilled here; token 2 of a
 	// decode leg, whose token 1 came with the KV).
 	scheduled, firstHere time.Time
-	notify               chan struct{} // one pending wake-up for the handler
+	// hashes are the prompt's block hashes when the engine keeps a prefix
+	// cache (set before submit); cached is how many prompt tokens it
+	// served from it (owner goroutine, under mu).
+	hashes []uint64
+	cached int
+	notify chan struct{} // one pending wake-up for the handler
 }
 
 func newLive(id uint64, prompt, want int) *live {
@@ -89,6 +94,12 @@ func (s *Server) loop(e *engine.Engine) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var wait <-chan time.Time // nil when no iteration is in flight
+	// The prefix cache lives and dies with the engine (a restarted
+	// server has none).
+	var cache *prefixCache
+	if pc := s.opts.PrefixCache; pc != nil {
+		cache = newPrefixCache(pc.BlockTokens, pc.CapacityTokens)
+	}
 	// iterAt is when the iteration in flight (or the last) started: the
 	// time the engine scheduled what it runs.
 	var iterAt time.Time
@@ -114,7 +125,16 @@ func (s *Server) loop(e *engine.Engine) {
 	apply := func(c cmd) {
 		switch c.kind {
 		case cmdPrefill:
-			if err := e.AddPrefill(c.r.id, c.r.prompt, 0, c.r.want); err != nil {
+			cached := 0
+			if cache != nil {
+				cached = cache.match(c.r.hashes, c.r.prompt)
+				s.metrics.cacheQueries.Add(float64(c.r.prompt))
+				s.metrics.cacheHits.Add(float64(cached))
+				c.r.mu.Lock()
+				c.r.cached = cached
+				c.r.mu.Unlock()
+			}
+			if err := e.AddPrefill(c.r.id, c.r.prompt, cached, c.r.want); err != nil {
 				panic(err) // ids are unique per server
 			}
 			reqs[c.r.id] = c.r
@@ -154,6 +174,9 @@ func (s *Server) loop(e *engine.Engine) {
 				switch ev.Kind {
 				case engine.PrefillDone:
 					dropPrompt(r)
+					if cache != nil {
+						cache.insert(r.hashes)
+					}
 				case engine.Token:
 					s.metrics.token(r, ev.K, now)
 					r.mu.Lock()

@@ -47,6 +47,10 @@ type Options struct {
 	AllowFaults bool
 	// Faults are the opening faults of every server.
 	Faults Faults
+	// PrefixCache, when set, gives each engine a prefix cache of this
+	// size, as vLLM's automatic prefix caching (cache.go); nil: none,
+	// every prompt computed in full, as sim without --prefix-cache.
+	PrefixCache *engine.PrefixCache
 	// Logf, when set, receives one line per notable event (a recompute,
 	// a failed pull, a crash).
 	Logf func(format string, args ...any)
@@ -90,6 +94,11 @@ func (o *Options) defaults() error {
 	}
 	if err := o.KV.Validate(); err != nil {
 		return fmt.Errorf("kv: %w", err)
+	}
+	if o.PrefixCache != nil {
+		if err := o.PrefixCache.Validate(); err != nil {
+			return fmt.Errorf("prefix cache: %w", err)
+		}
 	}
 	return nil
 }
