@@ -396,6 +396,9 @@ func (r *Report) lagOf(i int) LagReport {
 		phases[k] = PhaseTarget{Start: t.At, End: max(end, t.At), Prefill: t.Prefill}
 	}
 	lags, missed := Lag(r.plots[i].splits, phases)
+	if len(lags) == 0 {
+		return LagReport{Status: LagNoChange, OracleRun: r.Runs[o].Run}
+	}
 	l := LagReport{Status: LagMeasured, OracleRun: r.Runs[o].Run, Changes: len(lags), Missed: missed,
 		Lags: []float64{}, Targets: []int{}, ChangesAt: []float64{}}
 	var sum event.Time

@@ -186,6 +186,9 @@ const (
 	LagNoOracle = "no oracle run at this rate"
 	LagOracle   = "oracle"
 	LagNoSplit  = "no split"
+	// LagNoChange: the oracle keeps one split at this rate, so there is
+	// no change to adapt to (a mean over none is undefined, not 0).
+	LagNoChange = "no oracle change"
 )
 
 // ClassQuality is the answer quality of one request class (token F1

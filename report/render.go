@@ -314,6 +314,9 @@ func (r *Report) tables() []*table {
 			"rate: mean arrival rate, req/s. completed: finished, naturally, at the output cap or cancelled by the client (live runs; counted under missed). qualified: passed every SLO check (share of offered = attainment).",
 			"The offered requests fall into four groups: qualified + at cap (finished at the output cap) + missed (finished, but failed TTFT, TPOT, too short or cancelled) + not completed (refused, expired or failed) = offered.",
 		}}
+	if r.Partial {
+		out.notes = append(out.notes, "In a partial run, not completed also counts the requests still open when it stopped: neither refused, expired nor failed.")
+	}
 	if multiSLO {
 		out.header = append(out.header, "slo")
 	}
@@ -368,7 +371,8 @@ func (r *Report) tables() []*table {
 			adapt.add(x.Arm, rate, strconv.Itoa(x.Moves), strconv.Itoa(x.Thrash), strconv.Itoa(l.Changes),
 				fmtFixed(l.Mean, 1), strconv.Itoa(l.Missed), "vs "+l.OracleRun)
 		default:
-			note := map[string]string{LagOracle: "the target", LagNoSplit: "no split: engines are mixed", LagNoOracle: "no oracle run at this rate"}[l.Status]
+			note := map[string]string{LagOracle: "the target", LagNoSplit: "no split: engines are mixed", LagNoOracle: "no oracle run at this rate",
+				LagNoChange: l.OracleRun + " keeps one split"}[l.Status]
 			adapt.add(x.Arm, rate, strconv.Itoa(x.Moves), strconv.Itoa(x.Thrash), "-", "-", "-", note)
 		}
 		for _, q := range x.Quality {

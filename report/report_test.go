@@ -635,6 +635,9 @@ func TestPartialRun(t *testing.T) {
 		if !strings.Contains(text, "PARTIAL: run b-cut is not whole (interrupted)") {
 			t.Errorf("%s: no PARTIAL line:\n%s", dir, text)
 		}
+		if !strings.Contains(text, "not completed also counts the requests still open") {
+			t.Errorf("%s: no note on open requests under Outcomes:\n%s", dir, text)
+		}
 	}
 }
 
@@ -882,5 +885,33 @@ func TestMissingRunOfExportedRoot(t *testing.T) {
 	}
 	if r, err := Load(root, Options{}); err != nil || len(r.Runs) != 1 {
 		t.Fatalf("exported again: %v", err)
+	}
+}
+
+// An oracle that keeps one split gives no change to adapt to: the lag is
+// undefined, never a perfect 0 s.
+func TestLagWithoutOracleChange(t *testing.T) {
+	root := t.TempDir()
+	for _, arm := range []string{"oracle", "static:2P6D"} {
+		f := newFixtureRun(t, filepath.Join(root, strings.ReplaceAll(arm, ":", "-")+"@1"), fixtureMeta(arm, 1, 8))
+		f.roles(4, 4, false)
+		f.outcomes(20, 1)
+		f.close()
+	}
+	rep, err := Load(root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range rep.Runs {
+		if run.Arm == "static:2P6D" && (run.Lag.Status != LagNoChange || run.Lag.OracleRun != "oracle@1") {
+			t.Fatalf("lag %+v: expected status %q", run.Lag, LagNoChange)
+		}
+	}
+	var b strings.Builder
+	if err := rep.Write(&b, FormatText); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "oracle@1 keeps one split") {
+		t.Fatalf("no note:\n%s", b.String())
 	}
 }

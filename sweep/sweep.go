@@ -156,7 +156,7 @@ type Run struct {
 	// LagMean is the mean adaptation lag over the trace's phase changes, s:
 	// from a phase's start until the split is within one engine of the
 	// oracle's split for it (a phase never reached counts whole). Null
-	// unless the oracle arm is in the sweep.
+	// unless the oracle arm is in the sweep and the trace changes phase.
 	LagMean *float64 `json:"lag_mean_s"`
 	// LagMissed counts phase changes whose oracle split was never reached.
 	LagMissed int `json:"lag_missed"`
@@ -679,7 +679,9 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 		for _, l := range lags {
 			m += l.Seconds() / float64(len(lags))
 		}
-		lagMean = &m
+		if len(lags) > 0 { // no phase change: no lag to average
+			lagMean = &m
+		}
 	}
 	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), Reversals: score.Thrash(splits, score.ReversalWindow),
 		Changes: max(len(score.Changes(splits))-1, 0), Failed: sum.Failed, LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,

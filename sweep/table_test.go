@@ -32,3 +32,16 @@ func TestTableStaticComparison(t *testing.T) {
 		t.Fatalf("a table whose static splits all fail does not say so:\n%s", b.String())
 	}
 }
+
+// A cell under the target never rounds up to it (89.7% is not "90%"
+// beside a sustained rate that excludes it); others round.
+func TestFmtPercent(t *testing.T) {
+	for _, c := range []struct {
+		att  float64
+		want string
+	}{{286.0 / 319, "89"}, {0.9, "90"}, {0.8951, "89"}, {0.8949, "89"}, {0.904, "90"}, {0.996, "100"}, {0.005, "1"}, {0, "0"}} {
+		if got := fmtPercent(c.att); got != c.want {
+			t.Errorf("fmtPercent(%v) = %s, want %s", c.att, got, c.want)
+		}
+	}
+}

@@ -45,7 +45,9 @@
 //     requests; it may be omitted only when the phase is idle (0).
 //   - arrival may be overridden per phase. gamma needs burstiness, the
 //     shape k of the gamma gaps (1 = Poisson, < 1 burstier), within
-//     [MinBurstiness, MaxBurstiness].
+//     [MinBurstiness, MaxBurstiness], or cv, the gaps' coefficient of
+//     variation (k = 1/cv²), not both. batch_mean (arrivals in batches at
+//     one instant) is top-level only.
 //
 // # Strictness and errors
 //

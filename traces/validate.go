@@ -160,12 +160,12 @@ func (v *validator) arrival(path string, a Arrival) {
 		if a.CV != 0 {
 			if a.Burstiness != 0 {
 				v.fail(path+".cv", "%s: expected cv or burstiness, not both (shape k = 1/cv^2)", formatFloat(a.CV))
-			} else if k := 1 / (a.CV * a.CV); !(k >= MinBurstiness && k <= MaxBurstiness) {
+			} else if k := 1 / (a.CV * a.CV); !(a.CV > 0) || !(k >= MinBurstiness && k <= MaxBurstiness) {
 				v.fail(path+".cv", "%s: expected a coefficient of variation between %.4g and %.4g", formatFloat(a.CV),
 					1/math.Sqrt(MaxBurstiness), 1/math.Sqrt(MinBurstiness))
 			}
 		} else if a.Burstiness == 0 {
-			v.fail(path+".burstiness", "missing: expected the gamma shape k between %g and %g (1 = Poisson, < 1 burstier)", MinBurstiness, MaxBurstiness)
+			v.fail(path+".burstiness", "missing: expected the gamma shape k between %g and %g (1 = Poisson, < 1 burstier), or cv, the gaps' coefficient of variation", MinBurstiness, MaxBurstiness)
 		} else if !(a.Burstiness >= MinBurstiness && a.Burstiness <= MaxBurstiness) {
 			v.fail(path+".burstiness", "%s: expected the gamma shape k between %g and %g (1 = Poisson, < 1 burstier)",
 				formatFloat(a.Burstiness), MinBurstiness, MaxBurstiness)

@@ -104,6 +104,11 @@ func checkFleet(path string, base int) (*fleet.Spec, []string) {
 	if err := basePortErr(base, spec.Size()); err != nil {
 		return spec, []string{err.Error()}
 	}
+	if base == 0 && len(spec.Instances.List) == 0 {
+		// A fleet of instances.count (the simulator's) names no engines:
+		// one line, not one per missing url of a list the file lacks.
+		return spec, []string{fmt.Sprintf("instances: %d engines by count, no urls: expected instances.list with each engine's url (http://HOST:PORT), or --base-port P for engines at 127.0.0.1:P+i (a fleet for sim only needs no check)", spec.Size())}
+	}
 	seen := map[string]string{}
 	names := spec.Names()
 	for i, u := range engineURLs(spec, base) {

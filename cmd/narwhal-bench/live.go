@@ -176,8 +176,8 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 		if lc.arm == "" {
 			lc.arm = "adaptive"
 		}
-		if lc.arm == "oracle" {
-			return nil, errors.New("--arm oracle: the oracle needs hindsight and runs only in sim")
+		if lc.arm == "oracle" || lc.arm == "phase-oracle" {
+			return nil, fmt.Errorf("--arm %s: the hindsight arms (oracle, phase-oracle) choose their schedule from the whole run and run only in sim", lc.arm)
 		}
 		if _, err := core.NewController(lc.arm, lc.spec.Size()); err != nil {
 			return nil, fmt.Errorf("--arm: %w", err)
@@ -286,7 +286,9 @@ func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer) error {
 	cfg.URL, cfg.Salt = lc.target, 0x7761726d7570 // "warmup"
 	if cfg.Model = lc.model; cfg.Model == "" {
 		if cfg.Model, err = firstModel(ctx, lc.target, cfg.APIKey); err != nil {
-			return usageError{fmt.Errorf("--target %s: %w (or name it with --model)", lc.target, err)}
+			// The target not answering is a failed run (exit 1), not bad
+			// input: the URL was well formed.
+			return fmt.Errorf("--target %s: %w (or name the model with --model)", lc.target, err)
 		}
 	}
 	res, err := loadgen.Run(ctx, cfg, plan)
@@ -427,7 +429,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 		cfg.URL = lc.target
 		if cfg.Model = lc.model; cfg.Model == "" {
 			if cfg.Model, err = firstModel(ctx, lc.target, cfg.APIKey); err != nil {
-				return nil, usageError{fmt.Errorf("--target %s: %w (or name it with --model)", lc.target, err)}
+				return nil, fmt.Errorf("--target %s: %w (or name the model with --model)", lc.target, err)
 			}
 		}
 		meta.StartUnixNano = time.Now().UnixNano()
