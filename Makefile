@@ -132,14 +132,22 @@ soak:
 ## fuzz: run each fuzz target for a while (FUZZTIME=30s).
 FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./traces/
-	$(GO) test -run '^$$' -fuzz FuzzGenerate -fuzztime $(FUZZTIME) ./traces/
-	$(GO) test -run '^$$' -fuzz FuzzMooncake -fuzztime $(FUZZTIME) ./traces/
-	$(GO) test -run '^$$' -fuzz FuzzAzure -fuzztime $(FUZZTIME) ./traces/
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./fleet/
-	$(GO) test -run '^$$' -fuzz FuzzParseExperiment -fuzztime $(FUZZTIME) ./sweep/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./journal/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./live/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./traces/
+	$(GO) test -run '^$$' -fuzz '^FuzzGenerate$$' -fuzztime $(FUZZTIME) ./traces/
+	$(GO) test -run '^$$' -fuzz '^FuzzMooncake$$' -fuzztime $(FUZZTIME) ./traces/
+	$(GO) test -run '^$$' -fuzz '^FuzzAzure$$' -fuzztime $(FUZZTIME) ./traces/
+	$(GO) test -run '^$$' -fuzz '^FuzzStreamFromFile$$' -fuzztime $(FUZZTIME) ./traces/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./fleet/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseExperiment$$' -fuzztime $(FUZZTIME) ./sweep/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRates$$' -fuzztime $(FUZZTIME) ./sweep/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSeeds$$' -fuzztime $(FUZZTIME) ./sweep/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./sweep/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./journal/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadExport$$' -fuzztime $(FUZZTIME) ./journal/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./live/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadChunk$$' -fuzztime $(FUZZTIME) ./live/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseError$$' -fuzztime $(FUZZTIME) ./live/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadTenants$$' -fuzztime $(FUZZTIME) ./live/
 
 clean:
 	rm -rf bin

@@ -231,3 +231,34 @@ func TestEngineKeyOnBothLegs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLoadTenants: any tenants file is read without a panic; an error
+// names the file, and a file read whole gives one key per tenant and the
+// gate builds from it.
+func FuzzLoadTenants(f *testing.F) {
+	for _, s := range []string{
+		"tenants:\n  - {name: a, key_env: NWB_FUZZ_KEY, weight: 1}\n",
+		"required: true\ntenants:\n  - {name: a, key_env: NWB_FUZZ_KEY, weight: 2, rate: 5, burst: 0.5}\n",
+		"tenants: []\n", "tenants:\n  - {name: anonymous, key_env: X}\n", "weight: 1\n", "tenants: [", "",
+		"anonymous_weight: .nan\ntenants:\n  - {name: a, key_env: NWB_FUZZ_KEY, weight: 1e308, max_concurrent: -1}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	os.Setenv("NWB_FUZZ_KEY", "k")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(t.TempDir(), "tenants.yaml")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tf, keys, err := LoadTenants(p)
+		if err != nil {
+			if !strings.Contains(err.Error(), p) {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		if len(keys) != len(tf.Tenants) {
+			t.Fatalf("%d keys for %d tenants", len(keys), len(tf.Tenants))
+		}
+	})
+}

@@ -318,6 +318,7 @@ func (o *owner) arrive(now event.Time, f *flight) {
 	o.observeStale(now)
 	if o.prefixes != nil {
 		f.group, f.prefix = o.prefixes.place(f.hashes)
+		f.hashes = nil // read once: a long prompt's hashes need not live as long as it does
 	}
 	if !o.fact(o.core.Arrive(now, core.Request{ID: f.id, InputTokens: f.input, PrefixGroup: f.group, PrefixTokens: f.prefix})) {
 		o.end(now, f, event.KindFail, event.CauseEngineError)

@@ -23,8 +23,10 @@ type prefixIndex struct {
 	next  int
 }
 
-// prefixCap bounds the blocks remembered (16 M tokens of 16-token blocks).
-const prefixCap = 1 << 20
+// prefixCap bounds the blocks remembered: 4 M tokens of 16-token blocks,
+// more than a fleet's default caches hold (200,000 tokens an engine), in
+// some 12 MB.
+const prefixCap = 1 << 18
 
 func newPrefixIndex(block int) *prefixIndex {
 	return &prefixIndex{block: block, seen: map[uint64]struct{}{}}

@@ -128,3 +128,19 @@ func TestPrefixAwarePlacement(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPrefixPlace is the router's per-request cost of prefix-aware
+// placement: hashing an 8,000-token prompt's blocks and placing them in
+// the index (one group's prompts, so the index stays warm).
+func BenchmarkPrefixPlace(b *testing.B) {
+	x := newPrefixIndex(16)
+	reqs := make([]*api.Request, 64)
+	for i := range reqs {
+		reqs[i] = &api.Request{Prompt: loadgen.SharedPromptText(1, 0, i, 8000, 1+int64(i%8), 6000)}
+	}
+	b.SetBytes(8000 * 4)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		x.place(api.BlockHashes(reqs[i%len(reqs)], 8000, 16))
+	}
+}

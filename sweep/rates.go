@@ -32,10 +32,11 @@ func ParseRates(s string, base float64) ([]float64, error) {
 			if b < a {
 				return nil, fmt.Errorf("rate range %q: %v > %v: expected FROM <= TO", item, a, b)
 			}
-			n := int(math.Floor((b-a)/d + 1e-9))
-			if n > 10000 {
-				return nil, fmt.Errorf("rate range %q: %d rates: expected at most 10000", item, n+1)
+			steps := math.Floor((b-a)/d + 1e-9)
+			if steps+1 > MaxRates-float64(len(out)) {
+				return nil, fmt.Errorf("rate range %q: %.4g rates: expected at most %d in all", item, steps+1, MaxRates)
 			}
+			n := int(steps)
 			for k := 0; k <= n; k++ {
 				out = append(out, round9(a+float64(k)*d))
 			}
@@ -44,6 +45,9 @@ func ParseRates(s string, base float64) ([]float64, error) {
 		r, err := oneRate(item, base)
 		if err != nil {
 			return nil, err
+		}
+		if len(out) >= MaxRates {
+			return nil, fmt.Errorf("rates: more than %d: expected at most %d in all", MaxRates, MaxRates)
 		}
 		out = append(out, r)
 	}
@@ -73,6 +77,9 @@ func oneRate(s string, base float64) (float64, error) {
 // MaxRate bounds a rate, req/s; the trace's own limit on the requests it
 // generates (traces.MaxRequests) usually binds first.
 const MaxRate = 1e7
+
+// MaxRates bounds the rates of one list, ranges expanded.
+const MaxRates = 10000
 
 // RateDigits is how many significant decimal digits a rate keeps.
 const RateDigits = 6

@@ -74,9 +74,9 @@ func ParseSeeds(s string, first uint64) ([]uint64, error) {
 		if err1 != nil || err2 != nil || hi < lo || hi-lo >= 1000 {
 			return nil, bad
 		}
-		var out []uint64
-		for x := lo; x <= hi; x++ {
-			out = append(out, x)
+		out := make([]uint64, 0, hi-lo+1)
+		for k := uint64(0); k <= hi-lo; k++ { // x++ would wrap at the top of uint64
+			out = append(out, lo+k)
 		}
 		return out, nil
 	case strings.Contains(s, ","):

@@ -47,3 +47,47 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadChunk: an engine's stream event, whatever its bytes, is read
+// without a panic; a token count is 0 or 1 and a usage -1 (none) or more,
+// and the byte scan agrees with a full decode on compact events.
+func FuzzReadChunk(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"c","object":"text_completion","choices":[{"index":0,"text":" a","finish_reason":null}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}`,
+		`{"choices":[{"index":0,"delta":{"reasoning_content":"t"}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"1"}]}}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}`,
+		`{"error":{"message":"m","type":"t","code":500}}`,
+		`{"choices":[`, `[DONE]`, ``, `{"choices": [ {"text":"a"} ]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		c, ok := ReadChunk(p)
+		if !ok {
+			return
+		}
+		if c.Tokens < 0 || c.Tokens > 1 || c.Usage < -1 {
+			t.Fatalf("%q: chunk %+v", p, c)
+		}
+	})
+}
+
+// FuzzParseError: any error body is read without a panic; what it returns
+// keeps the status it was given.
+func FuzzParseError(f *testing.F) {
+	for _, s := range []string{
+		`{"error":{"message":"m","type":"BadRequestError","param":null,"code":400}}`,
+		`{"object":"error","message":"m","type":"t","param":"p","code":400}`,
+		`{"error":{"message":"m","code":"model_not_found"}}`,
+		`{"error":null}`, `{"error":{"message":null}}`, `[]`, `{`, ``,
+	} {
+		f.Add(400, []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		if e := ParseError(status, body); e != nil && e.Status != status {
+			t.Fatalf("%q: status %d, want %d", body, e.Status, status)
+		}
+	})
+}

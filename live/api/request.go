@@ -2,9 +2,7 @@ package api
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"hash/fnv"
 	"math"
 	"strconv"
 	"strings"
@@ -422,29 +420,42 @@ func BlockHashes(r *Request, n, block int) []uint64 {
 		return nil
 	}
 	out := make([]uint64, 0, full)
-	var prev [8]byte
+	var prev uint64
 	if r.PromptIDs != nil {
-		var buf [8]byte
 		for b := 0; b < full && (b+1)*block <= len(r.PromptIDs); b++ {
-			h := fnv.New64a()
-			h.Write(prev[:])
+			h := fnvWord(fnvOffset, prev)
 			for _, id := range r.PromptIDs[b*block : (b+1)*block] {
-				binary.LittleEndian.PutUint64(buf[:], uint64(id))
-				h.Write(buf[:])
+				h = fnvWord(h, uint64(id))
 			}
-			out = append(out, h.Sum64())
-			binary.LittleEndian.PutUint64(prev[:], out[len(out)-1])
+			prev = h
+			out = append(out, h)
 		}
 		return out
 	}
 	text := r.Text()
 	size := block * int(CharsPerToken)
 	for b := 0; b < full && (b+1)*size <= len(text); b++ {
-		h := fnv.New64a()
-		h.Write(prev[:])
-		h.Write([]byte(text[b*size : (b+1)*size]))
-		out = append(out, h.Sum64())
-		binary.LittleEndian.PutUint64(prev[:], out[len(out)-1])
+		h := fnvWord(fnvOffset, prev)
+		for i := b * size; i < (b+1)*size; i++ {
+			h = (h ^ uint64(text[i])) * fnvPrime
+		}
+		prev = h
+		out = append(out, h)
 	}
 	return out
+}
+
+// FNV-1a, 64 bits (hash/fnv's, inline: no allocation per block).
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// fnvWord hashes v's eight bytes, little-endian, into h.
+func fnvWord(h, v uint64) uint64 {
+	for range 8 {
+		h = (h ^ (v & 0xff)) * fnvPrime
+		v >>= 8
+	}
+	return h
 }

@@ -176,6 +176,7 @@ func (s *Server) loop(e *engine.Engine) {
 					dropPrompt(r)
 					if cache != nil {
 						cache.insert(r.hashes)
+						r.hashes = nil
 					}
 				case engine.Token:
 					s.metrics.token(r, ev.K, now)
