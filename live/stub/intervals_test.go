@@ -1,7 +1,6 @@
 package stub
 
 import (
-	"context"
 	"io"
 	"math"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/narwhal-bench/narwhal-bench/engine"
-	"github.com/narwhal-bench/narwhal-bench/live/api"
 	"github.com/narwhal-bench/narwhal-bench/timing"
 )
 
@@ -140,51 +138,11 @@ func TestIntervalHistogramsPrefillDecode(t *testing.T) {
 	}
 }
 
-// A request the client abandons is aborted: vLLM records no
-// finished-request stats for it.
-func TestIntervalHistogramsSkipAborted(t *testing.T) {
-	s := startFleet(t, 1, Options{TimeScale: scale(0.2)}).Servers()[0]
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/completions",
-		strings.NewReader(`{"prompt":"long","max_tokens":5000,"stream":true}`))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := api.NewSSEReader(resp.Body).ReadEvent(); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	resp.Body.Close()
-	waitFor(t, "the abort counted", func() bool {
-		return strings.Contains(scrape(t, s.URL()), `vllm:request_success_total{engine="0",finished_reason="abort",model_name="stub"} 1`+"\n")
-	})
-	page := scrape(t, s.URL())
-	for _, name := range append(intervalNames, "vllm:e2e_request_latency_seconds") {
-		if c, _ := hsum(t, page, name); c != 0 {
-			t.Errorf("%s_count %d after an aborted request, want 0", name, c)
-		}
-	}
-}
-
 // Under preemption (recompute) every request is still observed once and
 // its phases add up.
 func TestIntervalHistogramsPreemption(t *testing.T) {
-	f, err := NewFleet(Options{TimeScale: scale(0.02)}, []Instance{{ID: "e0", Addr: "127.0.0.1:0",
-		Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{KVCapacityTokens: 350}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	u := f.Servers()[0].URL()
-	ids := make([]string, 100)
-	for i := range ids {
-		ids[i] = strconv.Itoa(i + 1)
-	}
-	body := `{"prompt":[` + strings.Join(ids, ",") + `],"max_tokens":80}`
+	u := startTightKV(t, 0.02)
+	body := `{"prompt":` + idPrompt(100) + `,"max_tokens":80}`
 	done := make(chan int)
 	for range 6 {
 		go func() {

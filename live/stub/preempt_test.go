@@ -15,12 +15,11 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/timing"
 )
 
-// A KV capacity three streams wide under six concurrent streams: the
-// engine preempts (recompute), /metrics counts it as vLLM does
-// (vllm:num_preemptions_total), and every streamed answer still has each
-// of its tokens exactly once.
-func TestPreemptionStreamsEveryTokenOnce(t *testing.T) {
-	f, err := NewFleet(Options{TimeScale: scale(0.1)}, []Instance{{ID: "e0", Addr: "127.0.0.1:0",
+// startTightKV starts one engine whose KV capacity (350 tokens) holds
+// three streams of a 100-token prompt, and returns its URL.
+func startTightKV(t *testing.T, timeScale float64) string {
+	t.Helper()
+	f, err := NewFleet(Options{TimeScale: scale(timeScale)}, []Instance{{ID: "e0", Addr: "127.0.0.1:0",
 		Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{KVCapacityTokens: 350}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -29,12 +28,25 @@ func TestPreemptionStreamsEveryTokenOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
-	u := f.Servers()[0].URL()
-	ids := make([]string, 100)
+	return f.Servers()[0].URL()
+}
+
+// idPrompt is a prompt of token ids 1..n, as JSON.
+func idPrompt(n int) string {
+	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = strconv.Itoa(i + 1)
 	}
-	body := `{"prompt":[` + strings.Join(ids, ",") + `],"max_tokens":80,"stream":true,"stream_options":{"include_usage":true}}`
+	return "[" + strings.Join(ids, ",") + "]"
+}
+
+// A KV capacity three streams wide under six concurrent streams: the
+// engine preempts (recompute), /metrics counts it as vLLM does
+// (vllm:num_preemptions_total), and every streamed answer still has each
+// of its tokens exactly once.
+func TestPreemptionStreamsEveryTokenOnce(t *testing.T) {
+	u := startTightKV(t, 0.1)
+	body := `{"prompt":` + idPrompt(100) + `,"max_tokens":80,"stream":true,"stream_options":{"include_usage":true}}`
 	var wg sync.WaitGroup
 	got := make([]result, 6)
 	for i := range got {

@@ -370,16 +370,17 @@ func TestClientDisconnectCancels(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	waitFor(t, "the engine to drop the request", func() bool { g := s.Gauges(); return g.Requests == 0 && g.ContextTokens == 0 })
-	// vLLM counts the request as aborted.
+	// vLLM counts the request as aborted, and records no finished-request
+	// stats for it.
 	waitFor(t, "the abort counted", func() bool {
-		resp, err := http.Get(s.URL() + "/metrics")
-		if err != nil {
-			return false
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return bytes.Contains(b, []byte(`vllm:request_success_total{engine="0",finished_reason="abort",model_name="stub"} 1`+"\n"))
+		return strings.Contains(scrape(t, s.URL()), `vllm:request_success_total{engine="0",finished_reason="abort",model_name="stub"} 1`+"\n")
 	})
+	page := scrape(t, s.URL())
+	for _, name := range append(intervalNames, "vllm:e2e_request_latency_seconds") {
+		if c, _ := hsum(t, page, name); c != 0 {
+			t.Errorf("%s_count %d after an aborted request, want 0", name, c)
+		}
+	}
 }
 
 // FromFleet refuses ports past 65535 and two engines on one address,
