@@ -88,6 +88,13 @@ func TestSustained(t *testing.T) {
 	if s := SustainedOf([]float64{1, 2}, []float64{1, 0.95}, 0.9); !s.GridTop || s.Rate != 2 || !math.IsNaN(s.Crossing) {
 		t.Fatalf("SustainedOf all passing = %+v, want grid top 2", s)
 	}
+	// Two runs at one rate (merged roots): the rate passes only if both
+	// do, in either order.
+	for _, att := range [][]float64{{1, 1, 0.45}, {1, 0.45, 1}} {
+		if s := SustainedOf([]float64{1, 2, 2}, att, 0.9); s.Rate != 1 || s.GridTop {
+			t.Fatalf("SustainedOf with a failing duplicate at 2 (%v) = %+v, want 1", att, s)
+		}
+	}
 	if _, ok := Sustained([]float64{1}, []float64{0.5}, 0.9); ok {
 		t.Fatal("no passing rate must report none")
 	}

@@ -102,7 +102,15 @@ func SustainedOf(rates, attainment []float64, target float64) SustainedRate {
 	for i := range idx {
 		idx[i] = i
 	}
-	sort.SliceStable(idx, func(a, b int) bool { return rates[idx[a]] < rates[idx[b]] })
+	// Several runs at one rate (a root of merged sweeps): the worst comes
+	// first, so the rate passes only when every one of them does, whatever
+	// order they were given in.
+	sort.SliceStable(idx, func(a, b int) bool {
+		if rates[idx[a]] != rates[idx[b]] {
+			return rates[idx[a]] < rates[idx[b]]
+		}
+		return attainment[idx[a]] < attainment[idx[b]]
+	})
 	out := SustainedRate{Crossing: math.NaN()}
 	for k, i := range idx {
 		if attainment[i] >= target {
