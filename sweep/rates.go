@@ -23,16 +23,21 @@ func ParseRates(s string, base float64) ([]float64, error) {
 			if !ok {
 				return nil, fmt.Errorf("rate range %q: expected FROM..TO/STEP, e.g. 0.5x..2x/0.05x", item)
 			}
-			a, err1 := oneRate(from, base)
-			b, err2 := oneRate(to, base)
-			d, err3 := oneRate(step, base)
+			// The range is stepped on the rates as given, each then made
+			// canonical: stepping canonical ends (6 digits) lost a range's
+			// top rate to rounding (0.5x..1.6x/0.05x on chatdoc ended at
+			// 1.55x).
+			a, err1 := rawRate(from, base)
+			b, err2 := rawRate(to, base)
+			d, err3 := rawRate(step, base)
 			if err := firstErr(err1, err2, err3); err != nil {
 				return nil, fmt.Errorf("rate range %q: %w", item, err)
 			}
 			if b < a {
-				return nil, fmt.Errorf("rate range %q: %v > %v: expected FROM <= TO", item, a, b)
+				return nil, fmt.Errorf("rate range %q: %v > %v: expected FROM <= TO", item, round9(a), round9(b))
 			}
-			steps := math.Floor((b-a)/d + 1e-9)
+			q := (b - a) / d
+			steps := math.Floor(q + 1e-9*max(1, q))
 			if steps+1 > MaxRates-float64(len(out)) {
 				return nil, fmt.Errorf("rate range %q: %.4g rates: expected at most %d in all", item, steps+1, MaxRates)
 			}
@@ -58,6 +63,13 @@ func ParseRates(s string, base float64) ([]float64, error) {
 }
 
 func oneRate(s string, base float64) (float64, error) {
+	v, err := rawRate(s, base)
+	return round9(v), err
+}
+
+// rawRate is a rate as given (req/s, or a multiple of base), checked, not
+// yet canonical.
+func rawRate(s string, base float64) (float64, error) {
 	s = strings.TrimSpace(s)
 	given := s
 	mult := 1.0
@@ -71,7 +83,7 @@ func oneRate(s string, base float64) (float64, error) {
 	if v*mult > MaxRate {
 		return 0, fmt.Errorf("rate %q: %.4g req/s: expected at most %g req/s", s, v*mult, MaxRate)
 	}
-	return round9(v * mult), nil
+	return v * mult, nil
 }
 
 // MaxRate bounds a rate, req/s; the trace's own limit on the requests it

@@ -162,6 +162,19 @@ func TestParseRates(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("ParseRates = %v, want %v", got, want)
 	}
+	// Both ends are in the range on a base rate whose multiples are not
+	// short decimals (chatdoc's 95/24 req/s): the top is not lost to the
+	// rates' rounding to six digits.
+	for _, c := range []struct {
+		s    string
+		n    int
+		last float64
+	}{{"0.5x..1.6x/0.05x", 23, 6.33333}, {"0.5x..2x/0.05x", 31, 7.91667}, {"0.75x..2x/0.25x", 6, 7.91667}, {"1.8..7.3/0.1", 56, 7.3}} {
+		got, err := ParseRates(c.s, 95.0/24)
+		if err != nil || len(got) != c.n || got[len(got)-1] != c.last {
+			t.Errorf("ParseRates(%q): %d rates ending %v (%v), want %d ending %v", c.s, len(got), got[len(got)-1], err, c.n, c.last)
+		}
+	}
 	for _, bad := range []string{"", "0", "-1", "x", "1..2", "2..1/0.5", "1..2/0", "abc"} {
 		if _, err := ParseRates(bad, 2); err == nil {
 			t.Errorf("ParseRates(%q) accepted", bad)
