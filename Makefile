@@ -42,8 +42,10 @@ reproduce: build
 ## split, by token count and placed as adaptive places (/alg1), with the
 ## hybrid fleets and aggregated serving beside them, on every built-in
 ## trace and the Azure traces, arrival CV 1-4 and batches, five held-out
-## seeds each); prints the table docs/controllers.md quotes.
-## BOUND=1 adds the hindsight bound on demo (slow).
+## seeds each), without the bound's columns: the table docs/controllers.md
+## quotes is `campaigns/burstiness.py --bound` (about 90 minutes on two
+## cores), whose bound also changes the "up to where every arm fails"
+## reversal counts. BOUND=1 adds the bound's table on demo alone.
 burstiness: build
 	command -v python3 >/dev/null || (apt-get update && apt-get install -y python3)
 	campaigns/burstiness.py
