@@ -92,6 +92,9 @@ type chunk struct {
 type Engine struct {
 	cfg     Config
 	maxSeqs int
+	// lookup, when set (SetLookup), gives a prompt's cached tokens when
+	// its first chunk is scheduled.
+	lookup func(id uint64, promptTokens int) int
 
 	seqs     map[uint64]*seq
 	prefillQ []*seq // prompts, FIFO
@@ -168,6 +171,14 @@ func (e *Engine) AddPrefill(id uint64, promptTokens, cachedTokens, want int) err
 	e.spanKeep = false
 	return nil
 }
+
+// SetLookup makes f the engine's prefix-cache lookup: when a prompt's
+// first chunk is scheduled, f(id, prompt tokens) says how many of them
+// the cache holds, replacing AddPrefill's count, as vLLM's scheduler looks
+// the cache up when it first schedules a waiting request (a prompt queued
+// behind another of its prefix group finds what that one cached). f runs
+// inside Start, on the caller's goroutine.
+func (e *Engine) SetLookup(f func(id uint64, promptTokens int) int) { e.lookup = f }
 
 // AddDecode queues a decode stream whose prompt's KV is here (it was
 // transferred): promptTokens of prompt and produced answer tokens already
@@ -290,6 +301,9 @@ func (e *Engine) Start() (d event.Time, busy bool) {
 		}
 		if !s.started {
 			s.started = true
+			if e.lookup != nil {
+				s.cached = max(e.lookup(s.id, s.input), 0)
+			}
 			s.done = min(s.cached, s.input-1)
 		}
 		n := min(s.input-s.done, cfg.ChunkTokens, budget)

@@ -2,6 +2,7 @@ package stub
 
 import (
 	"fmt"
+	"github.com/narwhal-bench/narwhal-bench/timing"
 	"strings"
 	"testing"
 
@@ -107,5 +108,35 @@ func TestPrefixCacheServes(t *testing.T) {
 	}
 	if page := scrape(t, v); !strings.Contains(page, `vllm:prefix_cache_hits_total{engine="0",model_name="stub"} 0`+"\n") {
 		t.Error("no cache, yet hits counted")
+	}
+}
+
+// A prompt queued behind another of its prefix is looked up when its own
+// first chunk is scheduled, not when it arrived: it finds what the first
+// one cached (vLLM looks the cache up when it schedules a waiting request).
+func TestPrefixCacheLookupAtSchedule(t *testing.T) {
+	pc := engine.PrefixCache{BlockTokens: 16, CapacityTokens: 100_000}
+	f, err := NewFleet(Options{TimeScale: scale(0.5), PrefixCache: &pc}, []Instance{{ID: "e0", Addr: "127.0.0.1:0",
+		Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{ChunkTokens: 512, BudgetTokens: 512}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	s := f.Servers()[0]
+	head := words(1, 4096) // 1024 tokens
+	got := make(chan int, 2)
+	send := func(own int) {
+		r := post(t, s.URL()+"/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":2}`, head+words(own, 4096)))
+		got <- decodeResp(t, r.body).Usage.PromptTokensDetails.CachedTokens
+	}
+	go send(2)
+	waitFor(t, "the first prompt to begin", func() bool { return s.Gauges().Started == 1 })
+	go send(3)
+	a, b := <-got, <-got
+	if min(a, b) != 0 || max(a, b) != 1024 {
+		t.Fatalf("cached %d and %d: want 0 for the first and 1024 for the one queued behind it", a, b)
 	}
 }

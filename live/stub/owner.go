@@ -100,6 +100,24 @@ func (s *Server) loop(e *engine.Engine) {
 	if pc := s.opts.PrefixCache; pc != nil {
 		cache = newPrefixCache(pc.BlockTokens, pc.CapacityTokens)
 	}
+	if cache != nil {
+		// Looked up when the prompt's first chunk is scheduled (vLLM counts
+		// its queries and hits then too: a prompt cancelled while it waits
+		// is never looked up).
+		e.SetLookup(func(id uint64, prompt int) int {
+			r := reqs[id]
+			if r == nil {
+				return 0
+			}
+			cached := cache.match(r.hashes, prompt)
+			s.metrics.cacheQueries.Add(float64(prompt))
+			s.metrics.cacheHits.Add(float64(cached))
+			r.mu.Lock()
+			r.cached = cached
+			r.mu.Unlock()
+			return cached
+		})
+	}
 	// iterAt is when the iteration in flight (or the last) started: the
 	// time the engine scheduled what it runs.
 	var iterAt time.Time
@@ -125,16 +143,7 @@ func (s *Server) loop(e *engine.Engine) {
 	apply := func(c cmd) {
 		switch c.kind {
 		case cmdPrefill:
-			cached := 0
-			if cache != nil {
-				cached = cache.match(c.r.hashes, c.r.prompt)
-				s.metrics.cacheQueries.Add(float64(c.r.prompt))
-				s.metrics.cacheHits.Add(float64(cached))
-				c.r.mu.Lock()
-				c.r.cached = cached
-				c.r.mu.Unlock()
-			}
-			if err := e.AddPrefill(c.r.id, c.r.prompt, cached, c.r.want); err != nil {
+			if err := e.AddPrefill(c.r.id, c.r.prompt, 0, c.r.want); err != nil {
 				panic(err) // ids are unique per server
 			}
 			reqs[c.r.id] = c.r
