@@ -69,6 +69,14 @@ type Request struct {
 	// PrefixTokens its length (Arrive).
 	PrefixGroup  int64
 	PrefixTokens int
+	// CachedOn and CachedTokens, when CachedTokens > 0, say where the
+	// driver knows the prompt's longest cached prefix to be and how long
+	// it is (the live router's block index, read from the prompts'
+	// text): placement then prices that instance's prefill with it and
+	// every other's in full, instead of asking the group's remembered
+	// instance. The simulator leaves them zero.
+	CachedOn     event.Instance
+	CachedTokens int
 	// OutputTokens is the output produced when the request ends (Finished).
 	OutputTokens int
 	// TTFT and TPOT are the request's measured latencies when it ends
@@ -810,7 +818,16 @@ func (v *View) remember(r Request, inst event.Instance) {
 
 // cachedOn returns how many of r's prompt tokens inst likely has cached.
 func (v *View) cachedOn(i event.Instance, r Request) int {
-	if v.affinity == nil || r.PrefixGroup == 0 {
+	if v.affinity == nil {
+		return 0
+	}
+	if r.CachedTokens > 0 {
+		if i == r.CachedOn {
+			return min(r.CachedTokens, r.InputTokens-1)
+		}
+		return 0
+	}
+	if r.PrefixGroup == 0 {
 		return 0
 	}
 	if a, ok := v.affinity[r.PrefixGroup]; ok && a.inst == i {

@@ -54,11 +54,14 @@ type flight struct {
 	noHandoff bool          // the prefill leg returned no usable handoff
 	queued    bool          // waiting in the core's admission queue (owner only)
 	// hashes are the prompt's block hashes when the router is
-	// prefix-aware; group and prefix what the prefix index made of them
-	// (set by the owner at arrival).
-	hashes []uint64
-	group  int64
-	prefix int
+	// prefix-aware, until its prefill is placed; group, prefix, cachedOn
+	// and cached what the prefix index made of them (set by the owner at
+	// arrival, kept for a re-placement).
+	hashes   []uint64
+	group    int64
+	prefix   int
+	cachedOn event.Instance
+	cached   int
 	reply  chan placement
 	// Set by the owner.
 	prefill, decode event.Instance
@@ -317,10 +320,10 @@ func (o *owner) arrive(now event.Time, f *flight) {
 	o.counts.InFlight++
 	o.observeStale(now)
 	if o.prefixes != nil {
-		f.group, f.prefix = o.prefixes.place(f.hashes)
-		f.hashes = nil // read once: a long prompt's hashes need not live as long as it does
+		f.cachedOn, f.cached, f.group, f.prefix = o.prefixes.lookup(f.hashes)
 	}
-	if !o.fact(o.core.Arrive(now, core.Request{ID: f.id, InputTokens: f.input, PrefixGroup: f.group, PrefixTokens: f.prefix})) {
+	if !o.fact(o.core.Arrive(now, core.Request{ID: f.id, InputTokens: f.input, PrefixGroup: f.group, PrefixTokens: f.prefix,
+		CachedOn: f.cachedOn, CachedTokens: f.cached})) {
 		o.end(now, f, event.KindFail, event.CauseEngineError)
 		f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
 		return
@@ -392,6 +395,10 @@ func (o *owner) apply(rd core.Ready) {
 		case core.PlacePrefill:
 			o.unqueue(f)
 			f.prefill, f.decode, f.stage = d.Inst, event.NoInstance, core.StagePrefill
+			if o.prefixes != nil && f.hashes != nil {
+				o.prefixes.placed(f.hashes, d.Inst)
+				f.hashes = nil // a long prompt's hashes need not live as long as it does
+			}
 			if o.fenced() { // the lease lapsed while it waited: never admit
 				// Ended after the loop: ending feeds the core a fact,
 				// whose Ready would reuse rd's decisions under us.

@@ -1,75 +1,92 @@
 package live
 
-import "github.com/narwhal-bench/narwhal-bench/live/api"
+import (
+	"container/list"
 
-// prefixIndex is the router's picture of the prompts' shared prefixes
-// when the engines keep prefix caches (Config.PrefixCache): the chained
-// block hashes (api.BlockHashes) of the prompts it has routed, the most
-// recent prefixCap blocks. It gives each prompt what the core's
-// prefix-aware placement prices (core.Request's PrefixGroup and
-// PrefixTokens, as the simulator gives them from the trace): the group
-// is the prompt's first block, and the prefix is how many of its leading
-// blocks an earlier prompt had. A prompt sharing nothing yet counts all
-// its full blocks as its prefix, so that the core remembers where it was
-// prefilled and the next prompt of its group finds it. Like the
-// simulator's groups, one first block names one group: prompts that share
-// a first block and part ways later (one system prompt before different
-// documents) are one group, priced by the longest prefix seen. Only the
-// owner goroutine uses it.
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+)
+
+// prefixIndex is the router's picture of the engines' prefix caches when
+// they keep them (Config.PrefixCache): for each prompt block it has
+// placed (the chained block hashes of api.BlockHashes), the engine that
+// last prefilled a prompt holding it, the most recently used prefixCap
+// blocks. A block's hash covers every block before it, so the engine of
+// the deepest block a new prompt shares with earlier ones holds that
+// whole prefix (unless its own cache let it go): the core prices the
+// prompt's prefill there as T(n) − T(prefix) and elsewhere in full
+// (core.Request's CachedOn and CachedTokens), as the simulator prices the
+// engine that last took the prompt's prefix group. Prompts that share an
+// opening (one system prompt) and part ways later share only the
+// opening's blocks here. Only the owner goroutine uses it.
 type prefixIndex struct {
-	block int
-	seen  map[uint64]struct{}
-	ring  []uint64
-	next  int
+	block  int
+	lru    *list.List // front = most recent; values are *blockAt
+	blocks map[uint64]*list.Element
+}
+
+type blockAt struct {
+	hash uint64
+	inst event.Instance
 }
 
 // prefixCap bounds the blocks remembered: 4 M tokens of 16-token blocks,
-// more than a fleet's default caches hold (200,000 tokens an engine), in
-// some 12 MB.
+// more than a fleet's default caches hold (200,000 tokens an engine).
 const prefixCap = 1 << 18
 
 func newPrefixIndex(block int) *prefixIndex {
-	return &prefixIndex{block: block, seen: map[uint64]struct{}{}}
+	return &prefixIndex{block: block, lru: list.New(), blocks: map[uint64]*list.Element{}}
 }
 
-// place returns the prefix group and tokens of a prompt with these block
-// hashes, and remembers its blocks.
-func (x *prefixIndex) place(hashes []uint64) (group int64, tokens int) {
+// lookup returns where a prompt with these block hashes finds its longest
+// cached prefix and how many tokens it is (0: nowhere), and the prefix
+// group and length the simulator's model takes (core.Request's
+// PrefixGroup and PrefixTokens, for the controllers' rehearsals): the
+// group is the prompt's first block, and its prefix the blocks it shares,
+// or all its full blocks when it shares none (so that its group is
+// remembered where it is placed).
+func (x *prefixIndex) lookup(hashes []uint64) (on event.Instance, cached int, group int64, prefix int) {
+	on = event.NoInstance
 	if len(hashes) == 0 {
-		return 0, 0
+		return on, 0, 0, 0
 	}
 	k := 0
 	for k < len(hashes) {
-		if _, ok := x.seen[hashes[k]]; !ok {
+		el, ok := x.blocks[hashes[k]]
+		if !ok {
 			break
 		}
+		on = el.Value.(*blockAt).inst
 		k++
-	}
-	if k == 0 {
-		k = len(hashes)
-	}
-	for _, h := range hashes {
-		x.add(h)
 	}
 	group = int64(hashes[0] >> 1) // >= 0
 	if group == 0 {
 		group = 1
 	}
-	return group, k * x.block
+	prefix = k * x.block
+	if k == 0 {
+		prefix = len(hashes) * x.block
+	}
+	return on, k * x.block, group, prefix
 }
 
-func (x *prefixIndex) add(h uint64) {
-	if _, ok := x.seen[h]; ok {
-		return
+// placed records that the engine inst prefills a prompt with these block
+// hashes: it will hold them all.
+func (x *prefixIndex) placed(hashes []uint64, inst event.Instance) {
+	for i := len(hashes) - 1; i >= 0; i-- { // the head ends most recent
+		h := hashes[i]
+		if el, ok := x.blocks[h]; ok {
+			el.Value.(*blockAt).inst = inst
+			x.lru.MoveToFront(el)
+			continue
+		}
+		x.blocks[h] = x.lru.PushFront(&blockAt{hash: h, inst: inst})
 	}
-	if len(x.ring) < prefixCap {
-		x.ring = append(x.ring, h)
-	} else {
-		delete(x.seen, x.ring[x.next])
-		x.ring[x.next] = h
-		x.next = (x.next + 1) % prefixCap
+	for x.lru.Len() > prefixCap {
+		el := x.lru.Back()
+		x.lru.Remove(el)
+		delete(x.blocks, el.Value.(*blockAt).hash)
 	}
-	x.seen[h] = struct{}{}
 }
 
 // prefixHashes is what the index needs of a request: its block hashes,

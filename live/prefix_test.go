@@ -17,26 +17,37 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
 )
 
-// The index names a prompt's group by its first block and its prefix by
-// the leading blocks an earlier prompt had; a prompt sharing nothing yet
-// counts all its full blocks, so the core remembers where it went.
+// The index finds where a prompt's longest shared prefix was prefilled
+// and how long it is, block by block: prompts that share an opening (a
+// system prompt) and part ways later are credited only where each one's
+// own prefix is.
 func TestPrefixIndex(t *testing.T) {
 	x := newPrefixIndex(16)
-	hashes := func(index int, group int64) []uint64 {
-		text := loadgen.SharedPromptText(1, 0, index, 100, group, 60) // 60 shared tokens of 100
-		return api.BlockHashes(&api.Request{Prompt: text}, 100, 16)
+	system := strings.Repeat("You are a careful assistant. ", 3)[:64] // one block, every prompt's
+	hashes := func(index int, doc int64) []uint64 {
+		text := system + loadgen.SharedPromptText(1, 0, index, 99, doc, 59) // 59 tokens of doc, then 40 own
+		return api.BlockHashes(&api.Request{Prompt: text}, 115, 16)
 	}
-	g1, n1 := x.place(hashes(1, 5))
-	g2, n2 := x.place(hashes(2, 5))
-	g3, n3 := x.place(hashes(3, 6))
-	if g1 == 0 || g1 != g2 || g3 == g1 {
-		t.Fatalf("groups %d, %d, %d: expected the first two equal and nonzero, the third another", g1, g2, g3)
+	on, cached, g1, p1 := x.lookup(hashes(1, 5))
+	if on != event.NoInstance || cached != 0 || g1 == 0 || p1 != 112 {
+		t.Fatalf("first prompt: on %d, cached %d, group %d, prefix %d: want nowhere, 0, a group, all 7 blocks", on, cached, g1, p1)
 	}
-	if n1 != 96 || n2 != 48 || n3 != 96 {
-		t.Fatalf("prefixes %d, %d, %d: want 96 (all six blocks: nothing shared yet), 48 (the three whole blocks of the 60 shared tokens), 96", n1, n2, n3)
+	x.placed(hashes(1, 5), 2)
+	x.placed(hashes(2, 6), 5)
+	// Doc 5 again: its system block and three whole blocks of the doc
+	// (16 + 59 = 75 tokens shared: 4 blocks), on engine 2.
+	if on, cached, g, p := x.lookup(hashes(3, 5)); on != 2 || cached != 64 || g != g1 || p != 64 {
+		t.Fatalf("doc 5 again: on %d, cached %d, group %d, prefix %d: want engine 2, 64 tokens, group %d, 64", on, cached, g, p, g1)
 	}
-	if g, n := x.place(nil); g != 0 || n != 0 {
-		t.Fatalf("a prompt under one block: group %d, prefix %d", g, n)
+	if on, cached, _, _ := x.lookup(hashes(4, 6)); on != 5 || cached != 64 {
+		t.Fatalf("doc 6 again: on %d, cached %d: want engine 5, 64 tokens", on, cached)
+	}
+	// A new document shares only the system prompt, last prefilled on 5.
+	if on, cached, _, _ := x.lookup(hashes(5, 7)); on != 5 || cached != 16 {
+		t.Fatalf("a new doc: on %d, cached %d: want engine 5, the system prompt's 16 tokens", on, cached)
+	}
+	if on, cached, g, p := x.lookup(nil); on != event.NoInstance || cached != 0 || g != 0 || p != 0 {
+		t.Fatal("a prompt under one block has a prefix")
 	}
 }
 
@@ -66,15 +77,19 @@ func cacheHits(t *testing.T, r *rig) int {
 // (Arrow §5.3's prefill cost with the reference's cooperative reuse): a
 // prompt goes to the prefill engine that holds its group's prefix when the
 // engines are otherwise alike, so a second prompt of each of four groups
-// is served from the cache its first filled.
+// is served from the cache its first filled, though every prompt opens
+// with the same system line.
 func TestPrefixAwarePlacement(t *testing.T) {
 	spec := testFleet(t, 8)
 	pc := fleet.PrefixCache{BlockTokens: 16, CapacityTokens: 100_000}
 	r := startRigSpec(t, spec, rigOpts{arm: "static:4P4D/alg1", stub: stub.Options{PrefixCache: &pc},
 		configure: func(c *Config) { c.PrefixCache = &pc }})
-	const input, shared = 400, 320 // tokens; 320 is 20 whole blocks
+	// Every prompt opens with the same system line (one block), then its
+	// group's document: the groups part ways after the first block.
+	const input, shared = 400, 320 // tokens; 320 is 20 whole blocks, the system line's included
+	system := strings.Repeat("Answer from the document. ", 3)[:64]
 	send := func(index, group int) {
-		text := loadgen.SharedPromptText(9, 0, index, input, int64(group), shared)
+		text := system + loadgen.SharedPromptText(9, 0, index, input-16, int64(group), shared-16)
 		q, _ := http.NewRequest(http.MethodPost, r.url+"/v1/completions",
 			strings.NewReader(fmt.Sprintf(`{"model":"stub","prompt":%q,"max_tokens":3}`, text)))
 		q.Header.Set(HeaderClass, "g"+strconv.Itoa(group))
@@ -97,16 +112,17 @@ func TestPrefixAwarePlacement(t *testing.T) {
 		go func() { defer wg.Done(); send(g, g) }()
 	}
 	wg.Wait()
-	if h := cacheHits(t, r); h != 0 {
-		t.Fatalf("hits after the first wave: %d", h)
+	first := cacheHits(t, r)
+	if first%16 != 0 || first > 3*16 {
+		t.Fatalf("hits after the first wave: %d: want the system line's at most (16 tokens a prompt)", first)
 	}
 	// The second one by one, on idle engines: each goes where its group
 	// was prefilled (without the prefix, every idle engine costs the same).
 	for g := 1; g <= 4; g++ {
 		send(10+g, g)
 	}
-	if h := cacheHits(t, r); h != 4*shared {
-		t.Fatalf("hits after the second wave: %d tokens, want %d (each of the four prompts on its group's engine)", h, 4*shared)
+	if h := cacheHits(t, r) - first; h != 4*shared {
+		t.Fatalf("hits in the second wave: %d tokens, want %d (each of the four prompts on its group's engine)", h, 4*shared)
 	}
 	r.stop()
 	rows := checkJournal(t, r.jr.records())
@@ -118,20 +134,21 @@ func TestPrefixAwarePlacement(t *testing.T) {
 	if len(rows) != 8 {
 		t.Fatalf("%d requests journaled, want 8", len(rows))
 	}
-	first := map[string]event.Instance{}
+	firstOn := map[string]event.Instance{}
 	for _, row := range rows[:4] {
-		first[row.Class] = row.PrefillInst
+		firstOn[row.Class] = row.PrefillInst
 	}
 	for _, row := range rows[4:] {
-		if row.PrefillInst != first[row.Class] {
-			t.Errorf("%s: second prompt prefilled on %d, its group's first on %d", row.Class, row.PrefillInst, first[row.Class])
+		if row.PrefillInst != firstOn[row.Class] {
+			t.Errorf("%s: second prompt prefilled on %d, its group's first on %d", row.Class, row.PrefillInst, firstOn[row.Class])
 		}
 	}
 }
 
 // BenchmarkPrefixPlace is the router's per-request cost of prefix-aware
-// placement: hashing an 8,000-token prompt's blocks and placing them in
-// the index (one group's prompts, so the index stays warm).
+// placement: hashing an 8,000-token prompt's blocks, looking them up in
+// the index and recording where they went (eight groups, so the index
+// stays warm).
 func BenchmarkPrefixPlace(b *testing.B) {
 	x := newPrefixIndex(16)
 	reqs := make([]*api.Request, 64)
@@ -141,6 +158,8 @@ func BenchmarkPrefixPlace(b *testing.B) {
 	b.SetBytes(8000 * 4)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		x.place(api.BlockHashes(reqs[i%len(reqs)], 8000, 16))
+		h := api.BlockHashes(reqs[i%len(reqs)], 8000, 16)
+		x.lookup(h)
+		x.placed(h, event.Instance(i%4))
 	}
 }

@@ -81,7 +81,8 @@ func (o *owner) retry(now event.Time, m msg) {
 	}
 	stage := f.stage
 	req := core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill, DecodeInst: f.decode,
-		ContextTokens: int64(f.input) + f.produced.Load(), PrefixGroup: f.group, PrefixTokens: f.prefix}
+		ContextTokens: int64(f.input) + f.produced.Load(), PrefixGroup: f.group, PrefixTokens: f.prefix,
+		CachedOn: f.cachedOn, CachedTokens: f.cached}
 	f.stage, f.single, f.noHandoff = core.StageQueued, false, false
 	f.produced.Store(0)
 	if !o.fact(o.core.Replace(now, req, stage, m.inst, m.cause)) {

@@ -47,8 +47,8 @@ type Config struct {
 	// PrefixCache, when set, says the engines keep prefix caches of this
 	// size (vLLM's automatic prefix caching; the stubs' with their
 	// PrefixCache): placement then prices a prompt's prefill as T(n) −
-	// T(shared prefix) on the engine that last took its prefix group, as
-	// sim --prefix-cache does, the groups read from the prompts' text
+	// T(shared prefix) on the engine that holds its prefix, as sim
+	// --prefix-cache does, the prefixes read from the prompts' text
 	// (live/prefix.go). nil: every prompt priced in full.
 	PrefixCache *fleet.PrefixCache
 	// Model is the model name clients must ask for ("" accepts any and
