@@ -62,7 +62,7 @@ type flight struct {
 	prefix   int
 	cachedOn event.Instance
 	cached   int
-	reply  chan placement
+	reply    chan placement
 	// Set by the owner.
 	prefill, decode event.Instance
 	stage           core.Stage
