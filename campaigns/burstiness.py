@@ -232,6 +232,14 @@ def main():
                     help=f'bisections of each arm\'s sustained rate within its grid step (sim --refine; '
                     f'default {REFINE}, 0 for the grid alone)')
     a = ap.parse_args()
+    # Every name is checked before any sweep runs: a typo in the last one
+    # must not surface after an hour of the others.
+    for flag, given, known in (('--traces', a.traces, TRACES), ('--levels', a.levels, LEVELS)):
+        bad = [x for x in given.split(',') if x not in known]
+        if bad:
+            ap.error(f'{flag} {",".join(bad)}: expected names from {",".join(known)}')
+    if not os.access(a.bin, os.X_OK):
+        ap.error(f'--bin {a.bin}: not an executable (run make build first)')
     os.makedirs(a.out, exist_ok=True)
     arms = STATIC + ',' + STATIC_ALG1 + ',' + HYBRID + ',adaptive' + (',phase-oracle,oracle' if a.bound else '')
     head = ('| trace | arrivals | best static: mean sustained (min-max), req/s | adaptive | '

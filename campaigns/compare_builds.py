@@ -64,6 +64,9 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     a_dir, b_dir = sys.argv[1:]
+    for d in (a_dir, b_dir):
+        if not os.path.isdir(d):
+            sys.exit(f'compare_builds.py: {d}: not a directory (expected a burstiness.py --out directory)')
     rng = random.Random(0)
     print(f'| trace | arrivals | seeds | best static, req/s | B ({b_dir}): adaptive; / best static [95%] '
           f'| A ({a_dir}): adaptive; / best static [95%] | A vs B: seeds lower / higher '
@@ -71,11 +74,13 @@ def main():
           '| reversals within 60 s / changes at sustained rates: B; A |')
     print('|---|---|---|---|---|---|---|---|---|')
     worst = {}
+    compared = 0
     for trace in ('demo', 'steady', 'chatdoc', 'mixed', 'azure'):
         for level in (('cv1', 'b4', 'b8') if trace == 'azure' else tuple(LEVELS)):
             a, b = load(a_dir, trace, level), load(b_dir, trace, level)
             if not (a and b):
                 continue
+            compared += 1
             if a['seeds'] != b['seeds']:
                 sys.exit(f'compare_builds.py: {trace} {level}: the two directories swept different seeds')
             sa, sb = sustained(a), sustained(b)
@@ -101,6 +106,8 @@ def main():
             static = f'{best[len("static:"):]} {mean_best:.2f}' if mean_best > 0 else "none sustains the grid's lowest rate"
             print(f"| {trace} | {label} | {a['seeds'][0]}-{a['seeds'][-1]} | {static} | {cells[0]} | {cells[1]} "
                   f'| {lower} / {higher} | {alg1[0]}; {alg1[1]} | {revs[0]}; {revs[1]} |')
+    if compared == 0:
+        sys.exit(f'compare_builds.py: {a_dir} and {b_dir} share no case (trace and arrivals) to compare')
     for name in ('B', 'A'):
         if worst.get(name):
             r, trace, level = min(worst[name])
