@@ -289,6 +289,7 @@ func WriteMultiTable(w interface{ Write([]byte) (int, error) }, m *Multi) error 
 				continue
 			}
 			st := StatOf(ratios)
+			st.Lo = max(st.Lo, 0) // a ratio of rates: the interval is clipped at 0
 			fmt.Fprintf(&b, "%-*s %sx the best static split's sustained rate (per seed; min %.2fx)\n", width, a,
 				fmtStat(st, func(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }), st.Min)
 		}
