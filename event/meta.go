@@ -46,8 +46,8 @@ type RunMeta struct {
 	LagP90   float64 `json:"lag_p90_s,omitempty"`
 	LagP99   float64 `json:"lag_p99_s,omitempty"`
 	Degraded bool    `json:"degraded,omitempty"`
-	// PrefixCache: a live run whose router priced prefix caches (live
-	// --prefix-cache; its stubs kept them). The journal keeps no prefix
+	// PrefixCache: a live run whose router priced prefix caches (live or
+	// serve --prefix-cache; stubs it started kept them). The journal keeps no prefix
 	// groups, so sim --replay of it models none.
 	PrefixCache bool `json:"prefix_cache,omitempty"`
 }

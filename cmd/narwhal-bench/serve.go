@@ -172,7 +172,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				slo := spec.CoreSLO()
 				meta := event.RunMeta{Version: version, Driver: "live", Arm: arm, Fleet: spec.Name, Instances: spec.Size(),
 					GPUs: spec.Size() * spec.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(),
-					StartUnixNano: rt.Start().UnixNano()}
+					StartUnixNano: rt.Start().UnixNano(), PrefixCache: cfg.PrefixCache != nil}
 				if w, err = journal.Create(dir, meta, journal.Options{}); err != nil {
 					return usageError{fmt.Errorf("--journal: %w", err)}
 				}

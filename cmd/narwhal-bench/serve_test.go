@@ -20,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/report"
 )
 
@@ -116,7 +117,7 @@ func TestServeAndStubProcesses(t *testing.T) {
 	_, stubErr := child(t, "stub", "--fleet", "demo", "--base-port", fmt.Sprint(base+1), "--time-scale", "0.01")
 	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+8), stubErr)
 	serve, serveErr := child(t, "serve", "--fleet", "demo", "--base-port", fmt.Sprint(base+1), "--arm", "arrow",
-		"--listen", fmt.Sprintf("127.0.0.1:%d", base), "--journal", jdir, "--model", "stub")
+		"--listen", fmt.Sprintf("127.0.0.1:%d", base), "--journal", jdir, "--model", "stub", "--prefix-cache")
 	url := fmt.Sprintf("http://127.0.0.1:%d", base)
 	waitHTTP(t, url+"/health", serveErr)
 
@@ -162,6 +163,16 @@ func TestServeAndStubProcesses(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("serve did not stop on SIGTERM: %s", serveErr.String())
 	}
+
+	// The journal says the router priced prefix caches.
+	jr, err := journal.Open(jdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := jr.Meta(); !m.PrefixCache || m.Driver != "live" {
+		t.Errorf("run metadata %+v: expected a live run with prefix_cache", m)
+	}
+	jr.Close()
 
 	// The live journal is a journal like any other: the export and the
 	// report read it with no special case.
