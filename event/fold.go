@@ -170,6 +170,9 @@ func (r *foldRow) apply(rec *Record, ct *classTable) (applied bool, err error) {
 	case KindPrefillDone:
 		r.first = rec.At
 		r.output = 1
+		if rec.Tokens > 0 {
+			r.cached = rec.Tokens
+		}
 	case KindPreempt:
 		r.preempt++
 	case KindDecodeStart:

@@ -35,7 +35,10 @@ const (
 	// Tokens = prompt tokens served from the prefix cache.
 	KindPrefillStart
 	// KindPrefillDone: the prompt finished on Inst; this is the first
-	// output token's time.
+	// output token's time. Tokens = prompt tokens served from the prefix
+	// cache when the driver learns it only then (the live router, from a
+	// prefill leg's usage.prompt_tokens_details); 0 when unknown or
+	// already given by KindPrefillStart.
 	KindPrefillDone
 	// KindKVStart: KV transfer from Inst to Peer began; Tokens = context
 	// tokens moved.

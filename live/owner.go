@@ -62,7 +62,11 @@ type flight struct {
 	prefix   int
 	cachedOn event.Instance
 	cached   int
-	reply    chan placement
+	// prefillCached is what the prefill engine's answer said it served
+	// from its prefix cache (a two-leg request; set by the leg before it
+	// tells the owner the prefill is done).
+	prefillCached int
+	reply         chan placement
 	// Set by the owner.
 	prefill, decode event.Instance
 	stage           core.Stage
@@ -342,7 +346,7 @@ func (o *owner) prefilled(now event.Time, f *flight) {
 	}
 	f.firstAt = now
 	f.produced.Store(1)
-	o.emitReq(now, event.KindPrefillDone, f, f.prefill, event.NoInstance, 0, event.CauseNone)
+	o.emitReq(now, event.KindPrefillDone, f, f.prefill, event.NoInstance, int64(f.prefillCached), event.CauseNone)
 	req := core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill, NoDecode: f.noDecode, Local: f.single}
 	if f.noDecode {
 		req.OutputTokens, req.TTFT, req.TPOT = 1, now-o.scheduledOf(f), event.Never

@@ -142,6 +142,11 @@ func TestPrefixAwarePlacement(t *testing.T) {
 		if row.PrefillInst != firstOn[row.Class] {
 			t.Errorf("%s: second prompt prefilled on %d, its group's first on %d", row.Class, row.PrefillInst, firstOn[row.Class])
 		}
+		// The journal holds what the prefill engine said it served from
+		// its cache (the prefill leg's usage.prompt_tokens_details).
+		if row.CachedTokens != shared {
+			t.Errorf("%s: second prompt journaled %d cached tokens, want %d", row.Class, row.CachedTokens, shared)
+		}
 	}
 }
 

@@ -429,6 +429,7 @@ func (l *leg) twoLegs(pe *engine) verdict {
 		l.f.noHandoff = true
 	}
 	l.observeFirst()
+	l.f.prefillCached = promptCached(rb)
 	d, ok := l.r.ask(msg{kind: msgPrefilled, f: l.f})
 	if !ok || d.inst == event.NoInstance {
 		if !ok {
@@ -741,6 +742,22 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 
 // nonStreamTokens reads a whole response's completion tokens (usage, else
 // one per non-empty choice) and first finish reason.
+// promptCached is a whole answer's usage.prompt_tokens_details.cached_tokens
+// (vLLM's with --enable-prompt-tokens-details; 0 when absent).
+func promptCached(body []byte) int {
+	var v struct {
+		Usage *struct {
+			Details *struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.Usage == nil || v.Usage.Details == nil {
+		return 0
+	}
+	return max(v.Usage.Details.Cached, 0)
+}
+
 func nonStreamTokens(body []byte) (int, string) {
 	var v struct {
 		Choices []struct {
