@@ -322,3 +322,35 @@ func TestHANameOfUnspecifiedHost(t *testing.T) {
 		t.Errorf("/ready while starting: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestServeBadHASecurityExit2: etcd's TLS and login flags are checked
+// before any connection, each refusal naming its flag.
+func TestServeBadHASecurityExit2(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "ca.pem")
+	os.WriteFile(notPEM, []byte("not a certificate"), 0o644)
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o600)
+	t.Setenv("NWB_TEST_ETCD_PW", "")
+	ha := []string{"--ha", "etcd://127.0.0.1:1"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ha-cacert", notPEM}, "only with --ha"},
+		{[]string{"--ha-user", "r"}, "only with --ha"},
+		{append([]string{"--ha-cacert", notPEM}, ha...), "no PEM certificate"},
+		{append([]string{"--ha-cacert", filepath.Join(dir, "missing.pem")}, ha...), "missing.pem"},
+		{append([]string{"--ha-cert", notPEM}, ha...), "--ha-cert and --ha-key: expected both or neither"},
+		{append([]string{"--ha-user", "r"}, ha...), "--ha-user and --ha-password-env or --ha-password-file: expected both or neither"},
+		{append([]string{"--ha-password-file", empty}, ha...), "--ha-password-file: " + empty + " is empty"},
+		{append([]string{"--ha-user", "r", "--ha-password-env", "NWB_TEST_ETCD_PW"}, ha...), "--ha-password-env: NWB_TEST_ETCD_PW is not set"},
+		{append([]string{"--ha-user", "r", "--ha-password-env", "X", "--ha-password-file", empty}, ha...), "expected one"},
+	} {
+		args := append([]string{"serve", "--fleet", "demo", "--listen", "127.0.0.1:0"}, c.args...)
+		code, out, errs := runCLI(t, args...)
+		if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(out+errs, "serving") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 with %q", c.args, code, out, errs, c.want)
+		}
+	}
+}

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -586,5 +588,59 @@ func TestEtcdHangs(t *testing.T) {
 	<-bExited
 	if !strings.Contains(bErr.String(), "joining again as a standby") && !strings.Contains(bErr.String(), "trying again") {
 		t.Errorf("the standby did not say it joined again: %s", bErr)
+	}
+}
+
+// TestServeSecureEtcd: `serve --ha` on an etcd that serves TLS only,
+// checks client certificates and has authentication on leads with the
+// CA, its client certificate and a user of the routers' prefix, and
+// serves; a second router given no CA stops at once, saying the etcd
+// wants TLS, rather than waiting as a standby that can never lead.
+func TestServeSecureEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and an etcd")
+	}
+	s := etcdtest.StartSecure(t)
+	pw := filepath.Join(t.TempDir(), "etcd-password")
+	if err := os.WriteFile(pw, []byte(s.Password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := freePorts(t, 12)
+	url := fmt.Sprintf("http://127.0.0.1:%d", base)
+	_, errA := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0.01", "--base-port", fmt.Sprint(base+2),
+		"--listen", fmt.Sprintf("127.0.0.1:%d", base), "--model", "stub", "--ha", "etcd://"+s.Addr,
+		"--ha-cacert", s.CA, "--ha-cert", s.ClientCert, "--ha-key", s.ClientKey, "--ha-user", s.User, "--ha-password-file", pw)
+	waitStatus(t, url, "ok", errA)
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"stub","prompt":"hello","max_tokens":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("completion through the leader: %d %s\n%s", resp.StatusCode, body, errA)
+	}
+	if st, err := http.Get(url + "/state"); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(st.Body)
+		st.Body.Close()
+		if st.StatusCode != 200 || strings.Contains(string(b), s.Password) {
+			t.Fatalf("/state: %d, the etcd password in it: %v", st.StatusCode, strings.Contains(string(b), s.Password))
+		}
+	}
+
+	b, errB := child(t, "serve", "--fleet", "demo", "--base-port", fmt.Sprint(base+2), "--model", "stub",
+		"--listen", fmt.Sprintf("127.0.0.1:%d", base+1), "--ha", "etcd://"+s.Addr, "--ha-user", s.User, "--ha-password-file", pw)
+	done := make(chan error, 1)
+	go func() { done <- b.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errB.String(), "serves TLS") {
+			t.Fatalf("router without a CA: %v, stderr:\n%s\nexpected exit 1 saying the etcd serves TLS", err, errB)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("router without a CA still running after 30 s:\n%s", errB)
 	}
 }

@@ -33,6 +33,12 @@ func opsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "ha", Usage: "run active-passive with leader election on etcd: etcd://HOST:PORT[,HOST:PORT...] (default: alone)"},
 		&cli.StringFlag{Name: "ha-lease", Value: "2s", Usage: "with --ha: the leader's lease; a standby takes over within about this long after the leader dies"},
 		&cli.StringFlag{Name: "ha-prefix", Usage: "with --ha: etcd key prefix shared by this fleet's routers (default /narwhal-bench/FLEET/)"},
+		&cli.StringFlag{Name: "ha-cacert", Usage: "with --ha: reach etcd over TLS, verifying its certificate with this PEM CA bundle"},
+		&cli.StringFlag{Name: "ha-cert", Usage: "with --ha: this router's PEM client certificate for an etcd that checks them (with --ha-key; TLS)"},
+		&cli.StringFlag{Name: "ha-key", Usage: "with --ha: the PEM private key of --ha-cert"},
+		&cli.StringFlag{Name: "ha-user", Usage: "with --ha: log in to etcd (authentication on) as this user; the password from --ha-password-env or --ha-password-file"},
+		&cli.StringFlag{Name: "ha-password-env", Usage: "with --ha-user: the environment variable holding the etcd password"},
+		&cli.StringFlag{Name: "ha-password-file", Usage: "with --ha-user: the file holding the etcd password"},
 		&cli.StringFlag{Name: "tenants", Usage: "tenants file: API keys (from environment variables or files), shares of admission, rates, admin rights"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
@@ -114,6 +120,58 @@ func standbyHandler(node *ha.Node) http.Handler {
 	return mux
 }
 
+// secretFlag reads the secret that flags NAME-env (an environment
+// variable's name) and NAME-file (a file) give, at most one of them: ""
+// when neither is set.
+func secretFlag(c *cli.Command, name string) (string, error) {
+	switch env, file := c.String(name+"-env"), c.String(name+"-file"); {
+	case env != "" && file != "":
+		return "", usageError{fmt.Errorf("--%s-env and --%s-file: expected one", name, name)}
+	case env != "":
+		v := strings.TrimSpace(os.Getenv(env))
+		if v == "" {
+			return "", usageError{fmt.Errorf("--%s-env: %s is not set in the environment", name, env)}
+		}
+		return v, nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", usageError{fmt.Errorf("--%s-file: %w", name, err)}
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			return "", usageError{fmt.Errorf("--%s-file: %s is empty", name, file)}
+		}
+		return v, nil
+	}
+	return "", nil
+}
+
+// haSecurityFlags reach etcd over TLS and log in to it.
+var haSecurityFlags = []string{"ha-cacert", "ha-cert", "ha-key", "ha-user", "ha-password-env", "ha-password-file"}
+
+// haSecurity reads haSecurityFlags: the TLS configuration (nil for plain
+// http) and the user and password ("" for none).
+func haSecurity(c *cli.Command) (tlsCfg *tls.Config, user, password string, err error) {
+	ca, cert, key := c.String("ha-cacert"), c.String("ha-cert"), c.String("ha-key")
+	if ca != "" || cert != "" || key != "" {
+		if (cert == "") != (key == "") {
+			return nil, "", "", usageError{errors.New("--ha-cert and --ha-key: expected both or neither")}
+		}
+		if tlsCfg, err = ha.TLSConfig(ca, cert, key); err != nil {
+			return nil, "", "", usageError{fmt.Errorf("--ha-cacert %q, --ha-cert %q, --ha-key %q: %w: expected PEM files", ca, cert, key, err)}
+		}
+	}
+	if password, err = secretFlag(c, "ha-password"); err != nil {
+		return nil, "", "", err
+	}
+	user = c.String("ha-user")
+	if (user == "") != (password == "") {
+		return nil, "", "", usageError{errors.New("--ha-user and --ha-password-env or --ha-password-file: expected both or neither")}
+	}
+	return tlsCfg, user, password, nil
+}
+
 // opsSetup reads the security flags: the tenant gate (nil without
 // --tenants) and the engine key.
 func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
@@ -127,21 +185,15 @@ func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
 			return nil, usageError{fmt.Errorf("--tls-cert %s, --tls-key %s: %w: expected a PEM certificate and its private key", cert, key, err)}
 		}
 	}
-	key := ""
-	switch env, file := c.String("engine-api-key-env"), c.String("engine-api-key-file"); {
-	case env != "" && file != "":
-		return nil, usageError{errors.New("--engine-api-key-env and --engine-api-key-file: expected one")}
-	case env != "":
-		if key = strings.TrimSpace(os.Getenv(env)); key == "" {
-			return nil, usageError{fmt.Errorf("--engine-api-key-env: %s is not set in the environment", env)}
-		}
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("--engine-api-key-file: %w", err)}
-		}
-		if key = strings.TrimSpace(string(b)); key == "" {
-			return nil, usageError{fmt.Errorf("--engine-api-key-file: %s is empty", file)}
+	key, err := secretFlag(c, "engine-api-key")
+	if err != nil {
+		return nil, err
+	}
+	if c.String("ha") == "" {
+		for _, f := range haSecurityFlags {
+			if c.String(f) != "" {
+				return nil, usageError{fmt.Errorf("--%s: only with --ha", f)}
+			}
 		}
 	}
 	if key != "" {
@@ -185,6 +237,10 @@ func joinHA(ctx context.Context, c *cli.Command, spec *fleet.Spec, cfg *live.Con
 	if err != nil || lease < time.Second {
 		return nil, usageError{fmt.Errorf("--ha-lease %q: expected a duration of at least 1s", c.String("ha-lease"))}
 	}
+	tlsCfg, user, password, err := haSecurity(c)
+	if err != nil {
+		return nil, err
+	}
 	prefix := c.String("ha-prefix")
 	if prefix == "" {
 		prefix = "/narwhal-bench/" + spec.Name + "/"
@@ -192,7 +248,8 @@ func joinHA(ctx context.Context, c *cli.Command, spec *fleet.Spec, cfg *live.Con
 	var node *ha.Node
 	var epoch uint64
 	for first := true; ; first = false {
-		if node, err = ha.Dial(ctx, ha.Config{Endpoints: eps, Prefix: prefix, Name: addr, Lease: lease}); err != nil {
+		if node, err = ha.Dial(ctx, ha.Config{Endpoints: eps, Prefix: prefix, Name: addr, Lease: lease,
+			TLS: tlsCfg, Username: user, Password: password}); err != nil {
 			if first || ctx.Err() != nil {
 				return nil, err // etcd unreachable at start: say so
 			}

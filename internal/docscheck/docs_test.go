@@ -29,6 +29,8 @@ var external = map[string]string{
 	"--pool":                         "campaigns/seed_spread.py's flag (docs/controllers.md)",
 	"--pool-dirs":                    "campaigns/seed_spread.py's flag (docs/controllers.md)",
 	"--cases":                        "campaigns/develop.py's flag (docs/controllers.md)",
+	"--client-cert-auth":             "etcd's flag, cited in docs/ha.md",
+	"--prefix":                       "etcdctl role grant-permission's flag, cited in docs/ha.md",
 }
 
 var flagRE = regexp.MustCompile(`(^|[^-\w])(--[a-z][a-z0-9-]*)`)

@@ -19,10 +19,14 @@ package ha
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +35,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/narwhal-bench/narwhal-bench/live"
 )
@@ -52,6 +59,43 @@ type Config struct {
 	Margin time.Duration
 	// DialTimeout bounds reaching etcd (default 5 s).
 	DialTimeout time.Duration
+	// TLS, when set, reaches etcd over https:// with it: the roots that
+	// verify etcd's certificate and, where etcd asks for one
+	// (--client-cert-auth), this router's client certificate. Nil is plain
+	// http://.
+	TLS *tls.Config
+	// Username and Password log in to an etcd with authentication on (etcd
+	// auth enable); both or neither. With neither, an etcd that checks
+	// client certificates takes the certificate's common name as the user.
+	Username, Password string
+}
+
+// TLSConfig builds Config.TLS from PEM files: caFile holds the roots that
+// verify etcd's certificate ("" for the system's), certFile and keyFile
+// this router's client certificate and key (both or neither).
+func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate in it", caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("a client certificate needs both its certificate and its key")
+	}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
 
 // ParseEndpoints reads --ha's value: etcd://HOST:PORT[,HOST:PORT...] (each
@@ -71,6 +115,46 @@ func ParseEndpoints(s string) ([]string, error) {
 		out = append(out, "http://"+hp)
 	}
 	return out, nil
+}
+
+// why explains a timeout reaching etcd: etcd's client retries a refused
+// TLS handshake until its deadline and then reports only the deadline.
+// One direct connection to the first endpoint says what failed; "" when
+// err is no timeout or the probe finds nothing wrong.
+func why(err error, cfg Config) string {
+	if !errors.Is(err, context.DeadlineExceeded) && status.Code(err) != codes.DeadlineExceeded {
+		return ""
+	}
+	host := cfg.Endpoints[0][strings.Index(cfg.Endpoints[0], "://")+3:]
+	timeout := min(cfg.DialTimeout, 2*time.Second)
+	raw, derr := net.DialTimeout("tcp", host, timeout)
+	if derr != nil {
+		return fmt.Sprintf(" (%s: %v)", host, derr)
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(timeout))
+	if cfg.TLS == nil {
+		// Does it answer a TLS hello? Then it wants TLS.
+		if tls.Client(raw, &tls.Config{InsecureSkipVerify: true}).Handshake() == nil {
+			return fmt.Sprintf(" (%s serves TLS: give the CA that signed its certificate)", host)
+		}
+		return ""
+	}
+	tcfg := cfg.TLS.Clone()
+	if tcfg.ServerName == "" {
+		tcfg.ServerName, _, _ = net.SplitHostPort(host)
+	}
+	conn := tls.Client(raw, tcfg)
+	if herr := conn.Handshake(); herr != nil {
+		return fmt.Sprintf(" (TLS to %s: %v)", host, herr)
+	}
+	// Under TLS 1.3 a server refuses a client certificate after the
+	// handshake, in its first record.
+	_ = conn.SetReadDeadline(time.Now().Add(timeout / 2))
+	if _, rerr := conn.Read(make([]byte, 1)); rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
+		return fmt.Sprintf(" (TLS to %s: %v)", host, rerr)
+	}
+	return ""
 }
 
 // Node is one router's membership in the group.
@@ -118,10 +202,26 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 	if !strings.HasSuffix(cfg.Prefix, "/") {
 		cfg.Prefix += "/"
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout,
-		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second})
+	if (cfg.Username == "") != (cfg.Password == "") {
+		return nil, errors.New("ha: an etcd user needs both a name and a password")
+	}
+	eps := cfg.Endpoints
+	if cfg.TLS != nil {
+		// etcd's client speaks TLS only to https:// endpoints.
+		eps = make([]string, len(cfg.Endpoints))
+		for i, ep := range cfg.Endpoints {
+			eps[i] = "https://" + strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
+		}
+		cfg.Endpoints = eps
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: cfg.DialTimeout,
+		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second,
+		TLS: cfg.TLS, Username: cfg.Username, Password: cfg.Password,
+		// Dial's own errors say what failed; the client's retries would
+		// log each attempt as JSON on the router's stderr.
+		Logger: zap.NewNop()})
 	if err != nil {
-		return nil, fmt.Errorf("ha: etcd %v: %w", cfg.Endpoints, err)
+		return nil, fmt.Errorf("ha: etcd %v: %w%s", cfg.Endpoints, err, why(err, cfg))
 	}
 	n := &Node{cfg: cfg, cli: cli, base: time.Now(), lost: make(chan struct{}), closing: make(chan struct{})}
 	gctx, gcancel := context.WithTimeout(ctx, cfg.DialTimeout)
@@ -130,7 +230,7 @@ func Dial(ctx context.Context, cfg Config) (*Node, error) {
 	gcancel()
 	if err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("ha: etcd %v: lease: %w", cfg.Endpoints, err)
+		return nil, fmt.Errorf("ha: etcd %v: lease: %w%s", cfg.Endpoints, err, why(err, cfg))
 	}
 	n.renewed(sent, lease.TTL)
 	// The TTL bounds Session.Close's revoke (its default, 60 s, would hold
@@ -225,6 +325,9 @@ func (n *Node) Campaign(ctx context.Context) (uint64, error) {
 	if err := n.el.Campaign(cctx, n.cfg.Name); err != nil {
 		if n.Lost() {
 			return 0, ErrLostCampaigning
+		}
+		if errors.Is(err, rpctypes.ErrPermissionDenied) {
+			return 0, fmt.Errorf("ha: campaign: %w (the etcd user, or with none the client certificate's common name, may not write under %s)", err, n.cfg.Prefix)
 		}
 		return 0, fmt.Errorf("ha: campaign: %w", err)
 	}
