@@ -538,6 +538,12 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 	defer done()
 	var timedOut atomic.Bool
 	first := l.r.cfg.FirstTokenTimeout
+	if single {
+		// One engine serves it whole: its first token comes after the
+		// engine's queue and the whole prefill, which the prefill timeout
+		// bounds, as it bounds a prefill leg.
+		first = l.r.cfg.PrefillTimeout
+	}
 	if !l.req.Stream {
 		// vLLM sends a non-streamed answer's headers with its last token:
 		// there is no first token to wait for, and the request's own

@@ -61,6 +61,10 @@ type Config struct {
 	Handoff HandoffPolicy
 	// PrefillTimeout bounds a prefill leg (default 120 s).
 	PrefillTimeout time.Duration
+	// PrefillTimeout also bounds the wait for the first event of a
+	// streamed request one engine serves whole (its queue and prefill
+	// come first).
+	//
 	// FirstTokenTimeout bounds the wait for a streamed decode leg's first
 	// event (default 30 s). A non-streamed answer comes whole, headers
 	// and all, with its last token (as vLLM sends it), so RequestTimeout

@@ -879,3 +879,57 @@ func TestFencedRouterSaysStandby(t *testing.T) {
 		}
 	}
 }
+
+// A streamed request one engine serves whole (aggregated serving, or an
+// answer of one token) waits for its first token through the engine's
+// queue and the whole prefill: the prefill timeout bounds that wait, not
+// the first-token timeout, which bounds a decode leg whose prompt is
+// already prefilled. A stalled engine still fails it, at the prefill
+// timeout, with 504.
+func TestStreamedSingleWaitsForPrefill(t *testing.T) {
+	for _, c := range []struct {
+		arm, body string
+	}{
+		{"aggregated", `{"model":"stub","prompt":"queued behind a long prefill","max_tokens":4,"stream":true}`},
+		{"static:1P1D", `{"model":"stub","prompt":"one token","max_tokens":1,"stream":true}`},
+	} {
+		r := startRig(t, rigOpts{arm: c.arm, stub: stub.Options{TimeScale: zero()}, configure: func(cfg *Config) {
+			cfg.FirstTokenTimeout = 50 * time.Millisecond
+			cfg.PrefillTimeout = 5 * time.Second
+			for i := range cfg.URLs {
+				interpose(t, cfg, i, func(w http.ResponseWriter, q *http.Request, b []byte, engine http.Handler) {
+					if strings.HasPrefix(q.URL.Path, "/v1/") {
+						time.Sleep(300 * time.Millisecond) // the engine's queue and prefill
+					}
+					engine.ServeHTTP(w, q)
+				})
+			}
+		}})
+		resp := post(t, r, "/v1/completions", c.body, nil)
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "[DONE]") {
+			t.Fatalf("%s: status %d, %s: expected the whole stream after a prefill longer than the first-token timeout", c.arm, resp.StatusCode, b)
+		}
+		r.stop()
+		if rows := checkJournal(t, r.jr.records()); len(rows) != 1 || rows[0].Terminal != event.KindFinish {
+			t.Fatalf("%s: rows %+v: expected one finished request", c.arm, rows)
+		}
+	}
+
+	r := startRig(t, rigOpts{arm: "aggregated", stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		c.FirstTokenTimeout = 50 * time.Millisecond
+		c.PrefillTimeout = 300 * time.Millisecond
+	}})
+	for _, s := range r.stubs.Servers() {
+		s.SetFaults(stub.Faults{Stall: true})
+	}
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"stall","max_tokens":4,"stream":true}`, nil)
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("status %d: expected 504 when the only engine never answers", resp.StatusCode)
+	}
+	r.stop()
+	if rows := checkJournal(t, r.jr.records()); len(rows) != 1 || rows[0].Terminal != event.KindFail || rows[0].Cause != event.CauseTimeout {
+		t.Fatalf("rows %+v: expected one timeout failure", rows)
+	}
+}

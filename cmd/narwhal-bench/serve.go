@@ -43,7 +43,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.BoolFlag{Name: "prefix-cache", Usage: "the engines keep prefix caches (vLLM's automatic prefix caching; with --stub, the stubs', sized by the fleet's prefix_cache): placement prices them, as sim --prefix-cache"},
 			&cli.StringFlag{Name: "admission", Usage: "admission gate: open or queue (price each arrival's TTFT; queue it until it fits or its deadline passes); default: the fleet's, else open"},
 			&cli.StringFlag{Name: "handoff-policy", Value: string(live.HandoffFail), Usage: "a prefill leg with no KV handoff: fail (502, journaled) or recompute (the decode engine prefills again, journaled)"},
-			&cli.StringFlag{Name: "prefill-timeout", Value: "120s", Usage: "bound on one prefill leg"},
+			&cli.StringFlag{Name: "prefill-timeout", Value: "120s", Usage: "bound on one prefill leg (and on a streamed one-engine request's first event)"},
 			&cli.StringFlag{Name: "first-token-timeout", Value: "30s", Usage: "bound on the wait for a streamed decode leg's first event (a non-streamed answer: --request-timeout)"},
 			&cli.StringFlag{Name: "read-timeout", Value: "60s", Usage: "bound on the gap between two events of a decode leg"},
 			&cli.StringFlag{Name: "request-timeout", Value: "600s", Usage: "bound on a request end to end"},
