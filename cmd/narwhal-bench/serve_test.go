@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -190,5 +192,54 @@ func TestServeAndStubProcesses(t *testing.T) {
 	}
 	if !strings.Contains(text.String(), "arrow") || !strings.Contains(text.String(), "40 (100.0%)") {
 		t.Fatalf("report of the live journal:\n%s", text.String())
+	}
+}
+
+// TestServeStubChatWithoutLimit: a chat client that sends no max_tokens
+// (most do) gets the rest of the context from vLLM and from a stub;
+// `serve --stub --stub-mean-output N` gives the stubs' answers a natural
+// end, and --stub-max-model-len their context, as `stub` does.
+func TestServeStubChatWithoutLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	base := freePorts(t, 10)
+	url := fmt.Sprintf("http://127.0.0.1:%d", base)
+	_, errb := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--stub-mean-output", "8",
+		"--stub-max-model-len", "4096", "--base-port", fmt.Sprint(base+1), "--listen", fmt.Sprintf("127.0.0.1:%d", base), "--model", "stub")
+	waitHTTP(t, url+"/health", errb)
+	for _, body := range []string{`{"model":"stub","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"stub","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}`} {
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := regexp.MustCompile(`"completion_tokens":(\d+)`).FindSubmatch(b)
+		if resp.StatusCode != 200 || m == nil || !strings.Contains(string(b), `"finish_reason":"stop"`) {
+			t.Fatalf("%s: %d %.400s", body, resp.StatusCode, b)
+		}
+		if n, _ := strconv.Atoi(string(m[1])); n < 1 || n > 16 {
+			t.Fatalf("%s: %d tokens, expected 1..16 (mean 8)", body, n)
+		}
+	}
+	// The stubs' context is 4096: a longer answer is refused.
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "4096") {
+		t.Fatalf("max_tokens past --stub-max-model-len: %d %s", resp.StatusCode, b)
+	}
+
+	for _, args := range [][]string{{"--stub-mean-output", "8"}, {"--stub", "--stub-mean-output", "-1"}, {"--stub", "--stub-max-model-len", "1"}} {
+		code, out, errs := runCLI(t, append([]string{"serve", "--fleet", "demo", "--listen", "127.0.0.1:0", "--base-port", fmt.Sprint(base + 1)}, args...)...)
+		if code != 2 || !strings.Contains(errs, "only with --stub") && !strings.Contains(errs, "expected") || strings.Contains(out+errs, "serving") {
+			t.Errorf("%v: exit %d, %q %q: expected exit 2", args, code, out, errs)
+		}
 	}
 }

@@ -89,8 +89,11 @@ func (o *Options) defaults() error {
 	if o.MaxModelLen == 0 {
 		o.MaxModelLen = 32768
 	}
-	if o.MaxModelLen < 2 || o.MeanOutput < 0 {
-		return fmt.Errorf("max model len %d, mean output %d: expected >= 2 and >= 0", o.MaxModelLen, o.MeanOutput)
+	if o.MaxModelLen < 2 {
+		return fmt.Errorf("max model len %d: expected at least 2 tokens", o.MaxModelLen)
+	}
+	if o.MeanOutput < 0 {
+		return fmt.Errorf("mean output %d: expected >= 0 tokens", o.MeanOutput)
 	}
 	if err := o.KV.Validate(); err != nil {
 		return fmt.Errorf("kv: %w", err)
