@@ -147,7 +147,10 @@ func newOwner(r *Router, c *core.Core) *owner {
 
 // run is the owner goroutine.
 func (o *owner) run(ctx context.Context) {
-	defer close(o.r.stopped)
+	defer func() {
+		close(o.r.stopped)
+		o.r.haltCancel()
+	}()
 	o.tick = time.NewTimer(time.Hour)
 	o.tick.Stop()
 	// The opening roles.
@@ -207,11 +210,14 @@ func (o *owner) shutdown() {
 	now := o.r.now()
 	for _, id := range ids {
 		f := o.active[id]
-		o.end(now, f, event.KindFail, event.CauseEngineError)
+		// The router, not an engine, ends it: its client gets a 503 (or,
+		// mid-stream, an error event saying so), as the Status codes of
+		// docs/serve.md say.
+		o.end(now, f, event.KindFail, event.CauseUnavailable)
 		// Its handler may be waiting for a placement (admission or
 		// decode): answer it now rather than when the router has stopped.
 		select {
-		case f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}:
+		case f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true}:
 		default:
 		}
 	}
@@ -219,7 +225,7 @@ func (o *owner) shutdown() {
 	// queued so none waits forever.
 	refuse := func(m msg) {
 		if m.f != nil && (m.kind == msgArrive || m.kind == msgPrefilled) {
-			m.f.reply <- placement{inst: event.NoInstance, cause: event.CauseEngineError, fail: true}
+			m.f.reply <- placement{inst: event.NoInstance, cause: event.CauseUnavailable, fail: true}
 		}
 		if m.state != nil {
 			close(m.state)

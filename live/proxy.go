@@ -47,6 +47,22 @@ func (r *Router) Handler() http.Handler {
 	return mux
 }
 
+// halted says whether the router has stopped: what is still in flight was
+// ended, and journaled, by the owner's shutdown.
+func (r *Router) halted() bool {
+	select {
+	case <-r.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// haltedError is the 503 of a request the router's stop cut short.
+func haltedError() *api.Error {
+	return api.Unavailable("the router stopped before this request's end", time.Second)
+}
+
 // stopping answers 503 and says true once the router stops.
 func (r *Router) stopping(w http.ResponseWriter) bool {
 	select {
@@ -266,6 +282,7 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 	}
 	ctx, cancel := context.WithTimeout(q.Context(), r.cfg.RequestTimeout)
 	defer cancel()
+	defer context.AfterFunc(r.halt, cancel)() // the router stops: cut its legs
 	lg := &leg{r: r, w: w, q: q, ctx: ctx, req: req, f: f, xid: xid, path: q.URL.Path}
 	lg.start(p.inst) // live/retry.go
 }
@@ -339,6 +356,13 @@ func (l *leg) fail(kind event.Kind, cause event.Cause, engineErr *api.Error) {
 		l.r.endFlight(l.f, event.KindFinish, event.CauseCancel)
 		return
 	}
+	if l.r.halted() {
+		// The owner's shutdown journaled its end (fail, unavailable).
+		if !l.sent {
+			api.WriteError(l.w, haltedError())
+		}
+		return
+	}
 	l.r.endFlight(l.f, kind, cause)
 	if l.sent {
 		return
@@ -368,6 +392,8 @@ func (l *leg) legFailure(e *engine, ctx context.Context, err error, stage string
 	switch {
 	case l.q.Context().Err() != nil:
 		l.fail(event.KindFinish, event.CauseCancel, nil)
+	case l.r.halted():
+		l.fail(event.KindFail, event.CauseUnavailable, nil) // not the engine's fault
 	case l.f.guard.isDead():
 		if l.retryable() {
 			return verdict{retry: true, stage: stage, from: e, cause: event.CauseEngineDown}
@@ -639,6 +665,12 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 				// Nothing reached the client: fail (or re-place) it as a
 				// failed round trip.
 				return l.legFailure(e, context.Background(), err, stage, timedOut.Load() && !dead)
+			}
+			if l.r.halted() {
+				// The owner's shutdown journaled its end; say why it ends.
+				_ = sw.Send(map[string]any{"error": map[string]any{"message": haltedError().Message,
+					"type": api.TypeUnavailable, "code": http.StatusServiceUnavailable}})
+				return verdict{}
 			}
 			cause := event.CauseBadGateway
 			switch {

@@ -190,7 +190,12 @@ type Router struct {
 	start   time.Time
 	done    chan struct{}
 	stopped chan struct{}
-	once    sync.Once
+	// halt is cancelled once the owner has stopped (after stopped is
+	// closed): it cuts the legs still in flight, whose ends the owner has
+	// journaled, so each handler answers its client (halted).
+	halt       context.Context
+	haltCancel context.CancelFunc
+	once       sync.Once
 	ids     atomic.Uint64 // X-Request-Id for clients that send none
 	// tokenizer is the engine the next /tokenize asks first (Tokenize).
 	tokenizer atomic.Int64
@@ -228,6 +233,7 @@ func New(cfg Config) (*Router, error) {
 	names := cfg.Fleet.Names()
 	r := &Router{cfg: cfg, client: &http.Client{Transport: cfg.Transport}, inbox: make(chan msg, 4096),
 		done: make(chan struct{}), stopped: make(chan struct{}), start: time.Now()}
+	r.halt, r.haltCancel = context.WithCancel(context.Background())
 	for i, u := range urls {
 		if u == "" {
 			return nil, fmt.Errorf("live: instance %d (%s): no url: expected instances.list[%d].url in the fleet file, or --base-port", i, names[i], i)

@@ -933,3 +933,58 @@ func TestStreamedSingleWaitsForPrefill(t *testing.T) {
 		t.Fatalf("rows %+v: expected one timeout failure", rows)
 	}
 }
+
+// The router stopping with requests in flight (serve's drain deadline
+// passed) ends each once in the journal, fail unavailable, and tells its
+// client: a stream ends with an error event saying the router stopped
+// (never a silent cut), an answer not yet begun gets 503.
+func TestStopWithRequestsInFlight(t *testing.T) {
+	scale := 1.0
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: &scale}})
+	streamed, err := http.Post(r.url+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"stub","prompt":"long answer","max_tokens":2000,"min_tokens":2000,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streamed.Body.Read(make([]byte, 64)); err != nil {
+		t.Fatal(err) // the stream has begun
+	}
+	whole := make(chan *http.Response, 1)
+	go func() {
+		resp, err := http.Post(r.url+"/v1/completions", "application/json",
+			strings.NewReader(`{"model":"stub","prompt":"long answer, whole","max_tokens":2000,"min_tokens":2000}`))
+		if err != nil {
+			t.Error(err)
+		}
+		whole <- resp
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st, _ := r.router.State(); st.Counts.InFlight == 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	r.cancel() // the owner stops, as serve's does after its drain deadline
+	rest, _ := io.ReadAll(streamed.Body)
+	streamed.Body.Close()
+	if !strings.Contains(string(rest), "the router stopped before this request's end") || strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("the stream's end: %q: expected an error event saying the router stopped", rest[max(0, len(rest)-300):])
+	}
+	resp := <-whole
+	if resp == nil {
+		t.FailNow()
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "router stopped") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the answer not yet begun: %d %s: expected 503 with Retry-After", resp.StatusCode, b)
+	}
+	if err := <-r.ran; err != nil {
+		t.Fatal(err)
+	}
+	r.cancel = nil
+	r.srv.Close()
+	r.stubs.Close()
+	if o := outcomes(checkJournal(t, r.jr.records())); o["fail/unavailable"] != 2 || len(o) != 1 {
+		t.Fatalf("outcomes %v: expected both requests fail unavailable", o)
+	}
+}

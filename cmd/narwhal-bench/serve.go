@@ -49,6 +49,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "first-token-timeout", Value: "30s", Usage: "bound on the wait for a streamed decode leg's first event (a non-streamed answer: --request-timeout)"},
 			&cli.StringFlag{Name: "read-timeout", Value: "60s", Usage: "bound on the gap between two events of a decode leg"},
 			&cli.StringFlag{Name: "request-timeout", Value: "600s", Usage: "bound on a request end to end"},
+			&cli.StringFlag{Name: "drain-timeout", Value: "10s", Usage: "on SIGINT or SIGTERM: how long requests in flight may finish before the rest are ended (503, or an error event mid-stream)"},
 			&cli.IntFlag{Name: "max-in-flight", Value: 100000, Usage: "requests admitted and not ended at most; beyond it 429 with Retry-After"},
 			&cli.IntFlag{Name: "max-tokens", Value: 131072, Usage: "largest max_tokens / max_completion_tokens accepted"},
 			&cli.BoolFlag{Name: "tokenize", Usage: "count each prompt with an engine's POST /tokenize (its tokenizer and chat template) instead of the estimate of about 4 bytes a token: one more round trip per request"},
@@ -82,11 +83,13 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				pc := spec.PrefixCacheSize()
 				cfg.PrefixCache = &pc
 			}
+			var drain time.Duration
 			for _, d := range []struct {
 				flag string
 				dst  *time.Duration
 			}{{"prefill-timeout", &cfg.PrefillTimeout}, {"first-token-timeout", &cfg.FirstTokenTimeout},
-				{"read-timeout", &cfg.ReadTimeout}, {"request-timeout", &cfg.RequestTimeout}, {"tokenize-timeout", &cfg.TokenizeTimeout}} {
+				{"read-timeout", &cfg.ReadTimeout}, {"request-timeout", &cfg.RequestTimeout}, {"tokenize-timeout", &cfg.TokenizeTimeout},
+				{"drain-timeout", &drain}} {
 				v, err := time.ParseDuration(c.String(d.flag))
 				if err != nil || v <= 0 {
 					return usageError{fmt.Errorf("--%s %q: expected a positive duration such as 30s", d.flag, c.String(d.flag))}
@@ -215,12 +218,21 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				// here).
 				_ = node.Close()
 			}
-			fmt.Fprintln(stderr, "narwhal-bench: serve: shutting down (in-flight requests get 10 s)")
-			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+			fmt.Fprintf(stderr, "narwhal-bench: serve: shutting down (in-flight requests get %v)\n", drain)
+			sctx, scancel := context.WithTimeout(context.Background(), drain)
 			defer scancel()
 			shutErr := srv.Shutdown(sctx)
 			rcancel()
 			err = <-runErr
+			if shutErr != nil {
+				// The drain deadline passed: the router's stop ended what
+				// was left (journaled fail, unavailable) and cut its legs;
+				// give the handlers a moment to tell their clients (503,
+				// or an error event mid-stream) before the process exits.
+				ectx, ecancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = srv.Shutdown(ectx)
+				ecancel()
+			}
 			if w != nil {
 				if err != nil || lostErr != nil {
 					// The router stopped on an error or lost its lease: the

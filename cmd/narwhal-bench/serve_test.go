@@ -22,6 +22,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/report"
 )
@@ -241,5 +242,73 @@ func TestServeStubChatWithoutLimit(t *testing.T) {
 		if code != 2 || !strings.Contains(errs, "only with --stub") && !strings.Contains(errs, "expected") || strings.Contains(out+errs, "serving") {
 			t.Errorf("%v: exit %d, %q %q: expected exit 2", args, code, out, errs)
 		}
+	}
+}
+
+// TestServeDrainDeadline: SIGTERM with a stream and a whole answer still
+// running past --drain-timeout: each client is told the router stopped
+// (an error event ending the stream, a 503), never cut silently, and the
+// journal ends each once, fail unavailable, and is whole.
+func TestServeDrainDeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	base := freePorts(t, 10)
+	url := fmt.Sprintf("http://127.0.0.1:%d", base)
+	jdir := filepath.Join(t.TempDir(), "journal")
+	serve, errb := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "1", "--drain-timeout", "300ms",
+		"--base-port", fmt.Sprint(base+1), "--listen", fmt.Sprintf("127.0.0.1:%d", base), "--model", "stub", "--journal", jdir)
+	waitHTTP(t, url+"/health", errb)
+	const long = `"prompt":"a long answer","max_tokens":3000,"min_tokens":3000`
+	streamed, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"stub",`+long+`,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streamed.Body.Read(make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	whole := make(chan string, 1)
+	go func() {
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"stub",`+long+`}`))
+		if err != nil {
+			whole <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		whole <- fmt.Sprint(resp.StatusCode, " ", string(b))
+	}()
+	time.Sleep(300 * time.Millisecond) // both admitted
+	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(streamed.Body)
+	streamed.Body.Close()
+	if !strings.Contains(string(rest), "the router stopped before this request's end") {
+		t.Errorf("the stream's end: %q: expected an error event saying the router stopped", rest[max(0, len(rest)-300):])
+	}
+	if got := <-whole; !strings.HasPrefix(got, "503 ") || !strings.Contains(got, "router stopped") {
+		t.Errorf("the whole answer: %.300s: expected 503", got)
+	}
+	if err := serve.Wait(); err != nil {
+		t.Fatalf("serve exited with %v: %s", err, errb)
+	}
+	jr, err := journal.Open(jdir) // whole: a partial journal is refused
+	if err != nil {
+		t.Fatalf("the journal after the drain deadline: %v", err)
+	}
+	defer jr.Close()
+	var recs []event.Record
+	if err := jr.Replay(func(r *event.Record) error { recs = append(recs, *r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ends := map[string]int{}
+	for _, r := range recs {
+		if r.Kind.Terminal() {
+			ends[r.Kind.String()+"/"+r.Cause.String()]++
+		}
+	}
+	if ends["fail/unavailable"] != 2 || len(ends) != 1 {
+		t.Fatalf("ends %v: expected both requests fail unavailable", ends)
 	}
 }
