@@ -356,6 +356,11 @@ func (r *Router) probeHealth(e *engine) (bool, float64) {
 	if resp.StatusCode != http.StatusOK {
 		return false, 0
 	}
+	if r.contextLen() == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ProbeTimeout)
+		r.learnContext(ctx, e)
+		cancel()
+	}
 	resp, cancel, err = get("/metrics")
 	if err != nil {
 		return true, 0

@@ -240,7 +240,11 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		xid = fmt.Sprintf("nwb-%x-%d", r.start.UnixNano(), r.ids.Add(1))
 	}
 	w.Header().Set(HeaderRequestID, xid)
-	input := r.promptTokens(q.Context(), req)
+	input, exact := r.promptTokens(q.Context(), req)
+	if e := r.overflow(req, input, exact); e != nil {
+		api.WriteError(w, e)
+		return
+	}
 	if req.Chat && !req.LimitSet() {
 		// vLLM's chat default: the rest of the context, known when an
 		// engine's /tokenize said its max_model_len (--tokenize); else 0,

@@ -202,6 +202,9 @@ type Router struct {
 	// maxModelLen is the engines' context length, from /tokenize's
 	// max_model_len (0 until one answered).
 	maxModelLen atomic.Int64
+	// modelsLen is the same read from an engine's /v1/models (the health
+	// sweep asks until one answers); it only bounds requests (overflow).
+	modelsLen atomic.Int64
 	// ejectMu makes one ejection decision at a time (claimEjection).
 	ejectMu sync.Mutex
 	o       *owner

@@ -988,3 +988,43 @@ func TestStopWithRequestsInFlight(t *testing.T) {
 		t.Fatalf("outcomes %v: expected both requests fail unavailable", o)
 	}
 }
+
+// An output limit that cannot fit the engines' context is refused at once
+// with 400, as vLLM refuses it, not after a whole prefill when the decode
+// engine answers 400 (the router reads max_model_len from the engines'
+// /v1/models). With an estimated prompt only a limit that fills the
+// context alone is refused; a prompt of token ids counts exactly.
+func TestOverflowRefusedBeforePrefill(t *testing.T) {
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero(), MaxModelLen: 4096}})
+	for deadline := time.Now().Add(5 * time.Second); r.router.contextLen() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the router never read the engines' max_model_len")
+		}
+	}
+	if got := r.router.contextLen(); got != 4096 {
+		t.Fatalf("context %d, expected the stubs' 4096", got)
+	}
+	ids := strings.TrimSuffix(strings.Repeat("7,", 100), ",")
+	for _, c := range []struct{ body, param, want string }{
+		{`{"model":"stub","prompt":"hello","max_tokens":4096}`, "max_tokens", "under 4096"},
+		{`{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":5000}`, "max_completion_tokens", "under 4096"},
+		{`{"model":"stub","prompt":[` + ids + `],"max_tokens":4000}`, "max_tokens", "at most 3996: the model's context is 4096 tokens and the prompt has 100"},
+	} {
+		path := "/v1/completions"
+		if strings.Contains(c.body, "messages") {
+			path = "/v1/chat/completions"
+		}
+		code, body := statusJSON(t, post(t, r, path, c.body, nil), nil)
+		e, _ := body["error"].(map[string]any)
+		if code != 400 || e == nil || e["param"] != c.param || !strings.Contains(fmt.Sprint(e["message"]), c.want) {
+			t.Errorf("%s: %d %v: expected 400 on %s with %q", c.body, code, body, c.param, c.want)
+		}
+	}
+	if code, body := statusJSON(t, post(t, r, "/v1/completions", `{"model":"stub","prompt":[`+ids+`],"max_tokens":3996}`, nil), nil); code != 200 {
+		t.Fatalf("a request that fits: %d %v", code, body)
+	}
+	r.stop()
+	if rows := checkJournal(t, r.jr.records()); len(rows) != 1 || rows[0].Terminal != event.KindFinish {
+		t.Fatalf("rows %+v: expected only the request that fits, finished (a refused body is never a request)", rows)
+	}
+}

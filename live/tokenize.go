@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
@@ -25,10 +27,13 @@ var tokenizeFields = []string{"model", "prompt", "messages", "add_special_tokens
 // Without it, and for prompts given as token ids, it is live/api's
 // estimate (PromptTokens). The prefill's price grows with the square of
 // this number, so an estimate's error is squared.
-func (r *Router) promptTokens(ctx context.Context, req *api.Request) int {
+func (r *Router) promptTokens(ctx context.Context, req *api.Request) (count int, exact bool) {
 	est := req.PromptTokens()
-	if !r.cfg.Tokenize || req.PromptIDs != nil {
-		return est
+	if req.PromptIDs != nil {
+		return est, true
+	}
+	if !r.cfg.Tokenize {
+		return est, false
 	}
 	n := len(r.engines)
 	first := int(r.tokenizer.Load())
@@ -41,17 +46,82 @@ func (r *Router) promptTokens(ctx context.Context, req *api.Request) int {
 	}
 	if e == nil {
 		r.met.tokenize.WithLabelValues("estimate").Inc()
-		return est
+		return est, false
 	}
 	count, ok := r.tokenizeOn(ctx, e, req)
 	if !ok {
 		r.tokenizer.Store(int64((int(e.idx) + 1) % n))
 		r.met.tokenize.WithLabelValues("estimate").Inc()
-		return est
+		return est, false
 	}
 	r.tokenizer.Store(int64(e.idx))
 	r.met.tokenize.WithLabelValues("engine").Inc()
-	return count
+	return count, true
+}
+
+// contextLen is the engines' max_model_len as far as the router knows it
+// (/tokenize's answers, else /v1/models'), 0 when unknown.
+func (r *Router) contextLen() int {
+	if m := r.maxModelLen.Load(); m > 0 {
+		return int(m)
+	}
+	return int(r.modelsLen.Load())
+}
+
+// overflow is the 400 vLLM answers at once for a request whose prompt
+// plus output limit exceeds the context, which the router would otherwise
+// learn only from the decode engine, after a whole prefill. With an
+// estimated prompt only an output limit that alone fills the context is
+// refused (the prompt has at least one token).
+func (r *Router) overflow(req *api.Request, input int, exact bool) *api.Error {
+	m := r.contextLen()
+	if m <= 0 || !req.LimitSet() {
+		return nil
+	}
+	want, prompt := req.OutputLimit(), 1
+	if exact {
+		prompt = input
+	}
+	if prompt+want <= m {
+		return nil
+	}
+	param := "max_tokens"
+	if req.MaxCompletionTokens != nil && req.MaxTokens == nil {
+		param = "max_completion_tokens"
+	}
+	if exact {
+		return api.Invalid(param, strconv.Itoa(want), fmt.Sprintf("at most %d: the model's context is %d tokens and the prompt has %d", max(0, m-prompt), m, prompt))
+	}
+	return api.Invalid(param, strconv.Itoa(want), fmt.Sprintf("under %d, the model's context in tokens, prompt included", m))
+}
+
+// learnContext reads max_model_len from e's GET /v1/models (vLLM lists it
+// with each model), for overflow.
+func (r *Router) learnContext(ctx context.Context, e *engine) {
+	hq, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/v1/models", nil)
+	if err != nil {
+		return
+	}
+	resp, err := r.client.Do(hq)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Data []struct {
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
+		} `json:"data"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out) != nil {
+		return
+	}
+	for _, m := range out.Data {
+		if m.MaxModelLen > 0 && (r.cfg.Model == "" || m.ID == r.cfg.Model) {
+			r.modelsLen.Store(int64(m.MaxModelLen))
+			return
+		}
+	}
 }
 
 // tokenizeOn asks e's POST /tokenize for the prompt's count.
