@@ -40,6 +40,14 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("GET /ready", r.ready)
 	mux.HandleFunc("GET /state", r.stateHandler)
 	mux.Handle("GET /metrics", r.met.Handler())
+	for _, p := range []string{"/v1/completions", "/v1/chat/completions"} {
+		// A known route with another method: 405, as vLLM answers.
+		mux.HandleFunc(p, func(w http.ResponseWriter, q *http.Request) {
+			w.Header().Set("Allow", http.MethodPost)
+			api.WriteError(w, &api.Error{Status: http.StatusMethodNotAllowed, Type: api.TypeInvalidRequest,
+				Message: fmt.Sprintf("%s %s: expected POST", q.Method, q.URL.Path)})
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
 		api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error",
 			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /ready, /state or /metrics", q.Method, q.URL.Path)})

@@ -1028,3 +1028,20 @@ func TestOverflowRefusedBeforePrefill(t *testing.T) {
 		t.Fatalf("rows %+v: expected only the request that fits, finished (a refused body is never a request)", rows)
 	}
 }
+
+// A completions route asked with another method is a 405 naming POST (as
+// vLLM answers), not a 404 that says the route does not exist.
+func TestWrongMethod(t *testing.T) {
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}})
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		resp, err := http.Get(r.url + path)
+		code, body := statusJSON(t, resp, err)
+		if code != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" || body["error"] == nil {
+			t.Errorf("GET %s: %d %v, Allow %q: expected 405 with Allow: POST", path, code, body, resp.Header.Get("Allow"))
+		}
+	}
+	resp, err := http.Get(r.url + "/v1/nothing")
+	if code, _ := statusJSON(t, resp, err); code != http.StatusNotFound {
+		t.Errorf("GET /v1/nothing: %d, expected 404", code)
+	}
+}

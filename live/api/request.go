@@ -97,7 +97,10 @@ func Decode(body []byte, chat bool) (*Request, *Error) {
 		}
 	}
 	r.MaxTokens = d.integer("max_tokens", 1)
-	r.MaxCompletionTokens = d.integer("max_completion_tokens", 1)
+	if chat {
+		// vLLM's completions request has no such field (and ignores it).
+		r.MaxCompletionTokens = d.integer("max_completion_tokens", 1)
+	}
 	if p := d.integer("min_tokens", 0); p != nil {
 		r.MinTokens = *p
 	}
@@ -291,6 +294,11 @@ func (d *decoder) prompt() (string, []int) {
 	}
 	var s string
 	if json.Unmarshal(v, &s) == nil {
+		if s == "" {
+			// vLLM: "Either prompt or prompt_embeds must be provided and
+			// non-empty."
+			d.fail(Invalid("prompt", `""`, "a non-empty prompt"))
+		}
 		return s, nil
 	}
 	var list []json.RawMessage
@@ -310,6 +318,9 @@ func (d *decoder) prompt() (string, []int) {
 		return "", nil
 	}
 	if json.Unmarshal(list[0], &s) == nil {
+		if s == "" {
+			d.fail(Invalid("prompt", `[""]`, "a non-empty prompt"))
+		}
 		return s, nil
 	}
 	if ids, ok := tokenIDs(list[0]); ok && len(ids) > 0 {
