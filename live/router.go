@@ -196,7 +196,7 @@ type Router struct {
 	halt       context.Context
 	haltCancel context.CancelFunc
 	once       sync.Once
-	ids     atomic.Uint64 // X-Request-Id for clients that send none
+	ids        atomic.Uint64 // X-Request-Id for clients that send none
 	// tokenizer is the engine the next /tokenize asks first (Tokenize).
 	tokenizer atomic.Int64
 	// maxModelLen is the engines' context length, from /tokenize's
