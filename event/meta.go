@@ -46,9 +46,10 @@ type RunMeta struct {
 	LagP90   float64 `json:"lag_p90_s,omitempty"`
 	LagP99   float64 `json:"lag_p99_s,omitempty"`
 	Degraded bool    `json:"degraded,omitempty"`
-	// PrefixCache: a live run whose router priced prefix caches (live or
-	// serve --prefix-cache; stubs it started kept them). The journal keeps no prefix
-	// groups, so sim --replay of it models none.
+	// PrefixCache: the engines kept prefix caches: a simulation with
+	// --prefix-cache, or a live run whose router priced them (live or
+	// serve --prefix-cache; stubs it started kept them). A live journal
+	// keeps no prefix groups, so sim --replay of it models none.
 	PrefixCache bool `json:"prefix_cache,omitempty"`
 }
 

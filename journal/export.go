@@ -121,6 +121,7 @@ type runRow struct {
 	LagP90s     float64 `parquet:"lag_p90_s"`
 	LagP99s     float64 `parquet:"lag_p99_s"`
 	Degraded    bool    `parquet:"degraded"`
+	PrefixCache bool    `parquet:"prefix_cache"`
 }
 
 // Table file names, in the order Export writes them.
@@ -537,7 +538,8 @@ func (e *exporter) run(dir string) (err error) {
 		Instances: int64(m.Instances), GPUs: int64(m.GPUs), TTFTSLOs: m.TTFTSLO, TPOTSLOs: m.TPOTSLO,
 		StartUnixNano: m.StartUnixNano, Records: records, Offered: int64(e.fold.Len()), Partial: partial,
 		Target: m.Target, Replay: m.Replay, Interrupted: m.Partial, Planned: int64(m.Planned), Sent: int64(m.Sent),
-		LagP50s: m.LagP50, LagP90s: m.LagP90, LagP99s: m.LagP99, Degraded: m.Degraded}); err != nil {
+		LagP50s: m.LagP50, LagP90s: m.LagP90, LagP99s: m.LagP99, Degraded: m.Degraded,
+		PrefixCache: m.PrefixCache}); err != nil {
 		return fmt.Errorf("run %s: %w", name, err)
 	}
 	for _, end := range []func() error{e.requests.endRun, e.roleMoves.endRun, e.decisions.endRun, e.faults.endRun} {

@@ -157,6 +157,7 @@ func writeSynthRoot(t testing.TB) string {
 	live.Driver, live.StartUnixNano, live.Target = "live", 1_700_000_000_000_000_000, "http://127.0.0.1:8000"
 	live.Partial, live.Planned, live.Sent = true, 2400, 2000
 	live.LagP50, live.LagP90, live.LagP99, live.Degraded = 0.001, 0.004, 0.7, true
+	live.PrefixCache = true
 	writeSynth(t, filepath.Join(root, "aggregated_r2.4"), live, 2000, 2, Options{Sync: SyncOnClose})
 	writeSynth(t, filepath.Join(root, "static-3P5D_r6.4"), testMeta("static:3P5D", 6.4), 1000, 3, Options{BatchRecords: 100})
 	return root

@@ -123,7 +123,8 @@ func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) e
 			ConfigHash: rr.ConfigHash, Instances: int(rr.Instances), GPUs: int(rr.GPUs),
 			TTFTSLO: rr.TTFTSLOs, TPOTSLO: rr.TPOTSLOs, StartUnixNano: rr.StartUnixNano,
 			Target: rr.Target, Replay: rr.Replay, Partial: rr.Interrupted, Planned: int(rr.Planned), Sent: int(rr.Sent),
-			LagP50: rr.LagP50s, LagP90: rr.LagP90s, LagP99: rr.LagP99s, Degraded: rr.Degraded}
+			LagP50: rr.LagP50s, LagP90: rr.LagP90s, LagP99: rr.LagP99s, Degraded: rr.Degraded,
+			PrefixCache: rr.PrefixCache}
 		run.Moves = moves[rr.Run]
 		clear(run.Rows)
 		run.Rows = run.Rows[:0]

@@ -108,7 +108,7 @@ func TestReadExportWithoutLaterColumns(t *testing.T) {
 		if run.Name != "static-4P4D@0.3" || run.Meta.Arm != "static:4P4D" || run.Meta.Trace != "demo" || run.Partial != "" {
 			t.Errorf("run %s: %+v", run.Name, run.Meta)
 		}
-		if m := run.Meta; m.Target != "" || m.Planned != 0 || m.Sent != 0 || m.LagP99 != 0 || m.Degraded || m.Partial {
+		if m := run.Meta; m.Target != "" || m.Planned != 0 || m.Sent != 0 || m.LagP99 != 0 || m.Degraded || m.Partial || m.PrefixCache {
 			t.Errorf("live fields of a simulation: %+v", m)
 		}
 		finished := 0

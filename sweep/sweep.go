@@ -430,7 +430,8 @@ func Execute(cfg Config) (*Result, error) {
 					arm, ri := cfg.Arms[k/len(rates)], k%len(rates)
 					meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: arm,
 						Rate: rates[ri], Seed: cfg.Seed, Trace: cfg.Trace.Name, TraceHash: cfg.Trace.Hash(),
-						Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
+						Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(),
+						PrefixCache: cfg.PrefixCache}
 					meta.ConfigHash = hasher.hash(meta)
 					moveLogs[k] = &moveLog{}
 					if p := plans[ri]; arm == "oracle" && p != nil && p.run != nil && cfg.Journal == nil {

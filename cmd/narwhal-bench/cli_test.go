@@ -354,3 +354,41 @@ func TestServeBadHASecurityExit2(t *testing.T) {
 		}
 	}
 }
+
+// A simulation with --prefix-cache says so in its journal and in
+// runs.parquet's prefix_cache, as a live run with caches does; one without
+// says nothing.
+func TestSimPrefixCacheMeta(t *testing.T) {
+	for _, cached := range []bool{true, false} {
+		dir := filepath.Join(t.TempDir(), "j")
+		args := []string{"sim", "--trace", "demo", "--arms", "static:4P4D", "--rates", "0.5x", "--journal", dir}
+		if cached {
+			args = append(args, "--prefix-cache")
+		}
+		if code, out, errs := runCLI(t, args...); code != 0 {
+			t.Fatalf("exit %d: %s%s", code, out, errs)
+		}
+		runs, err := journal.Runs(dir)
+		if err != nil || len(runs) != 1 {
+			t.Fatalf("runs %v, %v", runs, err)
+		}
+		r, err := journal.Open(runs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Meta().PrefixCache; got != cached {
+			t.Errorf("--prefix-cache %v: journal prefix_cache %v", cached, got)
+		}
+		r.Close()
+		n := 0
+		if err := journal.ReadExport(filepath.Join(dir, "parquet"), func(run *journal.ExportedRun) error {
+			n++
+			if run.Meta.PrefixCache != cached {
+				t.Errorf("--prefix-cache %v: runs.parquet prefix_cache %v", cached, run.Meta.PrefixCache)
+			}
+			return nil
+		}); err != nil || n != 1 {
+			t.Fatalf("export: %v, %d runs", err, n)
+		}
+	}
+}
