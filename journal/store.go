@@ -103,6 +103,10 @@ func pebbleOptions(readOnly bool, sink *stickyErr) *pebble.Options {
 		MemTableSize:  32 << 20,
 		ErrorIfExists: !readOnly,
 	}
+	// Pebble's default is GOMAXPROCS, which its OPTIONS file records: a
+	// fixed count keeps that file the same on every machine. One reader
+	// or writer uses a run's store at a time.
+	o.Experimental.FileCacheShards = 4
 	if sink != nil {
 		o.EventListener = &pebble.EventListener{BackgroundError: func(err error) {
 			sink.set(fmt.Errorf("pebble background error: %w", err))

@@ -32,9 +32,13 @@ type builder struct {
 	ttft  []int64
 	tpot  []int64
 	wait  []int64
+	// whole names each whole journal read so far by its metadata and
+	// end-of-run record: the same journal twice (a run directory copied
+	// over another) is refused, not reported as two runs.
+	whole map[string]string
 }
 
-func newBuilder(opts Options) *builder { return &builder{opts: opts} }
+func newBuilder(opts Options) *builder { return &builder{opts: opts, whole: map[string]string{}} }
 
 // sloOf returns the SLO a run is judged by: its metadata, unless overridden.
 func (b *builder) sloOf(m event.RunMeta) event.SLO {

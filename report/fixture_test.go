@@ -185,9 +185,13 @@ func writeFixtureRoot(t testing.TB) string {
 
 // writeQualityRun writes a run whose requests carry reference answers (and
 // some responses) for the F1 tests.
-func writeQualityRun(t testing.TB, dir string) {
+func writeQualityRun(t testing.TB, dir string) { t.Helper(); writeQualityRunAt(t, dir, 1) }
+
+// writeQualityRunAt is writeQualityRun's run labelled with another rate (a
+// run of its own, not a copy of another).
+func writeQualityRunAt(t testing.TB, dir string, rate float64) {
 	t.Helper()
-	f := newFixtureRun(t, dir, fixtureMeta("static:2P6D", 1, 8))
+	f := newFixtureRun(t, dir, fixtureMeta("static:2P6D", rate, 8))
 	f.roles(2, 6, false)
 	fin, stop := event.KindFinish, event.CauseStop
 	qa := func(sched, ttft float64, ref, resp string) reqSpec {

@@ -78,6 +78,15 @@ func Detect(dir string) (InputKind, []string, error) {
 		}
 	}
 	if len(runs) == 0 {
+		// One combination of `narwhal-bench run`: its journals in runs/,
+		// their export in parquet/. The journals are read (the export
+		// then checks that none is missing).
+		sub := filepath.Join(dir, "runs")
+		if st, err := os.Stat(sub); err == nil && st.IsDir() && !journal.LooksLikeRun(sub) {
+			if kind, rs, err := Detect(sub); err == nil && kind == InputJournalRoot {
+				return kind, rs, nil
+			}
+		}
 		return 0, nil, fmt.Errorf("%s: no journal runs (directories with a %s marker) and no Parquet export (%s and %s) among its %d entries",
 			dir, markerName, journal.RunsFile, journal.RequestsFile, len(ents))
 	}
@@ -171,11 +180,20 @@ func (b *builder) addDir(dir string) error {
 }
 
 // checkExportedRuns refuses a journal root that lacks a run its own
-// export (DIR/parquet, as sim --journal writes it) holds: a run directory
-// deleted, emptied or moved would otherwise make a smaller report.
+// export holds: a run directory deleted, emptied or moved would otherwise
+// make a smaller report. The export is DIR/parquet, as sim --journal
+// writes it, or for a root named runs (or a directory holding one) the
+// parquet beside it, as narwhal-bench run writes each combination.
 func checkExportedRuns(dir string, kind InputKind, runs []string) error {
-	pq := filepath.Join(dir, "parquet")
-	if kind != InputJournalRoot || !journal.IsExport(pq) {
+	if kind != InputJournalRoot || len(runs) == 0 {
+		return nil
+	}
+	root := filepath.Dir(runs[0]) // dir, or dir/runs for a combination
+	pq := filepath.Join(root, "parquet")
+	if filepath.Base(root) == "runs" && !journal.IsExport(pq) {
+		pq = filepath.Join(filepath.Dir(root), "parquet")
+	}
+	if !journal.IsExport(pq) {
 		return nil
 	}
 	names, err := journal.ExportedRunNames(pq)
@@ -188,7 +206,7 @@ func checkExportedRuns(dir string, kind InputKind, runs []string) error {
 	}
 	for _, n := range names {
 		if !have[n] {
-			return fmt.Errorf("journal root %s: run %s is in its export (%s) but not here as a journal: a run directory was deleted, emptied or moved (export again, narwhal-bench export %s, if it was removed on purpose)", dir, n, pq, dir)
+			return fmt.Errorf("journal root %s: run %s is in its export (%s) but not here as a journal: a run directory was deleted, emptied or moved (export again, narwhal-bench export %s --out %s, if it was removed on purpose)", root, n, pq, root, pq)
 		}
 	}
 	return nil
@@ -229,6 +247,13 @@ func (b *builder) addJournal(dir string, fold *event.Fold) error {
 	}
 	if ferr != nil {
 		return fmt.Errorf("run %s (%s): %w", name, dir, ferr)
+	}
+	if end, ok := r.End(); ok && partial == "" {
+		key := fmt.Sprintf("%s/%d/%d/%08x", r.Meta().Encode(), end.Records, end.LastSeq, end.CRC32C)
+		if other, dup := b.whole[key]; dup && other != dir { // one directory given twice: LoadAll says so
+			return fmt.Errorf("runs %s and %s hold the same journal (the same metadata and records, checksum %08x): a run directory was copied over another; remove the copy", other, dir, end.CRC32C)
+		}
+		b.whole[key] = dir
 	}
 	return b.add(name, partial, r.Meta(), fold.Rows(), moves)
 }

@@ -862,7 +862,7 @@ func TestHybridLagMeasured(t *testing.T) {
 func TestMissingRunOfExportedRoot(t *testing.T) {
 	root := t.TempDir()
 	writeQualityRun(t, filepath.Join(root, "a-run"))
-	writeQualityRun(t, filepath.Join(root, "b-run"))
+	writeQualityRunAt(t, filepath.Join(root, "b-run"), 2)
 	if _, err := journal.ExportWith(root, filepath.Join(root, "parquet"), journal.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -913,5 +913,48 @@ func TestLagWithoutOracleChange(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "oracle@1 keeps one split") {
 		t.Fatalf("no note:\n%s", b.String())
+	}
+}
+
+// TestMissingRunOfCombination: narwhal-bench run writes each combination
+// as DIR/runs (journals) beside DIR/parquet (their export). The report
+// reads DIR or DIR/runs, and refuses either once a run is gone from runs/
+// that the export beside it holds.
+func TestMissingRunOfCombination(t *testing.T) {
+	combo := t.TempDir()
+	runs := filepath.Join(combo, "runs")
+	writeQualityRun(t, filepath.Join(runs, "a-run"))
+	writeQualityRunAt(t, filepath.Join(runs, "b-run"), 2)
+	if _, err := journal.ExportWith(runs, filepath.Join(combo, "parquet"), journal.ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{combo, runs} {
+		if r, err := Load(dir, Options{}); err != nil || len(r.Runs) != 2 {
+			t.Fatalf("%s whole: %v", dir, err)
+		}
+	}
+	os.RemoveAll(filepath.Join(runs, "b-run"))
+	for _, dir := range []string{combo, runs} {
+		if _, err := Load(dir, Options{}); err == nil || !strings.Contains(err.Error(), "run b-run is in its export") {
+			t.Fatalf("%s with a run deleted: %v", dir, err)
+		}
+	}
+}
+
+// TestCopiedRun: a run directory copied over another (two names, one
+// journal) is refused, not reported as the same run twice with the other
+// run lost.
+func TestCopiedRun(t *testing.T) {
+	root := t.TempDir()
+	writeQualityRun(t, filepath.Join(root, "static-2P6D@1"))
+	writeQualityRun(t, filepath.Join(root, "static-2P6D@2")) // the @1 run, byte for byte
+	if _, err := Load(root, Options{}); err == nil || !strings.Contains(err.Error(), "hold the same journal") {
+		t.Fatalf("a copied run: %v", err)
+	}
+	other := t.TempDir()
+	writeQualityRun(t, filepath.Join(other, "static-2P6D@1"))
+	writeQualityRunAt(t, filepath.Join(other, "static-2P6D@2"), 2)
+	if r, err := Load(other, Options{}); err != nil || len(r.Runs) != 2 {
+		t.Fatalf("two runs of their own: %v", err)
 	}
 }
