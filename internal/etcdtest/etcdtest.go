@@ -25,6 +25,14 @@ func Start(t testing.TB) string {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, pu.String())
+	run(t, cfg)
+	return cu.Host
+}
+
+// run starts the etcd cfg configures and waits until it serves; it stops
+// when the test ends.
+func run(t testing.TB, cfg *embed.Config) {
+	t.Helper()
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		t.Fatalf("etcd: %v", err)
@@ -36,7 +44,6 @@ func Start(t testing.TB) string {
 		t.Fatal("etcd: not ready after 30 s")
 	}
 	t.Cleanup(e.Close)
-	return cu.Host
 }
 
 func freeURL(t testing.TB) url.URL {

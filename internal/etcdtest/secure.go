@@ -60,17 +60,7 @@ func StartSecure(t testing.TB) Secure {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, pu.String())
 	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: srvCert, KeyFile: srvKey, TrustedCAFile: s.CA, ClientCertAuth: true}
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatalf("etcd: %v", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		t.Fatal("etcd: not ready after 30 s")
-	}
-	t.Cleanup(e.Close)
+	run(t, cfg)
 	s.Addr = cu.Host
 
 	// Users, a role for the routers' prefix, then authentication on.
