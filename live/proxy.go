@@ -680,18 +680,17 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			}
 			if l.r.halted() {
 				// The owner's shutdown journaled its end; say why it ends.
-				_ = sw.Send(map[string]any{"error": map[string]any{"message": haltedError().Message,
-					"type": api.TypeUnavailable, "code": http.StatusServiceUnavailable}})
+				_ = sw.EndWithError(haltedError().Message, api.TypeUnavailable, http.StatusServiceUnavailable)
 				return verdict{}
 			}
-			cause := event.CauseBadGateway
+			cause, code, why := event.CauseBadGateway, http.StatusBadGateway, "the engine's stream broke before its end"
 			switch {
 			case dead:
-				cause = event.CauseEngineDown
+				cause, why = event.CauseEngineDown, e.name+" went down before the answer's end"
 			case l.ctx.Err() != nil: // the request's own deadline: not the engine's fault
-				cause = event.CauseTimeout
+				cause, code, why = event.CauseTimeout, http.StatusGatewayTimeout, "the request's deadline passed before the answer's end"
 			case timedOut.Load(): // a read gap: the engine may be stuck
-				cause = event.CauseTimeout
+				cause, code, why = event.CauseTimeout, http.StatusGatewayTimeout, "the engine sent nothing for the read timeout"
 				l.r.timedOut(e)
 			default:
 				l.r.failed(e, "connect") // 200 then broken
@@ -699,8 +698,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			// Journal the cause before the client reads the error event
 			// (it may hang up at once, which is not a cancel).
 			l.r.endFlight(l.f, event.KindFail, cause)
-			_ = sw.Send(map[string]any{"error": map[string]any{"message": "the engine's stream broke before its end",
-				"type": api.TypeServer, "code": http.StatusBadGateway}})
+			_ = sw.EndWithError(why, api.TypeServer, code)
 			return verdict{}
 		}
 		if done {
@@ -718,7 +716,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 					return l.engineStatus(e, http.StatusBadGateway, payload, stage)
 				}
 				l.r.endFlight(l.f, event.KindFail, event.CauseBadGateway)
-				_ = sw.SendRaw(payload)
+				_ = sw.EndWithRawError(payload)
 				return verdict{}
 			}
 			n := c.Tokens

@@ -432,3 +432,19 @@ func TestSSEHeaders(t *testing.T) {
 		t.Error(h)
 	}
 }
+
+// A stream that cannot finish ends as vLLM ends one: an error event in
+// OpenAI's shape, param included, then [DONE].
+func TestEndWithError(t *testing.T) {
+	var b strings.Builder
+	if err := NewSSEWriter(&b).EndWithError("the engine went down", TypeServer, 502); err != nil {
+		t.Fatal(err)
+	}
+	want := `data: {"error":{"code":502,"message":"the engine went down","param":null,"type":"server_error"}}` + "\n\ndata: [DONE]\n\n"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
+	}
+	if c, ok := ReadChunk([]byte(`{"error":{"code":502,"message":"the engine went down","param":null,"type":"server_error"}}`)); !ok || c.Err == nil {
+		t.Fatalf("ReadChunk does not see the error: %+v", c)
+	}
+}

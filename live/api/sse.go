@@ -58,6 +58,26 @@ func (s *SSEWriter) SendRaw(data []byte) error {
 	return nil
 }
 
+// EndWithError ends a stream that cannot finish as vLLM ends one: an
+// error event in OpenAI's shape ({"error": {"message", "type", "param",
+// "code"}}, code the HTTP status it would have had), then "data: [DONE]".
+// OpenAI clients raise the error when they read it.
+func (s *SSEWriter) EndWithError(message, typ string, code int) error {
+	if err := s.Send(map[string]any{"error": map[string]any{"message": message, "type": typ, "param": nil, "code": code}}); err != nil {
+		return err
+	}
+	return s.Done()
+}
+
+// EndWithRawError ends a stream with an engine's own error event (relayed
+// as it is), then "data: [DONE]", as vLLM ends it.
+func (s *SSEWriter) EndWithRawError(payload []byte) error {
+	if err := s.SendRaw(payload); err != nil {
+		return err
+	}
+	return s.Done()
+}
+
 // Done writes the stream's end, "data: [DONE]".
 func (s *SSEWriter) Done() error { return s.SendRaw(doneMarker) }
 
