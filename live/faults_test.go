@@ -234,3 +234,35 @@ func TestReadiness(t *testing.T) {
 		t.Fatalf("/ready with both engines back: %d %v", c, b)
 	}
 }
+
+// Engines that answer 503 (overloaded, draining, asleep) and go on doing
+// so after the one re-placement: the client gets a 503 with the engine's
+// Retry-After, not a 502, journaled fail unavailable.
+func TestEngine503PassedOn(t *testing.T) {
+	r := startRig(t, rigOpts{n: 2, arm: "aggregated", stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		c.SweepInterval = -1
+		for i := range c.URLs {
+			interpose(t, c, i, func(w http.ResponseWriter, q *http.Request, b []byte, engine http.Handler) {
+				if !strings.HasPrefix(q.URL.Path, "/v1/") {
+					engine.ServeHTTP(w, q)
+					return
+				}
+				w.Header().Set("Retry-After", "7")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, `{"error":{"message":"the engine is sleeping","type":"ServiceUnavailableError","param":null,"code":503}}`)
+			})
+		}
+	}})
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"anyone there","max_tokens":4}`, nil)
+	code, body := statusJSON(t, resp, nil)
+	e, _ := body["error"].(map[string]any)
+	msg, _ := e["message"].(string)
+	if code != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "7" || !strings.Contains(msg, "sleeping") {
+		t.Fatalf("%d %v, Retry-After %q: expected the engines' 503 with Retry-After 7", code, body, resp.Header.Get("Retry-After"))
+	}
+	r.stop()
+	if o := outcomes(checkJournal(t, r.jr.records())); o["fail/unavailable"] != 1 || len(o) != 1 {
+		t.Fatalf("outcomes %v: expected one fail unavailable", o)
+	}
+}

@@ -361,7 +361,7 @@ func (l *leg) post(ctx context.Context, e *engine, body []byte) (*http.Response,
 
 // fail ends the request with cause, answering the client when it is still
 // there and has no response yet: 504 for timeouts, 502 otherwise (or the
-// engine's own 4xx, passed through).
+// engine's own 4xx, or its 503 with Retry-After, passed through).
 func (l *leg) fail(kind event.Kind, cause event.Cause, engineErr *api.Error) {
 	if l.q.Context().Err() != nil {
 		// The client went away: that is a cancel, whatever the leg saw.
@@ -380,7 +380,7 @@ func (l *leg) fail(kind event.Kind, cause event.Cause, engineErr *api.Error) {
 		return
 	}
 	switch {
-	case engineErr != nil && engineErr.Status >= 400 && engineErr.Status < 500:
+	case engineErr != nil && (engineErr.Status >= 400 && engineErr.Status < 500 || engineErr.Status == http.StatusServiceUnavailable):
 		api.WriteError(l.w, engineErr)
 	case cause == event.CauseTimeout:
 		api.WriteError(l.w, api.ServerError(http.StatusGatewayTimeout, "an engine did not answer in time"))
@@ -450,7 +450,7 @@ func (l *leg) twoLegs(pe *engine) verdict {
 		return l.legFailure(pe, tctx, err, "prefill", false)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return l.engineStatus(pe, resp.StatusCode, rb, "prefill")
+		return l.engineStatus(pe, resp.StatusCode, resp.Header, rb, "prefill")
 	}
 	l.r.answered(pe)
 	handoff := api.Handoff(rb)
@@ -490,7 +490,7 @@ func (l *leg) twoLegs(pe *engine) verdict {
 // prefill engine is above suspicion: a failed KV pull is the producer's
 // fault), a 4xx is the request's fault. A prefill answered 502, 503 or
 // 504, and a decode answered any 5xx, are re-placed once.
-func (l *leg) engineStatus(e *engine, status int, body []byte, stage string) verdict {
+func (l *leg) engineStatus(e *engine, status int, hdr http.Header, body []byte, stage string) verdict {
 	ae := api.ParseError(status, body)
 	if ae == nil {
 		ae = &api.Error{Status: status, Message: fmt.Sprintf("%s answered %d", e.name, status)}
@@ -512,6 +512,18 @@ func (l *leg) engineStatus(e *engine, status int, body []byte, stage string) ver
 			status == http.StatusGatewayTimeout
 		if retry && l.retryable() && l.q.Context().Err() == nil {
 			return verdict{retry: true, stage: stage, from: e, cause: event.CauseBadGateway}
+		}
+		if status == http.StatusServiceUnavailable {
+			// The engine is there but will not serve now (overloaded,
+			// draining, asleep): the client gets the 503 and its
+			// Retry-After (1 s when the engine gave none), as from the
+			// engine itself, and may come back.
+			ra := time.Second
+			if s, err := strconv.Atoi(hdr.Get("Retry-After")); err == nil && s > 0 {
+				ra = time.Duration(s) * time.Second
+			}
+			l.fail(event.KindFail, event.CauseUnavailable, api.Unavailable(e.name+" is unavailable: "+ae.Message, ra))
+			return verdict{}
 		}
 		l.fail(event.KindFail, event.CauseBadGateway, ae)
 		return verdict{}
@@ -600,7 +612,7 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		rb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return l.engineStatus(e, resp.StatusCode, rb, stage)
+		return l.engineStatus(e, resp.StatusCode, resp.Header, rb, stage)
 	}
 	if !l.req.Stream {
 		timer.Reset(l.r.cfg.RequestTimeout)
@@ -713,7 +725,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 					// request it failed, a KV pull among them, this way
 					// once its stream has begun): nothing reached the
 					// client, so it is a failed leg like a 5xx.
-					return l.engineStatus(e, http.StatusBadGateway, payload, stage)
+					return l.engineStatus(e, http.StatusBadGateway, nil, payload, stage)
 				}
 				l.r.endFlight(l.f, event.KindFail, event.CauseBadGateway)
 				_ = sw.EndWithRawError(payload)
