@@ -168,3 +168,30 @@ func BenchmarkPrefixPlace(b *testing.B) {
 		x.placed(h, event.Instance(i%4))
 	}
 }
+
+// A whole (non-streamed) answer one engine serves (aggregated serving)
+// journals its cached prompt tokens too, from its usage, as a prefill
+// leg's are; a streamed one has them only at its end, and journals none.
+func TestAggregatedCachedTokensJournaled(t *testing.T) {
+	spec := testFleet(t, 1)
+	pc := fleet.PrefixCache{BlockTokens: 16, CapacityTokens: 100_000}
+	r := startRigSpec(t, spec, rigOpts{arm: "aggregated", stub: stub.Options{PrefixCache: &pc},
+		configure: func(c *Config) { c.PrefixCache = &pc }})
+	text := loadgen.SharedPromptText(9, 0, 1, 400, 7, 400)
+	for _, stream := range []bool{false, false, true} {
+		resp := post(t, r, "/v1/completions", fmt.Sprintf(`{"model":"stub","prompt":%q,"max_tokens":3,"stream":%v}`, text, stream), nil)
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	hits := cacheHits(t, r)
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if len(rows) != 3 || rows[0].CachedTokens != 0 || rows[2].CachedTokens != 0 {
+		t.Fatalf("rows %+v: expected 3, the first and the streamed one with no cached tokens journaled", rows)
+	}
+	if got := rows[1].CachedTokens; got == 0 || 2*got != int64(hits) {
+		t.Fatalf("the second prompt journaled %d cached tokens; the engine served %d from its cache over the last two", got, hits)
+	}
+}

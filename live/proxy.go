@@ -622,6 +622,9 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 		}
 		l.r.answered(e)
 		if single {
+			// A whole answer's usage is known with its first token: its
+			// cached prompt tokens are journaled as a prefill leg's are.
+			l.f.prefillCached = promptCached(rb)
 			l.observeFirst()
 			if !l.prefilled() {
 				return verdict{}
