@@ -356,7 +356,9 @@ func (r *Router) probeHealth(e *engine) (bool, float64) {
 	if resp.StatusCode != http.StatusOK {
 		return false, 0
 	}
-	if r.contextLen() == 0 {
+	if r.contextLen() == 0 && e.modelsAsked.Add(1) <= 3 {
+		// Asked three times an engine at most: one that lists no
+		// max_model_len (not vLLM) costs no more probes.
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ProbeTimeout)
 		r.learnContext(ctx, e)
 		cancel()

@@ -289,6 +289,10 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 	}
 	r.met.wait.Observe((r.now() - f.arrived).Seconds())
 	if p.inst == event.NoInstance {
+		if r.halted() {
+			api.WriteError(w, haltedError()) // ended, waiting, by the router's stop
+			return
+		}
 		writeRefusal(w, p)
 		return
 	}
@@ -588,10 +592,11 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 	defer done()
 	var timedOut atomic.Bool
 	first := l.r.cfg.FirstTokenTimeout
-	if single {
-		// One engine serves it whole: its first token comes after the
-		// engine's queue and the whole prefill, which the prefill timeout
-		// bounds, as it bounds a prefill leg.
+	if handoff == nil {
+		// The engine prefills the prompt itself (one engine serves it
+		// whole, or a decode leg without a handoff recomputes it): its
+		// first token comes after the engine's queue and a prefill, which
+		// the prefill timeout bounds, as it bounds a prefill leg.
 		first = l.r.cfg.PrefillTimeout
 	}
 	if !l.req.Stream {

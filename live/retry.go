@@ -1,8 +1,6 @@
 package live
 
 import (
-	"time"
-
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/live/api"
@@ -46,14 +44,14 @@ func (l *leg) start(inst event.Instance) {
 		l.retried = true
 		l.r.met.retries.WithLabelValues(v.stage).Inc()
 		if !l.r.send(msg{kind: msgRetry, f: l.f, inst: v.from.idx, cause: v.cause}) {
-			api.WriteError(l.w, api.Unavailable("the router is stopping", time.Second))
+			api.WriteError(l.w, haltedError())
 			return
 		}
 		var p placement
 		select {
 		case p = <-l.f.reply:
 		case <-l.r.stopped:
-			api.WriteError(l.w, api.Unavailable("the router is stopping", time.Second))
+			api.WriteError(l.w, haltedError())
 			return
 		case <-l.q.Context().Done():
 			l.r.endFlight(l.f, event.KindFinish, event.CauseCancel)

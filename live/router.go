@@ -177,6 +177,9 @@ type engine struct {
 	gaps     atomic.Int64 // how many gaps
 	// br is its breaker and probe state (live/health.go).
 	br breaker
+	// modelsAsked counts the health probes that asked its /v1/models for
+	// max_model_len (learnContext).
+	modelsAsked atomic.Int64
 }
 
 // Router is the live driver: an OpenAI-compatible HTTP front end whose

@@ -889,11 +889,20 @@ func TestFencedRouterSaysStandby(t *testing.T) {
 func TestStreamedSingleWaitsForPrefill(t *testing.T) {
 	for _, c := range []struct {
 		arm, body string
+		recompute bool // the prefill returns no handoff: the decode engine prefills again
 	}{
-		{"aggregated", `{"model":"stub","prompt":"queued behind a long prefill","max_tokens":4,"stream":true}`},
-		{"static:1P1D", `{"model":"stub","prompt":"one token","max_tokens":1,"stream":true}`},
+		{"aggregated", `{"model":"stub","prompt":"queued behind a long prefill","max_tokens":4,"stream":true}`, false},
+		{"static:1P1D", `{"model":"stub","prompt":"one token","max_tokens":1,"stream":true}`, false},
+		{"static:1P1D", `{"model":"stub","prompt":"recomputed","max_tokens":4,"stream":true}`, true},
 	} {
-		r := startRig(t, rigOpts{arm: c.arm, stub: stub.Options{TimeScale: zero()}, configure: func(cfg *Config) {
+		var faults stub.Faults
+		if c.recompute {
+			faults.NoHandoff = true
+		}
+		r := startRig(t, rigOpts{arm: c.arm, stub: stub.Options{TimeScale: zero(), Faults: faults}, configure: func(cfg *Config) {
+			if c.recompute {
+				cfg.Handoff = HandoffRecompute
+			}
 			cfg.FirstTokenTimeout = 50 * time.Millisecond
 			cfg.PrefillTimeout = 5 * time.Second
 			for i := range cfg.URLs {
@@ -1006,7 +1015,11 @@ func TestOverflowRefusedBeforePrefill(t *testing.T) {
 		t.Fatalf("context %d, expected the stubs' 4096", got)
 	}
 	ids := strings.TrimSuffix(strings.Repeat("7,", 100), ",")
+	long := strings.TrimSuffix(strings.Repeat("7,", 4090), ",")
 	for _, c := range []struct{ body, param, want string }{
+		{`{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_tokens":10,"max_completion_tokens":5000}`, "max_completion_tokens", "under 4096"},
+		// No limit on completions: vLLM's 16 tokens, past the context here.
+		{`{"model":"stub","prompt":[` + long + `]}`, "max_tokens", "at most 6: the model's context is 4096 tokens and the prompt has 4090"},
 		{`{"model":"stub","prompt":"hello","max_tokens":4096}`, "max_tokens", "under 4096"},
 		{`{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":5000}`, "max_completion_tokens", "under 4096"},
 		{`{"model":"stub","prompt":[` + ids + `],"max_tokens":4000}`, "max_tokens", "at most 3996: the model's context is 4096 tokens and the prompt has 100"},

@@ -75,8 +75,8 @@ func (r *Router) contextLen() int {
 // refused (the prompt has at least one token).
 func (r *Router) overflow(req *api.Request, input int, exact bool) *api.Error {
 	m := r.contextLen()
-	if m <= 0 || !req.LimitSet() {
-		return nil
+	if m <= 0 || req.Chat && !req.LimitSet() {
+		return nil // a chat answer without a limit takes the rest of the context
 	}
 	want, prompt := req.OutputLimit(), 1
 	if exact {
@@ -85,9 +85,9 @@ func (r *Router) overflow(req *api.Request, input int, exact bool) *api.Error {
 	if prompt+want <= m {
 		return nil
 	}
-	param := "max_tokens"
-	if req.MaxCompletionTokens != nil && req.MaxTokens == nil {
-		param = "max_completion_tokens"
+	param := "max_tokens" // or, unset, its default on completions
+	if req.MaxCompletionTokens != nil {
+		param = "max_completion_tokens" // OutputLimit takes it first
 	}
 	if exact {
 		return api.Invalid(param, strconv.Itoa(want), fmt.Sprintf("at most %d: the model's context is %d tokens and the prompt has %d", max(0, m-prompt), m, prompt))
@@ -118,8 +118,14 @@ func (r *Router) learnContext(ctx context.Context, e *engine) {
 	}
 	for _, m := range out.Data {
 		if m.MaxModelLen > 0 && (r.cfg.Model == "" || m.ID == r.cfg.Model) {
-			r.modelsLen.Store(int64(m.MaxModelLen))
-			return
+			// The largest context any engine reported: a request is
+			// refused only when no engine could serve it.
+			for {
+				old := r.modelsLen.Load()
+				if int64(m.MaxModelLen) <= old || r.modelsLen.CompareAndSwap(old, int64(m.MaxModelLen)) {
+					return
+				}
+			}
 		}
 	}
 }

@@ -430,9 +430,11 @@ func Execute(cfg Config) (*Result, error) {
 					arm, ri := cfg.Arms[k/len(rates)], k%len(rates)
 					meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: arm,
 						Rate: rates[ri], Seed: cfg.Seed, Trace: cfg.Trace.Name, TraceHash: cfg.Trace.Hash(),
-						Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(),
-						PrefixCache: cfg.PrefixCache}
+						Fleet: cfg.Fleet.Name, Instances: n, GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds()}
 					meta.ConfigHash = hasher.hash(meta)
+					// After the hash, which has the cache in its settings
+					// already: runs journaled before the field hash the same.
+					meta.PrefixCache = cfg.PrefixCache
 					moveLogs[k] = &moveLog{}
 					if p := plans[ri]; arm == "oracle" && p != nil && p.run != nil && cfg.Journal == nil {
 						// The oracle plays a rival whose whole run the

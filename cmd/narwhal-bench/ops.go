@@ -122,13 +122,14 @@ func standbyHandler(node *ha.Node) http.Handler {
 
 // secretFlag reads the secret that flags NAME-env (an environment
 // variable's name) and NAME-file (a file) give, at most one of them: ""
-// when neither is set.
+// when neither is set. Trailing line ends are dropped, nothing else (a
+// password may begin or end with a space).
 func secretFlag(c *cli.Command, name string) (string, error) {
 	switch env, file := c.String(name+"-env"), c.String(name+"-file"); {
 	case env != "" && file != "":
 		return "", usageError{fmt.Errorf("--%s-env and --%s-file: expected one", name, name)}
 	case env != "":
-		v := strings.TrimSpace(os.Getenv(env))
+		v := strings.TrimRight(os.Getenv(env), "\r\n")
 		if v == "" {
 			return "", usageError{fmt.Errorf("--%s-env: %s is not set in the environment", name, env)}
 		}
@@ -138,7 +139,7 @@ func secretFlag(c *cli.Command, name string) (string, error) {
 		if err != nil {
 			return "", usageError{fmt.Errorf("--%s-file: %w", name, err)}
 		}
-		v := strings.TrimSpace(string(b))
+		v := strings.TrimRight(string(b), "\r\n") // a file's last newline is no part of it
 		if v == "" {
 			return "", usageError{fmt.Errorf("--%s-file: %s is empty", name, file)}
 		}

@@ -278,7 +278,16 @@ func TestServeDrainDeadline(t *testing.T) {
 		resp.Body.Close()
 		whole <- fmt.Sprint(resp.StatusCode, " ", string(b))
 	}()
-	time.Sleep(300 * time.Millisecond) // both admitted
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st := getJSON(url + "/state")
+		counts, _ := st["counts"].(map[string]any)
+		if n, _ := counts["in_flight"].(float64); n == 2 {
+			break // both admitted
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never two requests in flight: %v", st)
+		}
+	}
 	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
