@@ -125,7 +125,10 @@ func why(err error, cfg Config) string {
 	if !errors.Is(err, context.DeadlineExceeded) && status.Code(err) != codes.DeadlineExceeded {
 		return ""
 	}
-	host := cfg.Endpoints[0][strings.Index(cfg.Endpoints[0], "://")+3:]
+	host := cfg.Endpoints[0]
+	if _, rest, ok := strings.Cut(host, "://"); ok {
+		host = rest
+	}
 	timeout := min(cfg.DialTimeout, 2*time.Second)
 	raw, derr := net.DialTimeout("tcp", host, timeout)
 	if derr != nil {
@@ -136,7 +139,7 @@ func why(err error, cfg Config) string {
 	if cfg.TLS == nil {
 		// Does it answer a TLS hello? Then it wants TLS.
 		if tls.Client(raw, &tls.Config{InsecureSkipVerify: true}).Handshake() == nil {
-			return fmt.Sprintf(" (%s serves TLS: give the CA that signed its certificate)", host)
+			return fmt.Sprintf(" (%s serves TLS: give the CA that signed its certificate, --ha-cacert)", host)
 		}
 		return ""
 	}
