@@ -201,6 +201,10 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 		if data, err := os.ReadFile(resPath); err == nil && !c.Bool("force") {
 			var res sweep.Result
 			made, _ := os.ReadFile(filepath.Join(dir, resultKey))
+			damaged := ""
+			if json.Unmarshal(data, &res) == nil && string(made) == key {
+				damaged = damagedRun(dir, &res)
+			}
 			switch {
 			case json.Unmarshal(data, &res) != nil:
 			case string(made) != key:
@@ -208,6 +212,10 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 				// (the experiment file, its trace or fleet changed): its
 				// numbers are not this one's.
 				fmt.Fprintf(stderr, "%s: the result there was made by another binary or with other settings: running it again\n", label)
+			case damaged != "":
+				// Its numbers stand on journals that no longer read whole:
+				// the summary would rest on what the report refuses.
+				fmt.Fprintf(stderr, "%s: %s: running it again\n", label, damaged)
 			default:
 				fmt.Fprintf(stderr, "%s: done earlier, skipped\n", label)
 				results[k] = &res
@@ -417,4 +425,25 @@ func pct(a, b int) float64 {
 		return 0
 	}
 	return 100 * float64(a) / float64(b)
+}
+
+// damagedRun says which journal of a finished combination in dir is
+// missing, not whole or damaged, and why ("" when each of res's runs, and
+// the export beside them, read whole).
+func damagedRun(dir string, res *sweep.Result) string {
+	for _, run := range res.Runs {
+		p := filepath.Join(dir, "runs", sweep.RunName(run.Arm, run.Rate))
+		r, err := journal.Open(p)
+		if err == nil {
+			err = r.Replay(func(*event.Record) error { return nil })
+			r.Close()
+		}
+		if err != nil {
+			return fmt.Sprintf("journal %s does not read whole (%v)", p, err)
+		}
+	}
+	if pq := filepath.Join(dir, "parquet"); !journal.IsExport(pq) {
+		return fmt.Sprintf("export %s is missing", pq)
+	}
+	return ""
 }

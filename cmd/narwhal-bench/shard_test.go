@@ -116,3 +116,42 @@ func TestRunChecksEveryFileFirst(t *testing.T) {
 		t.Errorf("an empty shard: exit %d, %s", code, errs)
 	}
 }
+
+// A finished combination whose journals no longer read whole (a table
+// truncated) or whose export is gone runs again, saying why, rather than
+// printing a summary the report would refuse; once whole, it is skipped.
+func TestRunRerunsDamagedJournals(t *testing.T) {
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "exp.yaml")
+	out := filepath.Join(dir, "out")
+	os.WriteFile(exp, []byte("name: e\ntrace: demo\narms: [static:4P4D]\nrates: [\"1.6\"]\nseeds: [1]\n"), 0o644)
+	run := func() string {
+		t.Helper()
+		code, _, errs := runCLI(t, "run", "--out", out, exp)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		return errs
+	}
+	run()
+	combo := filepath.Join(out, "e", "cache-off", "seed-1")
+	ssts, _ := filepath.Glob(filepath.Join(combo, "runs", "*", "events", "*.sst"))
+	if len(ssts) == 0 {
+		t.Fatal("no journal table to damage")
+	}
+	if err := os.Truncate(ssts[0], 100); err != nil {
+		t.Fatal(err)
+	}
+	if errs := run(); !strings.Contains(errs, "does not read whole") || !strings.Contains(errs, ": running ") {
+		t.Fatalf("a damaged journal: %s: want it run again", errs)
+	}
+	if errs := run(); !strings.Contains(errs, "done earlier, skipped") {
+		t.Fatalf("after the rerun: %s: want it skipped", errs)
+	}
+	if err := os.RemoveAll(filepath.Join(combo, "parquet")); err != nil {
+		t.Fatal(err)
+	}
+	if errs := run(); !strings.Contains(errs, "export") || !strings.Contains(errs, "is missing") {
+		t.Fatalf("the export removed: %s: want it run again", errs)
+	}
+}
