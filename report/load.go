@@ -179,19 +179,25 @@ func (b *builder) addDir(dir string) error {
 	return nil
 }
 
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
 // checkExportedRuns refuses a journal root that lacks a run its own
 // export holds: a run directory deleted, emptied or moved would otherwise
 // make a smaller report. The export is DIR/parquet, as sim --journal
-// writes it, or for a root named runs (or a directory holding one) the
-// parquet beside it, as narwhal-bench run writes each combination.
+// writes it, or for a root named runs (or a directory holding one) beside
+// a result.json the parquet beside it, as narwhal-bench run writes each
+// combination.
 func checkExportedRuns(dir string, kind InputKind, runs []string) error {
 	if kind != InputJournalRoot || len(runs) == 0 {
 		return nil
 	}
 	root := filepath.Dir(runs[0]) // dir, or dir/runs for a combination
 	pq := filepath.Join(root, "parquet")
-	if filepath.Base(root) == "runs" && !journal.IsExport(pq) {
-		pq = filepath.Join(filepath.Dir(root), "parquet")
+	if combo := filepath.Dir(root); filepath.Base(root) == "runs" && !journal.IsExport(pq) && isFile(filepath.Join(combo, "result.json")) {
+		pq = filepath.Join(combo, "parquet") // run's layout: its result.json beside runs/ and parquet/
 	}
 	if !journal.IsExport(pq) {
 		return nil

@@ -928,6 +928,9 @@ func TestMissingRunOfCombination(t *testing.T) {
 	if _, err := journal.ExportWith(runs, filepath.Join(combo, "parquet"), journal.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(combo, "result.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, dir := range []string{combo, runs} {
 		if r, err := Load(dir, Options{}); err != nil || len(r.Runs) != 2 {
 			t.Fatalf("%s whole: %v", dir, err)
@@ -938,6 +941,12 @@ func TestMissingRunOfCombination(t *testing.T) {
 		if _, err := Load(dir, Options{}); err == nil || !strings.Contains(err.Error(), "run b-run is in its export") {
 			t.Fatalf("%s with a run deleted: %v", dir, err)
 		}
+	}
+	// Without run's result.json, a directory named runs is no combination:
+	// a parquet beside it is none of its business.
+	os.Remove(filepath.Join(combo, "result.json"))
+	if r, err := Load(runs, Options{}); err != nil || len(r.Runs) != 1 {
+		t.Fatalf("a root named runs, no combination: %v", err)
 	}
 }
 
