@@ -56,6 +56,11 @@ func writeManifest(dir string, m manifest) error {
 	return syncDir(dir)
 }
 
+// CheckExport checks that dir holds a whole export: its manifest, and
+// every table it lists with its size and SHA-256 sum, as every reader
+// checks them. Every failure names the file.
+func CheckExport(dir string) error { return checkManifest(dir) }
+
 // checkManifest reads manifest.json and checks that every table it lists
 // is there with its size and SHA-256 sum. Every failure names the file.
 func checkManifest(dir string) error {

@@ -356,11 +356,15 @@ func (r *Router) probeHealth(e *engine) (bool, float64) {
 	if resp.StatusCode != http.StatusOK {
 		return false, 0
 	}
-	if r.contextLen() == 0 && e.modelsAsked.Add(1) <= 3 {
-		// Asked three times an engine at most: one that lists no
-		// max_model_len (not vLLM) costs no more probes.
+	if !e.modelsRead.Load() && e.modelsFailed.Load() < 3 {
+		// Each engine's list once (an engine started with a longer context
+		// counts too); three failed tries and the router stops asking.
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ProbeTimeout)
-		r.learnContext(ctx, e)
+		if r.learnContext(ctx, e) {
+			e.modelsRead.Store(true)
+		} else {
+			e.modelsFailed.Add(1)
+		}
 		cancel()
 	}
 	resp, cancel, err = get("/metrics")

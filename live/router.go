@@ -62,8 +62,9 @@ type Config struct {
 	// PrefillTimeout bounds a prefill leg (default 120 s).
 	PrefillTimeout time.Duration
 	// PrefillTimeout also bounds the wait for the first event of a
-	// streamed request one engine serves whole (its queue and prefill
-	// come first).
+	// streamed leg whose engine prefills the prompt itself: a request one
+	// engine serves whole, or a decode leg without a handoff (its queue
+	// and a prefill come first).
 	//
 	// FirstTokenTimeout bounds the wait for a streamed decode leg's first
 	// event (default 30 s). A non-streamed answer comes whole, headers
@@ -177,9 +178,10 @@ type engine struct {
 	gaps     atomic.Int64 // how many gaps
 	// br is its breaker and probe state (live/health.go).
 	br breaker
-	// modelsAsked counts the health probes that asked its /v1/models for
-	// max_model_len (learnContext).
-	modelsAsked atomic.Int64
+	// modelsRead says its /v1/models answered (learnContext, for its
+	// max_model_len); modelsFailed counts the tries that got no answer.
+	modelsRead   atomic.Bool
+	modelsFailed atomic.Int64
 }
 
 // Router is the live driver: an OpenAI-compatible HTTP front end whose

@@ -1016,10 +1016,12 @@ func TestOverflowRefusedBeforePrefill(t *testing.T) {
 	}
 	ids := strings.TrimSuffix(strings.Repeat("7,", 100), ",")
 	long := strings.TrimSuffix(strings.Repeat("7,", 4090), ",")
+	tooLong := strings.TrimSuffix(strings.Repeat("7,", 5000), ",")
 	for _, c := range []struct{ body, param, want string }{
 		{`{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_tokens":10,"max_completion_tokens":5000}`, "max_completion_tokens", "under 4096"},
 		// No limit on completions: vLLM's 16 tokens, past the context here.
-		{`{"model":"stub","prompt":[` + long + `]}`, "max_tokens", "at most 6: the model's context is 4096 tokens and the prompt has 4090"},
+		{`{"model":"stub","prompt":[` + long + `]}`, "max_tokens", "16 (unset: vLLM's default): expected at most 6: the model's context is 4096 tokens and the prompt has 4090"},
+		{`{"model":"stub","prompt":[` + tooLong + `],"max_tokens":1}`, "prompt", "prompt: 5000 tokens: expected fewer than the model's context, 4096 tokens"},
 		{`{"model":"stub","prompt":"hello","max_tokens":4096}`, "max_tokens", "under 4096"},
 		{`{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":5000}`, "max_completion_tokens", "under 4096"},
 		{`{"model":"stub","prompt":[` + ids + `],"max_tokens":4000}`, "max_tokens", "at most 3996: the model's context is 4096 tokens and the prompt has 100"},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
@@ -59,13 +60,21 @@ func (r *Router) promptTokens(ctx context.Context, req *api.Request) (count int,
 	return count, true
 }
 
-// contextLen is the engines' max_model_len as far as the router knows it
-// (/tokenize's answers, else /v1/models'), 0 when unknown.
+// contextLen is the largest max_model_len any engine has given the router
+// (in /tokenize's answers or /v1/models'), 0 when unknown: a request is
+// refused only when no engine could serve it.
 func (r *Router) contextLen() int {
-	if m := r.maxModelLen.Load(); m > 0 {
-		return int(m)
+	return int(max(r.maxModelLen.Load(), r.modelsLen.Load()))
+}
+
+// storeMax raises a to v when v is larger.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
 	}
-	return int(r.modelsLen.Load())
 }
 
 // overflow is the 400 vLLM answers at once for a request whose prompt
@@ -85,26 +94,37 @@ func (r *Router) overflow(req *api.Request, input int, exact bool) *api.Error {
 	if prompt+want <= m {
 		return nil
 	}
-	param := "max_tokens" // or, unset, its default on completions
-	if req.MaxCompletionTokens != nil {
+	if prompt >= m {
+		field := "prompt"
+		if req.Chat {
+			field = "messages"
+		}
+		return api.Invalid(field, fmt.Sprintf("%d tokens", prompt), fmt.Sprintf("fewer than the model's context, %d tokens", m))
+	}
+	param, value := "max_tokens", strconv.Itoa(want)
+	switch {
+	case req.MaxCompletionTokens != nil:
 		param = "max_completion_tokens" // OutputLimit takes it first
+	case !req.LimitSet():
+		value += " (unset: vLLM's default)"
 	}
 	if exact {
-		return api.Invalid(param, strconv.Itoa(want), fmt.Sprintf("at most %d: the model's context is %d tokens and the prompt has %d", max(0, m-prompt), m, prompt))
+		return api.Invalid(param, value, fmt.Sprintf("at most %d: the model's context is %d tokens and the prompt has %d", m-prompt, m, prompt))
 	}
-	return api.Invalid(param, strconv.Itoa(want), fmt.Sprintf("under %d, the model's context in tokens, prompt included", m))
+	return api.Invalid(param, value, fmt.Sprintf("under %d, the model's context in tokens, prompt included", m))
 }
 
 // learnContext reads max_model_len from e's GET /v1/models (vLLM lists it
-// with each model), for overflow.
-func (r *Router) learnContext(ctx context.Context, e *engine) {
+// with each model), for overflow. It reports whether e answered (200, a
+// model list), whether or not the list gives a context.
+func (r *Router) learnContext(ctx context.Context, e *engine) bool {
 	hq, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/v1/models", nil)
 	if err != nil {
-		return
+		return false
 	}
 	resp, err := r.client.Do(hq)
 	if err != nil {
-		return
+		return false
 	}
 	defer resp.Body.Close()
 	var out struct {
@@ -114,20 +134,15 @@ func (r *Router) learnContext(ctx context.Context, e *engine) {
 		} `json:"data"`
 	}
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out) != nil {
-		return
+		return false
 	}
 	for _, m := range out.Data {
 		if m.MaxModelLen > 0 && (r.cfg.Model == "" || m.ID == r.cfg.Model) {
-			// The largest context any engine reported: a request is
-			// refused only when no engine could serve it.
-			for {
-				old := r.modelsLen.Load()
-				if int64(m.MaxModelLen) <= old || r.modelsLen.CompareAndSwap(old, int64(m.MaxModelLen)) {
-					return
-				}
-			}
+			storeMax(&r.modelsLen, int64(m.MaxModelLen))
+			break
 		}
 	}
+	return true
 }
 
 // tokenizeOn asks e's POST /tokenize for the prompt's count.
@@ -168,7 +183,7 @@ func (r *Router) tokenizeOn(ctx context.Context, e *engine, req *api.Request) (i
 	if out.MaxModelLen > 0 {
 		// vLLM's context length: a chat request with no limit may run to
 		// its end (OutputLimitIn).
-		r.maxModelLen.Store(int64(out.MaxModelLen))
+		storeMax(&r.maxModelLen, int64(out.MaxModelLen))
 	}
 	return *out.Count, true
 }

@@ -428,3 +428,29 @@ func TestJournalFilesIdentical(t *testing.T) {
 		t.Fatalf("walk: %v, %d files compared", err, files)
 	}
 }
+
+// A secret read from a file or the environment keeps its spaces, drops a
+// file's last line end, and is refused blank or spanning lines, naming
+// its flag.
+func TestSecretFlags(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, v string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(v), 0o600)
+		return p
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--engine-api-key-file", write("blank", "  \n")}, "is empty"},
+		{[]string{"--engine-api-key-file", write("two", "a\nb\n")}, "--engine-api-key-file: " + filepath.Join(dir, "two") + " holds a line break"},
+		{[]string{"--engine-api-key-env", "NWB_TEST_BLANK"}, "--engine-api-key-env: NWB_TEST_BLANK is not set in the environment, or blank"},
+	} {
+		t.Setenv("NWB_TEST_BLANK", "   ")
+		code, out, errs := runCLI(t, append([]string{"serve", "--fleet", "demo", "--listen", "127.0.0.1:0"}, c.args...)...)
+		if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(out+errs, "serving") {
+			t.Errorf("%v: exit %d, %q: expected exit 2 with %q", c.args, code, errs, c.want)
+		}
+	}
+}

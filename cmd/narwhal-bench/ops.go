@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -125,27 +126,32 @@ func standbyHandler(node *ha.Node) http.Handler {
 // when neither is set. Trailing line ends are dropped, nothing else (a
 // password may begin or end with a space).
 func secretFlag(c *cli.Command, name string) (string, error) {
-	switch env, file := c.String(name+"-env"), c.String(name+"-file"); {
+	env, file := c.String(name+"-env"), c.String(name+"-file")
+	var v, from string
+	switch {
 	case env != "" && file != "":
 		return "", usageError{fmt.Errorf("--%s-env and --%s-file: expected one", name, name)}
 	case env != "":
-		v := strings.TrimRight(os.Getenv(env), "\r\n")
-		if v == "" {
-			return "", usageError{fmt.Errorf("--%s-env: %s is not set in the environment", name, env)}
-		}
-		return v, nil
+		v, from = strings.TrimRight(os.Getenv(env), "\r\n"), fmt.Sprintf("--%s-env: %s", name, env)
 	case file != "":
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return "", usageError{fmt.Errorf("--%s-file: %w", name, err)}
 		}
-		v := strings.TrimRight(string(b), "\r\n") // a file's last newline is no part of it
-		if v == "" {
-			return "", usageError{fmt.Errorf("--%s-file: %s is empty", name, file)}
-		}
-		return v, nil
+		v, from = strings.TrimRight(string(b), "\r\n"), fmt.Sprintf("--%s-file: %s", name, file) // a file's last newline is no part of it
+	default:
+		return "", nil
 	}
-	return "", nil
+	switch {
+	case strings.TrimSpace(v) == "":
+		if env != "" {
+			return "", usageError{fmt.Errorf("%s is not set in the environment, or blank", from)}
+		}
+		return "", usageError{fmt.Errorf("%s is empty", from)}
+	case strings.IndexFunc(v, unicode.IsControl) >= 0:
+		return "", usageError{fmt.Errorf("%s holds a line break or another control character: expected one line", from)}
+	}
+	return v, nil
 }
 
 // haSecurityFlags reach etcd over TLS and log in to it.

@@ -201,12 +201,19 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 		if data, err := os.ReadFile(resPath); err == nil && !c.Bool("force") {
 			var res sweep.Result
 			made, _ := os.ReadFile(filepath.Join(dir, resultKey))
-			damaged := ""
-			if json.Unmarshal(data, &res) == nil && string(made) == key {
+			damaged, parsed := "", json.Unmarshal(data, &res) == nil
+			if parsed && string(made) == key {
 				damaged = damagedRun(dir, &res)
+				if why := damagedExport(dir, &res); damaged == "" && why != "" {
+					// The journals are whole: only their export is redone.
+					if _, err := journal.Export(filepath.Join(dir, "runs"), filepath.Join(dir, "parquet")); err != nil {
+						return fmt.Errorf("experiment %s: export again (%s): %w", e.Name, why, err)
+					}
+					fmt.Fprintf(stderr, "%s: %s: exported its journals again\n", label, why)
+				}
 			}
 			switch {
-			case json.Unmarshal(data, &res) != nil:
+			case !parsed:
 			case string(made) != key:
 				// A result made by another binary, or from other settings
 				// (the experiment file, its trace or fleet changed): its
@@ -428,8 +435,8 @@ func pct(a, b int) float64 {
 }
 
 // damagedRun says which journal of a finished combination in dir is
-// missing, not whole or damaged, and why ("" when each of res's runs, and
-// the export beside them, read whole).
+// missing, not whole or damaged, and why ("" when each of res's runs
+// reads whole: every record checked against its end-of-run checksum).
 func damagedRun(dir string, res *sweep.Result) string {
 	for _, run := range res.Runs {
 		p := filepath.Join(dir, "runs", sweep.RunName(run.Arm, run.Rate))
@@ -439,11 +446,35 @@ func damagedRun(dir string, res *sweep.Result) string {
 			r.Close()
 		}
 		if err != nil {
-			return fmt.Sprintf("journal %s does not read whole (%v)", p, err)
+			return fmt.Sprintf("a journal does not read whole: %v", err)
 		}
 	}
-	if pq := filepath.Join(dir, "parquet"); !journal.IsExport(pq) {
-		return fmt.Sprintf("export %s is missing", pq)
+	return ""
+}
+
+// damagedExport says why the export of a finished combination in dir is
+// not whole, or does not list exactly res's runs ("" when it is both).
+func damagedExport(dir string, res *sweep.Result) string {
+	pq := filepath.Join(dir, "parquet")
+	if err := journal.CheckExport(pq); err != nil {
+		return fmt.Sprintf("export %s: %v", pq, err)
+	}
+	names, err := journal.ExportedRunNames(pq)
+	if err != nil {
+		return err.Error()
+	}
+	want := map[string]bool{}
+	for _, run := range res.Runs {
+		want[sweep.RunName(run.Arm, run.Rate)] = true
+	}
+	for _, n := range names {
+		if !want[n] {
+			return fmt.Sprintf("export %s lists run %s, which the result does not", pq, n)
+		}
+		delete(want, n)
+	}
+	for n := range want {
+		return fmt.Sprintf("export %s lacks run %s", pq, n)
 	}
 	return ""
 }

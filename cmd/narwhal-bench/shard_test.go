@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/narwhal-bench/narwhal-bench/journal"
+
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,8 +120,10 @@ func TestRunChecksEveryFileFirst(t *testing.T) {
 }
 
 // A finished combination whose journals no longer read whole (a table
-// truncated) or whose export is gone runs again, saying why, rather than
-// printing a summary the report would refuse; once whole, it is skipped.
+// truncated) runs again, saying why, rather than printing a summary the
+// report would refuse; once whole, it is skipped. One whose journals are
+// whole but whose export is not (gone, its manifest gone, a table cut) is
+// exported again and skipped, and the report then reads it.
 func TestRunRerunsDamagedJournals(t *testing.T) {
 	dir := t.TempDir()
 	exp := filepath.Join(dir, "exp.yaml")
@@ -148,10 +152,21 @@ func TestRunRerunsDamagedJournals(t *testing.T) {
 	if errs := run(); !strings.Contains(errs, "done earlier, skipped") {
 		t.Fatalf("after the rerun: %s: want it skipped", errs)
 	}
-	if err := os.RemoveAll(filepath.Join(combo, "parquet")); err != nil {
-		t.Fatal(err)
-	}
-	if errs := run(); !strings.Contains(errs, "export") || !strings.Contains(errs, "is missing") {
-		t.Fatalf("the export removed: %s: want it run again", errs)
+	pq := filepath.Join(combo, "parquet")
+	for _, damage := range []func() error{
+		func() error { return os.RemoveAll(pq) },
+		func() error { return os.Remove(filepath.Join(pq, "manifest.json")) },
+		func() error { return os.Truncate(filepath.Join(pq, "requests.parquet"), 50) },
+	} {
+		if err := damage(); err != nil {
+			t.Fatal(err)
+		}
+		errs := run()
+		if !strings.Contains(errs, "exported its journals again") || !strings.Contains(errs, "done earlier, skipped") || strings.Contains(errs, ": running ") {
+			t.Fatalf("a damaged export: %s: want it exported again, the runs skipped", errs)
+		}
+		if err := journal.ReadExport(pq, func(*journal.ExportedRun) error { return nil }); err != nil {
+			t.Fatalf("the export after the rerun: %v", err)
+		}
 	}
 }
