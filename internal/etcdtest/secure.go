@@ -28,8 +28,11 @@ type Secure struct {
 	// Addr is its client address, HOST:PORT (https).
 	Addr string
 	// CA verifies its certificate and signed ClientCert/ClientKey, a
-	// client certificate whose common name is no etcd user.
+	// client certificate whose common name is no etcd user, and
+	// UserCert/UserKey, one whose common name is User (etcd then takes
+	// that name as the user, with no password).
 	CA, ClientCert, ClientKey string
+	UserCert, UserKey         string
 	// OtherCA is a CA that signed nothing etcd trusts.
 	OtherCA string
 	// User and Password may read and write under Prefix, and nothing else.
@@ -47,7 +50,8 @@ func StartSecure(t testing.TB) Secure {
 	newCA(t, dir, "other-ca")
 	srvCert, srvKey := issue(t, dir, "server", ca, caKey, x509.ExtKeyUsageServerAuth, "etcd-server")
 	cliCert, cliKey := issue(t, dir, "client", ca, caKey, x509.ExtKeyUsageClientAuth, "nwb-client")
-	s := Secure{CA: filepath.Join(dir, "ca.pem"), ClientCert: cliCert, ClientKey: cliKey,
+	userCert, userKey := issue(t, dir, "user-client", ca, caKey, x509.ExtKeyUsageClientAuth, "router")
+	s := Secure{CA: filepath.Join(dir, "ca.pem"), ClientCert: cliCert, ClientKey: cliKey, UserCert: userCert, UserKey: userKey,
 		OtherCA: filepath.Join(dir, "other-ca.pem"), User: "router", Password: "router-secret", Prefix: "/narwhal-bench/"}
 
 	cfg := embed.NewConfig()

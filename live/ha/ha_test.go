@@ -391,6 +391,22 @@ func TestSecureEtcd(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 
+	// A certificate issued to the user's name logs in with no password
+	// (etcd's rule for client certificates).
+	named, err := TLSConfig(s.CA, s.UserCert, s.UserKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byCert := cfg
+	byCert.TLS, byCert.Username, byCert.Password = named, "", ""
+	n = dialAs(t, byCert, "r2")
+	if _, err := n.Campaign(ctx); err != nil {
+		t.Fatalf("a certificate named as the user: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+
 	noCert, err := TLSConfig(s.CA, "", "")
 	if err != nil {
 		t.Fatal(err)
