@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,13 +142,23 @@ func TestEngineKilledMidStreamAndRestarted(t *testing.T) {
 	}
 }
 
-// A prefill engine answering 503 (or refusing connections) costs the
+// A prefill engine answering 502 (or refusing connections) costs the
 // client nothing: the prefill is re-placed once on the other prefill
 // engine; a 4xx never counts against an engine; a same-process engine that
 // answers again is not readmitted until it restarts.
 func TestPrefillRetryAndReadmission(t *testing.T) {
+	var broken atomic.Bool // e0 answers inference requests 502
 	r := startRig(t, rigOpts{n: 3, arm: "static:2P1D", stub: stub.Options{TimeScale: zero()},
-		configure: func(c *Config) { c.SweepInterval = -1 }})
+		configure: func(c *Config) {
+			c.SweepInterval = -1
+			interpose(t, c, 0, func(w http.ResponseWriter, q *http.Request, b []byte, engine http.Handler) {
+				if broken.Load() && strings.HasPrefix(q.URL.Path, "/v1/") {
+					http.Error(w, `{"error":{"message":"bad gateway","type":"BadGateway","param":null,"code":502}}`, http.StatusBadGateway)
+					return
+				}
+				engine.ServeHTTP(w, q)
+			})
+		}})
 	// A 4xx (prompt plus output beyond the engine's max_model_len) is the
 	// request's fault: five of them leave every engine in.
 	for i := 0; i < 5; i++ {
@@ -157,7 +168,7 @@ func TestPrefillRetryAndReadmission(t *testing.T) {
 			t.Fatalf("status %d, expected the engine's 400", resp.StatusCode)
 		}
 	}
-	r.stubs.Servers()[0].SetFaults(stub.Faults{Refuse: true})
+	broken.Store(true)
 	for i := 0; i < 10; i++ {
 		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"retry me `+strconv.Itoa(i)+`","max_tokens":4}`, nil)
 		io.Copy(io.Discard, resp.Body)
@@ -170,7 +181,7 @@ func TestPrefillRetryAndReadmission(t *testing.T) {
 		t.Fatalf("engines down %v %v %v: expected only e0 ejected", st.Engines[0].Down, st.Engines[1].Down, st.Engines[2].Down)
 	}
 	// Healed but the same process: it stays out.
-	r.stubs.Servers()[0].SetFaults(stub.Faults{})
+	broken.Store(false)
 	time.Sleep(300 * time.Millisecond) // six probe intervals
 	if st, _ := r.router.State(); !st.Engines[0].Down {
 		t.Fatal("e0 readmitted without a new process")
@@ -261,8 +272,17 @@ func TestEngine503PassedOn(t *testing.T) {
 	if code != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "7" || !strings.Contains(msg, "sleeping") {
 		t.Fatalf("%d %v, Retry-After %q: expected the engines' 503 with Retry-After 7", code, body, resp.Header.Get("Retry-After"))
 	}
+	// Busy is not broken: three more such answers eject no engine (an
+	// ejected engine stays out until its process restarts).
+	for i := 0; i < 3; i++ {
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"still busy?","max_tokens":4}`, nil)
+		io.Copy(io.Discard, resp.Body)
+	}
+	if st, _ := r.router.State(); st.Engines[0].Down || st.Engines[1].Down {
+		t.Fatalf("engines down %v %v after 503s: expected both in", st.Engines[0].Down, st.Engines[1].Down)
+	}
 	r.stop()
-	if o := outcomes(checkJournal(t, r.jr.records())); o["fail/unavailable"] != 1 || len(o) != 1 {
-		t.Fatalf("outcomes %v: expected one fail unavailable", o)
+	if o := outcomes(checkJournal(t, r.jr.records())); o["fail/unavailable"] != 4 || len(o) != 1 {
+		t.Fatalf("outcomes %v: expected four fail unavailable", o)
 	}
 }

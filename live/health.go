@@ -18,7 +18,7 @@ import (
 // engine, and a liveness sweep over idle ones.
 //
 //   - A connection failure (refused, reset, EOF before an answer) or a 5xx
-//     counts one failure; FailuresToEject consecutive ones open the
+//     other than 503 (busy is not broken) counts one failure; FailuresToEject consecutive ones open the
 //     breaker: the owner marks the engine down (EngineDown) and ends the
 //     legs still on it.
 //   - A timeout does not count by itself: it makes the router probe the

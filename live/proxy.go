@@ -490,9 +490,9 @@ func (l *leg) twoLegs(pe *engine) verdict {
 }
 
 // engineStatus handles a leg's non-200 answer before anything reached the
-// client: a 5xx counts against the engine (a decode leg's, only while its
-// prefill engine is above suspicion: a failed KV pull is the producer's
-// fault), a 4xx is the request's fault. A prefill answered 502, 503 or
+// client: a 5xx but 503 counts against the engine (a decode leg's, only
+// while its prefill engine is above suspicion: a failed KV pull is the
+// producer's fault), a 4xx is the request's fault. A prefill answered 502, 503 or
 // 504, and a decode answered any 5xx, are re-placed once.
 func (l *leg) engineStatus(e *engine, status int, hdr http.Header, body []byte, stage string) verdict {
 	ae := api.ParseError(status, body)
@@ -507,9 +507,14 @@ func (l *leg) engineStatus(e *engine, status int, hdr http.Header, body []byte, 
 		}
 	}
 	if status >= 500 {
-		if stage == "decode" && l.pe != nil && l.pe != e {
+		switch {
+		case status == http.StatusServiceUnavailable:
+			// The engine answered that it will not serve now (busy,
+			// draining, asleep): it is there, and not broken. Counting it
+			// would eject it until its process restarts.
+		case stage == "decode" && l.pe != nil && l.pe != e:
 			l.r.blame(l.pe, e)
-		} else {
+		default:
 			l.r.failed(e, "5xx")
 		}
 		retry := stage == "decode" || status == http.StatusBadGateway || status == http.StatusServiceUnavailable ||
