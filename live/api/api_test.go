@@ -356,13 +356,16 @@ func TestResponseShapes(t *testing.T) {
 		want string
 	}{
 		{Response{ID: "c", Object: ObjectCompletion, Model: "m", Choices: []Choice{TextChoice("", FinishLength)}, Usage: NewUsage(3, 1)},
-			`{"id":"c","object":"text_completion","created":0,"model":"m","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`},
+			`{"id":"c","object":"text_completion","created":0,"model":"m","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`},
 		{Response{ID: "c", Object: ObjectChat, Model: "m", Choices: []Choice{MessageChoice("hi", FinishStop)}},
-			`{"id":"c","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"logprobs":null,"finish_reason":"stop"}]}`},
+			`{"id":"c","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}`},
 		{Response{ID: "c", Object: ObjectChatChunk, Model: "m", Choices: []Choice{DeltaChoice("assistant", "", "")}},
-			`{"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`},
+			`{"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null,"stop_reason":null}]}`},
 		{Response{ID: "c", Object: ObjectChatChunk, Model: "m", Choices: []Choice{DeltaChoice("", " a", "")}},
-			`{"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":" a"},"logprobs":null,"finish_reason":null}]}`},
+			`{"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":" a"},"logprobs":null,"finish_reason":null,"stop_reason":null}]}`},
+		// vLLM's stop_reason: the stop string that ended the answer.
+		{Response{ID: "c", Object: ObjectCompletion, Model: "m", Choices: []Choice{TextChoice("a", FinishStop).WithStop("END")}},
+			`{"id":"c","object":"text_completion","created":0,"model":"m","choices":[{"index":0,"text":"a","logprobs":null,"finish_reason":"stop","stop_reason":"END"}]}`},
 		{Response{ID: "c", Object: ObjectChatChunk, Model: "m", Choices: []Choice{}, Usage: NewUsage(1, 2)},
 			`{"id":"c","object":"chat.completion.chunk","created":0,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`},
 	} {

@@ -48,6 +48,10 @@ type Choice struct {
 	Delta        *ChatDelta   `json:"delta,omitempty"`
 	Logprobs     *struct{}    `json:"logprobs"`
 	FinishReason *string      `json:"finish_reason"` // null until the last chunk
+	// StopReason is vLLM's: the stop string that ended the answer, null
+	// otherwise (an end of sequence, the length limit, every chunk but
+	// the last).
+	StopReason *string `json:"stop_reason"`
 	// KVTransferParams is where older vLLM builds put the handoff; new
 	// ones put it top level. Routers read both (Handoff).
 	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
@@ -83,6 +87,15 @@ type PromptTokensDetails struct {
 // NewUsage fills TotalTokens.
 func NewUsage(prompt, completion int) *Usage {
 	return &Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+}
+
+// WithStop sets the choice's stop_reason to the stop string that ended
+// the answer ("" leaves it null).
+func (c Choice) WithStop(stop string) Choice {
+	if stop != "" {
+		c.StopReason = &stop
+	}
+	return c
 }
 
 // Ptr returns a pointer to v (for the optional fields above).

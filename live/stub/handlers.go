@@ -315,20 +315,20 @@ func (o *output) response(choices []api.Choice, usage *api.Usage) api.Response {
 
 // chunk streams token k (the first chat chunk is preceded by the role).
 func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
-	finish := ""
+	finish, stop := "", ""
 	if last {
-		finish = o.ans.finish
+		finish, stop = o.ans.finish, o.ans.stop
 	}
 	text := o.ans.token(k - 1)
 	if !o.chat {
-		return sse.Send(o.response([]api.Choice{api.TextChoice(text, finish)}, nil))
+		return sse.Send(o.response([]api.Choice{api.TextChoice(text, finish).WithStop(stop)}, nil))
 	}
 	if k == 1 {
 		if err := sse.Send(o.response([]api.Choice{api.DeltaChoice("assistant", "", "")}, nil)); err != nil {
 			return err
 		}
 	}
-	return sse.Send(o.response([]api.Choice{api.DeltaChoice("", text, finish)}, nil))
+	return sse.Send(o.response([]api.Choice{api.DeltaChoice("", text, finish).WithStop(stop)}, nil))
 }
 
 // whole writes a non-streamed answer; a prefill leg's carries the handoff.
@@ -336,9 +336,9 @@ func (o *output) whole() {
 	text := o.ans.text()
 	var ch api.Choice
 	if o.chat {
-		ch = api.MessageChoice(text, o.ans.finish)
+		ch = api.MessageChoice(text, o.ans.finish).WithStop(o.ans.stop)
 	} else {
-		ch = api.TextChoice(text, o.ans.finish)
+		ch = api.TextChoice(text, o.ans.finish).WithStop(o.ans.stop)
 	}
 	resp := o.response([]api.Choice{ch}, o.usage())
 	if o.prefillLeg && !o.s.getFaults().NoHandoff {

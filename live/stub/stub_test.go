@@ -236,6 +236,14 @@ func TestStopMinTokensEOS(t *testing.T) {
 	if *st.Choices[0].FinishReason != "stop" || *st.Choices[0].Text != want || st.Usage.CompletionTokens != stopAt+1 {
 		t.Errorf("stop %q: %q (%d tokens), want %q (%d)", words[stopAt], *st.Choices[0].Text, st.Usage.CompletionTokens, want, stopAt+1)
 	}
+	// vLLM's stop_reason names the stop string; an end of sequence leaves
+	// it null.
+	if sr := st.Choices[0].StopReason; sr == nil || *sr != words[stopAt] {
+		t.Errorf("stop %q: stop_reason %v", words[stopAt], sr)
+	}
+	if sr := nat.Choices[0].StopReason; sr != nil {
+		t.Errorf("natural end: stop_reason %q, want null", *sr)
+	}
 	// min_tokens past the stop: the stop string is not checked before it.
 	st = gen(`,"ignore_eos":true,"min_tokens":30,"stop":["` + words[stopAt] + `"]`)
 	if st.Usage.CompletionTokens < 30 {

@@ -24,6 +24,7 @@ type answer struct {
 	words  []uint8
 	tokens []string
 	finish string // api.FinishLength or api.FinishStop
+	stop   string // the stop string that ended it ("" for none)
 }
 
 // n is the answer's length in tokens.
@@ -120,14 +121,14 @@ func makeAnswer(r *api.Request, limit int, seed uint64, meanOutput int) answer {
 		if k < r.MinTokens {
 			continue
 		}
-		if cut, ok := findStop(text.String(), start, longest, r.Stop); ok {
+		if cut, stop, ok := findStop(text.String(), start, longest, r.Stop); ok {
 			// Keep the text before the stop string; earlier tokens are whole.
 			full := text.String()[:cut]
 			a.tokens[k-1] = full[min(start, len(full)):]
 			if cut < start { // the stop string began in an earlier token
 				a.tokens = trimTo(a.tokens, cut)
 			}
-			a.finish = api.FinishStop
+			a.finish, a.stop = api.FinishStop, stop
 			return a
 		}
 		if k == natural && k < limit {
@@ -139,19 +140,19 @@ func makeAnswer(r *api.Request, limit int, seed uint64, meanOutput int) answer {
 }
 
 // findStop looks for a stop string that ends inside the newest token
-// (which starts at byte start) and returns where it begins.
-func findStop(text string, start, longest int, stops []string) (int, bool) {
+// (which starts at byte start) and returns where it begins, and which.
+func findStop(text string, start, longest int, stops []string) (int, string, bool) {
 	if len(stops) == 0 {
-		return 0, false
+		return 0, "", false
 	}
 	from := max(0, start-longest+1)
-	best := -1
+	best, which := -1, ""
 	for _, s := range stops {
 		if i := strings.Index(text[from:], s); i >= 0 && (best < 0 || from+i < best) {
-			best = from + i
+			best, which = from+i, s
 		}
 	}
-	return best, best >= 0
+	return best, which, best >= 0
 }
 
 // trimTo cuts the tokens' joined text at byte n: tokens after it become
