@@ -454,3 +454,14 @@ func TestSecretFlags(t *testing.T) {
 		}
 	}
 }
+
+// serve --stub reads its security flags before any stub starts: a bad one
+// is the only thing on stderr, not the last of eight stub lines.
+func TestServeStubBadFlagFirst(t *testing.T) {
+	for _, args := range [][]string{{"--tls-cert", "c.pem"}, {"--ha", "etcd://127.0.0.1:1", "--ha-user", "r"}} {
+		code, out, errs := runCLI(t, append([]string{"serve", "--fleet", "demo", "--stub", "--listen", "127.0.0.1:0", "--base-port", "19481"}, args...)...)
+		if code != 2 || strings.Contains(errs, "stub e0 at") || strings.Contains(out+errs, "serving") {
+			t.Errorf("%v: exit %d, stderr %q: expected exit 2 before any stub starts", args, code, errs)
+		}
+	}
+}

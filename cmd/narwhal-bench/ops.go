@@ -202,6 +202,8 @@ func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
 				return nil, usageError{fmt.Errorf("--%s: only with --ha", f)}
 			}
 		}
+	} else if _, _, _, err := haSecurity(c); err != nil {
+		return nil, err // read again when joining; refused here before anything starts
 	}
 	if key != "" {
 		if cfg.Transport == nil {

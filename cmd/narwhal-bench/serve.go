@@ -36,7 +36,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "arm", Value: "adaptive", Usage: "controller: static:kPmD, aggregated, hybrid:kPmM, adaptive, arrow, planner, coldswap, dynamo, ray"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "address the router serves on"},
 			&cli.StringFlag{Name: "journal", Usage: "write every request, decision and role move to a Pebble journal in this directory"},
-			&cli.StringFlag{Name: "model", Usage: "the model name clients must ask for (default: any, forwarded as sent)"},
+			&cli.StringFlag{Name: "model", Usage: "the model name clients must ask for (default: any, forwarded as sent; stub with --stub)"},
 			&cli.IntFlag{Name: "base-port", Usage: "engines at 127.0.0.1:P+i instead of the fleet file's urls", DefaultText: "the urls; 8101 with --stub"},
 			&cli.BoolFlag{Name: "stub", Usage: "first start stub engines for the fleet in this process (at --base-port, default 8101): a whole live fleet without a GPU"},
 			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost)"},
@@ -100,6 +100,17 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if err := basePortErr(base, spec.Size()); err != nil {
 				return usageError{err}
 			}
+			// The security flags are read before any stub starts, so a bad
+			// one is the only thing the user sees.
+			gate, err := opsSetup(c, &cfg)
+			if err != nil {
+				return err
+			}
+			if c.Bool("stub") && cfg.Model == "" {
+				// The stubs serve one model, stub: a body naming another
+				// is the router's 404, never a request (as live --stub).
+				cfg.Model = "stub"
+			}
 			if !c.Bool("stub") {
 				for _, f := range []string{"stub-time-scale", "stub-mean-output", "stub-max-model-len"} {
 					if c.IsSet(f) {
@@ -131,10 +142,6 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			}
 			// High availability and security (ops.go): listen first, so a
 			// standby answers while it waits for the leadership.
-			gate, err := opsSetup(c, &cfg)
-			if err != nil {
-				return err
-			}
 			ln, err := net.Listen("tcp", c.String("listen"))
 			if err != nil {
 				return usageError{fmt.Errorf("--listen %q: %w", c.String("listen"), err)}

@@ -27,6 +27,11 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST "+RenewPath, s.serveRenew)
 	if s.opts.AllowFaults {
 		mux.HandleFunc("/stub/faults", s.serveFaults)
+	} else {
+		mux.HandleFunc("/stub/faults", func(w http.ResponseWriter, _ *http.Request) {
+			api.WriteVLLMError(w, &api.Error{Status: http.StatusNotFound, Type: "NotFoundError",
+				Message: "/stub/faults is off: start the stubs with --allow-faults to inject faults"})
+		})
 	}
 	return mux
 }

@@ -416,3 +416,26 @@ slo: {ttft: 2s, tpot: 100ms}
 		}
 	}
 }
+
+// Without AllowFaults, /stub/faults is a 404 in vLLM's shape that names
+// the flag that turns it on.
+func TestFaultsOffSaysHow(t *testing.T) {
+	f, err := NewFleet(Options{}, []Instance{{ID: "e0", Addr: "127.0.0.1:0",
+		Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{KVCapacityTokens: 100000}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	resp, err := http.Get(f.Servers()[0].URL() + "/stub/faults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "--allow-faults") {
+		t.Fatalf("%d %s: expected a 404 naming --allow-faults", resp.StatusCode, b)
+	}
+}
