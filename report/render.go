@@ -237,11 +237,20 @@ func (r *Report) header() []string {
 	for i, v := range rates {
 		rs[i] = fmtRate(v)
 	}
-	lines := []string{
-		fmt.Sprintf("%s, %s (%s); rates %s req/s", plural(len(r.Runs), "run", "runs"), plural(len(arms), "arm", "arms"),
-			strings.Join(arms, ", "), strings.Join(rs, ", ")),
+	rateText := "rates " + strings.Join(rs, ", ") + " req/s"
+	if len(rates) == 1 && rates[0] == 0 {
+		rateText = "no rate (a serve journal: its clients' own traffic)"
 	}
-	traces := r.distinct(func(x *RunReport) string { return x.Trace })
+	lines := []string{
+		fmt.Sprintf("%s, %s (%s); %s", plural(len(r.Runs), "run", "runs"), plural(len(arms), "arm", "arms"),
+			strings.Join(arms, ", "), rateText),
+	}
+	traces := r.distinct(func(x *RunReport) string {
+		if x.Trace == "" {
+			return "none"
+		}
+		return x.Trace
+	})
 	fleets := r.distinct(func(x *RunReport) string {
 		gpus := "GPU count unknown"
 		if x.GPUs > 0 {

@@ -967,3 +967,27 @@ func TestCopiedRun(t *testing.T) {
 		t.Fatalf("two runs of their own: %v", err)
 	}
 }
+
+// A serve journal has no trace and no rate (its clients sent what they
+// sent): the header says so rather than "rates 0 req/s" and "trace ;".
+func TestServeJournalHeader(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "serve")
+	m := fixtureMeta("adaptive", 0, 8)
+	m.Driver, m.Trace = "live", ""
+	f := newFixtureRun(t, dir, m)
+	f.roles(4, 4, false)
+	f.req(reqSpec{class: "qa", sched: 0, ttft: 0.2, dur: 0.5, in: 100, want: 10, out: 6, term: event.KindFinish, cause: event.CauseStop})
+	f.close()
+	r, err := Load(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := r.Write(&b, FormatText); err != nil {
+		t.Fatal(err)
+	}
+	head := b.String()[:min(400, b.Len())]
+	if !strings.Contains(head, "no rate (a serve journal") || !strings.Contains(head, "trace none;") || strings.Contains(head, "rates 0 req/s") {
+		t.Fatalf("header:\n%s", head)
+	}
+}

@@ -94,8 +94,12 @@ func exportCommand() *cli.Command {
 			if st.Partial > 0 {
 				partial = fmt.Sprintf(", %d of them partial", st.Partial)
 			}
-			fmt.Fprintf(c.Root().Writer, "exported %d runs%s (%d requests, %d role moves, %d decisions, %d faults) to %s\n",
-				st.Runs, partial, st.Requests, st.RoleMoves, st.Decisions, st.Faults, out)
+			runs := "runs"
+			if st.Runs == 1 {
+				runs = "run"
+			}
+			fmt.Fprintf(c.Root().Writer, "exported %d %s%s (%d requests, %d role moves, %d decisions, %d faults) to %s\n",
+				st.Runs, runs, partial, st.Requests, st.RoleMoves, st.Decisions, st.Faults, out)
 			return nil
 		},
 	}
