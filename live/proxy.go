@@ -73,13 +73,11 @@ func haltedError() *api.Error {
 
 // stopping answers 503 and says true once the router stops.
 func (r *Router) stopping(w http.ResponseWriter) bool {
-	select {
-	case <-r.stopped:
-		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
-		return true
-	default:
+	if !r.halted() {
 		return false
 	}
+	api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+	return true
 }
 
 func (r *Router) health(w http.ResponseWriter, _ *http.Request) {

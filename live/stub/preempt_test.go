@@ -19,15 +19,8 @@ import (
 // three streams of a 100-token prompt, and returns its URL.
 func startTightKV(t *testing.T, timeScale float64) string {
 	t.Helper()
-	f, err := NewFleet(Options{TimeScale: scale(timeScale)}, []Instance{{ID: "e0", Addr: "127.0.0.1:0",
+	f := startInstances(t, Options{TimeScale: scale(timeScale)}, []Instance{{ID: "e0", Addr: "127.0.0.1:0",
 		Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{KVCapacityTokens: 350}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
 	return f.Servers()[0].URL()
 }
 

@@ -34,8 +34,17 @@ func startNamed(t *testing.T, prefix string, n int, opts Options) *Fleet {
 	var insts []Instance
 	for i := range n {
 		insts = append(insts, Instance{ID: prefix + string(rune('0'+i)), Addr: "127.0.0.1:0",
-			Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{KVCapacityTokens: 100000}}})
+			Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{KVCapacityTokens: testKVTokens}}})
 	}
+	return startInstances(t, opts, insts)
+}
+
+// testKVTokens is the KV capacity of test engines that do not test it.
+const testKVTokens = 100000
+
+// startInstances starts insts with opts until the test ends.
+func startInstances(t *testing.T, opts Options, insts []Instance) *Fleet {
+	t.Helper()
 	f, err := NewFleet(opts, insts)
 	if err != nil {
 		t.Fatal(err)
@@ -420,15 +429,8 @@ slo: {ttft: 2s, tpot: 100ms}
 // Without AllowFaults, /stub/faults is a 404 in vLLM's shape that names
 // the flag that turns it on.
 func TestFaultsOffSaysHow(t *testing.T) {
-	f, err := NewFleet(Options{}, []Instance{{ID: "e0", Addr: "127.0.0.1:0",
-		Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{KVCapacityTokens: 100000}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
+	f := startInstances(t, Options{}, []Instance{{ID: "e0", Addr: "127.0.0.1:0",
+		Engine: engine.Config{Profile: timing.Reference, Batch: engine.Batch{KVCapacityTokens: testKVTokens}}}})
 	resp, err := http.Get(f.Servers()[0].URL() + "/stub/faults")
 	if err != nil {
 		t.Fatal(err)
