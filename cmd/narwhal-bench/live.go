@@ -59,6 +59,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.BoolFlag{Name: "prefix-cache", Usage: "with --fleet: the engines keep prefix caches (vLLM's automatic prefix caching; with --stub, the stubs', sized by the fleet's prefix_cache) and the router's placement prices them, as sim --prefix-cache"},
 			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost; anything but 1 makes times disagree with sim)"},
 			&cli.IntFlag{Name: "base-port", Usage: "with --fleet: engines at 127.0.0.1:P+i instead of the fleet file's urls", DefaultText: "the urls"},
+			&cli.StringFlag{Name: "listen", Usage: "with --fleet: the address the in-process router serves on, to watch its /state and /metrics (or scrape them) during the run; said on stderr", DefaultText: "a free loopback port"},
 			&cli.StringFlag{Name: "model", Usage: "the model field of every request (default: stub with --stub, else the first model GET /v1/models lists)"},
 			&cli.StringFlag{Name: "endpoint", Value: loadgen.EndpointCompletions, Usage: "completions (/v1/completions) or chat (/v1/chat/completions)"},
 			&cli.StringFlag{Name: "api-key", Usage: "bearer token for --target (default: $NARWHAL_API_KEY)"},
@@ -100,6 +101,7 @@ type liveRun struct {
 	prefixCache bool // --prefix-cache: stub caches, prefix-aware placement
 	timeScale   float64
 	basePort    int
+	listen      string // --listen: the in-process router's address
 	model       string
 	lg          loadgen.Config
 	duration    time.Duration
@@ -118,7 +120,7 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 	}
 	lc := &liveRun{target: c.String("target"), dir: c.String("journal"), noParquet: c.Bool("no-parquet"),
 		stub: c.Bool("stub"), timeScale: c.Float64("stub-time-scale"), basePort: int(c.Int("base-port")),
-		model: c.String("model"), limit: int(c.Int("limit")), json: c.Bool("json"), warmup: int(c.Int("warmup")),
+		listen: c.String("listen"), model: c.String("model"), limit: int(c.Int("limit")), json: c.Bool("json"), warmup: int(c.Int("warmup")),
 		prefixCache: c.Bool("prefix-cache")}
 	switch {
 	case lc.target == "" && c.String("fleet") == "":
@@ -129,6 +131,16 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 		return nil, errors.New("--stub: needs --fleet (it starts the fleet's engines as stubs)")
 	case lc.target != "" && lc.prefixCache:
 		return nil, errors.New("--prefix-cache: needs --fleet (whether a target's engines cache prefixes is the target's setting)")
+	case lc.target != "" && lc.listen != "":
+		return nil, errors.New("--listen: needs --fleet (it is the address of the router this process runs)")
+	}
+	if lc.listen != "" {
+		// Said before any engine starts; each run listens on it in turn.
+		ln, err := net.Listen("tcp", lc.listen)
+		if err != nil {
+			return nil, fmt.Errorf("--listen %q: %w", lc.listen, err)
+		}
+		_ = ln.Close()
 	}
 	tr, err := traces.Open(c.String("trace"), c.String("trace-format"))
 	if err != nil {
@@ -472,9 +484,13 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 			return nil, usageError{err}
 		}
 		meta.StartUnixNano = rt.Start().UnixNano()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		addr := lc.listen
+		if addr == "" {
+			addr = "127.0.0.1:0"
+		}
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, err
+			return nil, usageError{fmt.Errorf("--listen %q: %w", addr, err)}
 		}
 		rctx, rcancel := context.WithCancel(context.Background())
 		runErr := make(chan error, 1)
@@ -489,8 +505,8 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 		if cfg.Model = lc.model; cfg.Model == "" {
 			cfg.Model = "stub"
 		}
-		fmt.Fprintf(stderr, "narwhal-bench: live: %d requests at %s req/s through the router (%s, %s, %d engines)\n",
-			len(plan), fmtRate(rate), lc.arm, lc.spec.Name, lc.spec.Size())
+		fmt.Fprintf(stderr, "narwhal-bench: live: %d requests at %s req/s through the router at %s (%s, %s, %d engines)\n",
+			len(plan), fmtRate(rate), cfg.URL, lc.arm, lc.spec.Name, lc.spec.Size())
 		res, err = loadgen.Run(ctx, cfg, plan)
 		stopFlush()
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)

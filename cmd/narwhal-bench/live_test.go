@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -426,5 +427,68 @@ func TestLiveWarmup(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, "live", "--fleet", "demo", "--stub", "--warmup", "2"); code != 2 || !strings.Contains(errs, "--warmup 2") {
 		t.Fatalf("--warmup without --target: exit %d, %s", code, errs)
+	}
+}
+
+// TestLiveListen: with --listen the in-process router serves /state and
+// /metrics on the named address while the run goes on, and says where;
+// an address in use, or --listen with --target, is refused before any
+// engine starts (exit 2).
+func TestLiveListen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a live run of a few seconds")
+	}
+	fleetPath, tracePath := liveFiles(t, "4s")
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	code, _, errs := liveCLI(t, context.Background(), "live", "--fleet", fleetPath, "--stub", "--trace", tracePath,
+		"--listen", busy.Addr().String())
+	if code != 2 || !strings.Contains(errs, "--listen") || !strings.Contains(errs, "in use") || strings.Contains(errs, "requests at") {
+		t.Errorf("--listen on an address in use: exit %d, stderr %q; expected 2 naming --listen before any run", code, errs)
+	}
+	code, _, errs = liveCLI(t, context.Background(), "live", "--target", "http://127.0.0.1:1", "--listen", "127.0.0.1:0")
+	if code != 2 || !strings.Contains(errs, "--listen: needs --fleet") {
+		t.Errorf("--listen with --target: exit %d, stderr %q", code, errs)
+	}
+
+	addr := busy.Addr().String()
+	busy.Close() // free now: the run listens there
+	var state, metrics atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if resp, err := http.Get("http://" + addr + "/state"); err == nil {
+				state.Store(state.Load() || resp.StatusCode == http.StatusOK)
+				resp.Body.Close()
+			}
+			if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+				metrics.Store(metrics.Load() || resp.StatusCode == http.StatusOK)
+				resp.Body.Close()
+			}
+		}
+	}()
+	code, out, errs := liveCLI(t, context.Background(), "live", "--fleet", fleetPath, "--stub", "--trace", tracePath,
+		"--arm", "static:2P1D", "--listen", addr)
+	close(stop)
+	wg.Wait()
+	if code != 0 {
+		t.Fatalf("live --listen: exit %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(errs, "through the router at http://"+addr) {
+		t.Errorf("stderr does not say where the router listens:\n%s", errs)
+	}
+	if !state.Load() || !metrics.Load() {
+		t.Errorf("during the run: /state answered %v, /metrics answered %v; expected both", state.Load(), metrics.Load())
 	}
 }
