@@ -183,6 +183,9 @@ func (r *foldRow) apply(rec *Record, ct *classTable) (applied bool, err error) {
 		if rec.Kind != KindRefuse {
 			r.output = rec.Tokens
 		}
+		if rec.Kind == KindFinish && rec.Want > 0 {
+			r.cached = rec.Want // learned from the answer's last chunk
+		}
 	}
 	return true, err
 }

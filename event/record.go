@@ -52,7 +52,10 @@ const (
 	// Tokens = output tokens produced (the first token included);
 	// Cause = the finish reason (stop, length, cancel); Text = the response
 	// text when the driver has it (live runs; empty in simulations),
-	// folded into event.Row's Response.
+	// folded into event.Row's Response; Want = prompt tokens served from
+	// the prefix cache when the driver learns them only at the end (the
+	// live router, a streamed request one engine served whole: its usage
+	// comes last), 0 otherwise.
 	KindFinish
 	// KindFail: terminal. The request failed; Cause says why; Tokens =
 	// output tokens produced before the failure.

@@ -66,7 +66,10 @@ type flight struct {
 	// from its prefix cache (a two-leg request; set by the leg before it
 	// tells the owner the prefill is done).
 	prefillCached int
-	reply         chan placement
+	// endCached is the same count learned only from a streamed answer's
+	// last chunk (one engine served it whole), journaled with its end.
+	endCached int
+	reply     chan placement
 	// Set by the owner.
 	prefill, decode event.Instance
 	stage           core.Stage
@@ -563,7 +566,9 @@ func (o *owner) end(now event.Time, f *flight, kind event.Kind, cause event.Caus
 		o.counts.Failed++
 	}
 	if kind == event.KindFinish && cause != event.CauseCancel && f.stage == core.StageDecode {
-		o.emitReq(now, kind, f, inst, event.NoInstance, produced, cause)
+		o.rec = event.Record{At: now, Kind: kind, Req: f.id, Inst: inst, Peer: event.NoInstance, Tokens: produced,
+			Cause: cause, Want: int64(f.endCached)}
+		o.emit(&o.rec)
 		tpot := event.Never
 		if produced > 1 {
 			tpot = (now - f.firstAt) / event.Time(produced-1)

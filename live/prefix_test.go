@@ -169,29 +169,41 @@ func BenchmarkPrefixPlace(b *testing.B) {
 	}
 }
 
-// A whole (non-streamed) answer one engine serves (aggregated serving)
-// journals its cached prompt tokens too, from its usage, as a prefill
-// leg's are; a streamed one has them only at its end, and journals none.
+// An answer one engine serves whole (aggregated serving) journals its
+// cached prompt tokens too, as a prefill leg's are: a non-streamed one
+// from its usage, a streamed one from its last chunk's usage, which the
+// router asks for when the client did not (and does not pass on).
 func TestAggregatedCachedTokensJournaled(t *testing.T) {
 	spec := testFleet(t, 1)
 	pc := fleet.PrefixCache{BlockTokens: 16, CapacityTokens: 100_000}
 	r := startRigSpec(t, spec, rigOpts{arm: "aggregated", stub: stub.Options{PrefixCache: &pc},
 		configure: func(c *Config) { c.PrefixCache = &pc }})
 	text := loadgen.SharedPromptText(9, 0, 1, 400, 7, 400)
-	for _, stream := range []bool{false, false, true} {
-		resp := post(t, r, "/v1/completions", fmt.Sprintf(`{"model":"stub","prompt":%q,"max_tokens":3,"stream":%v}`, text, stream), nil)
-		io.Copy(io.Discard, resp.Body)
+	for _, extra := range []string{`"stream":false`, `"stream":false`, `"stream":true`,
+		`"stream":true,"stream_options":{"include_usage":true}`} {
+		resp := post(t, r, "/v1/completions", fmt.Sprintf(`{"model":"stub","prompt":%q,"max_tokens":3,%s}`, text, extra), nil)
+		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d", resp.StatusCode)
+		}
+		want := !strings.Contains(extra, `"stream":true`) || strings.Contains(extra, "include_usage")
+		if got := strings.Contains(string(b), `"usage":{`); got != want {
+			t.Errorf("%s: usage in the answer %v, expected %v:\n%s", extra, got, want, b)
 		}
 	}
 	hits := cacheHits(t, r)
 	r.stop()
 	rows := checkJournal(t, r.jr.records())
-	if len(rows) != 3 || rows[0].CachedTokens != 0 || rows[2].CachedTokens != 0 {
-		t.Fatalf("rows %+v: expected 3, the first and the streamed one with no cached tokens journaled", rows)
+	if len(rows) != 4 || rows[0].CachedTokens != 0 {
+		t.Fatalf("rows %+v: expected 4, the first with no cached tokens journaled", rows)
 	}
-	if got := rows[1].CachedTokens; got == 0 || 2*got != int64(hits) {
-		t.Fatalf("the second prompt journaled %d cached tokens; the engine served %d from its cache over the last two", got, hits)
+	got := rows[1].CachedTokens
+	if got == 0 || 3*got != int64(hits) {
+		t.Fatalf("the second prompt journaled %d cached tokens; the engine served %d from its cache over the last three", got, hits)
+	}
+	for i, row := range rows[2:] {
+		if row.CachedTokens != got {
+			t.Errorf("streamed request %d journaled %d cached tokens, the non-streamed one %d", i+1, row.CachedTokens, got)
+		}
 	}
 }

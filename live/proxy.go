@@ -685,7 +685,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		return nil
 	}
 	sr := api.NewSSEReader(upstream)
-	delivered, usage := 0, -1
+	delivered, usage, cached := 0, -1, 0
 	finish := ""
 	var last time.Time
 	for {
@@ -748,6 +748,11 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			}
 			if c.Usage >= 0 {
 				usage = c.Usage
+				if single {
+					// One engine served the prompt too: its usage, the
+					// stream's last chunk, says what its cache served.
+					cached = promptCached(payload)
+				}
 				if dropUsage && c.Tokens == 0 {
 					continue // the usage chunk the client did not ask for
 				}
@@ -805,6 +810,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 	if usage > 0 {
 		delivered = usage
 	}
+	l.f.endCached = cached // read by the owner after endFlight's send
 	l.f.produced.Store(int64(max(delivered, 1)))
 	l.observeFinish(int64(max(delivered, 1)))
 	l.r.endFlight(l.f, event.KindFinish, l.finishCause(finish))
