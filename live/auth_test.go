@@ -144,6 +144,21 @@ tenants:
 	if c, _ := call("GET", "/state", "bearer ops-key", false); c != 200 {
 		t.Errorf("/state as ops: %d", c)
 	}
+	// The scheduled-send header moves a request's measured start: an
+	// admin tenant's only (a refusal spends none of evals' rate).
+	scheduled := func(auth string) (int, map[string]any) {
+		q, _ := http.NewRequest("POST", srv.URL+"/v1/completions", bytes.NewReader([]byte("{}")))
+		q.Header.Set("Authorization", auth)
+		q.Header.Set(HeaderScheduled, "0")
+		resp, err := http.DefaultClient.Do(q)
+		return statusJSON(t, resp, err)
+	}
+	if c, b := scheduled("Bearer evals-key"); c != 403 || code(b) != "not_admin" {
+		t.Errorf("%s as evals: %d %v", HeaderScheduled, c, b)
+	}
+	if c, _ := scheduled("Bearer ops-key"); c != 200 {
+		t.Errorf("%s as ops: %d", HeaderScheduled, c)
+	}
 	// evals: one in flight at most.
 	entered.Add(1)
 	done := make(chan int)
@@ -181,7 +196,7 @@ tenants:
 		`narwhal_tenant_requests_total{outcome="served",tenant="evals"} 3`,
 		`narwhal_tenant_requests_total{outcome="tenant_concurrency",tenant="evals"} 1`,
 		`narwhal_tenant_requests_total{outcome="tenant_rate",tenant="evals"} 1`,
-		`narwhal_tenant_requests_total{outcome="served",tenant="ops"} 1`,
+		`narwhal_tenant_requests_total{outcome="served",tenant="ops"} 2`,
 		`narwhal_tenant_in_flight{tenant="evals"} 0`,
 		`narwhal_tenant_cap{tenant="evals"} 1`,
 	} {

@@ -70,14 +70,21 @@ func outcome(kind event.Kind, cause event.Cause) string {
 }
 
 // sloBuckets are histogram edges at fractions of an SLO, one edge exactly
-// at it (the reference's edges), so attainment reads off a bucket.
-func sloBuckets(slo event.Time) []float64 {
+// at it (the reference's edges), so attainment reads off a bucket, below
+// them edges doubling from low seconds, so that a quantile of values far
+// under the SLO (an idle fleet's admission wait, a short prompt's TTFT)
+// is not read off one wide first bucket.
+func sloBuckets(slo event.Time, low float64) []float64 {
 	s := slo.Seconds()
 	if s <= 0 {
 		return prometheus.DefBuckets
 	}
+	fracs := []float64{0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.5, 3.0, 10.0}
 	var b []float64
-	for _, f := range []float64{0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.5, 3.0, 10.0} {
+	for e := low; low > 0 && e < 0.8*fracs[0]*s; e *= 2 {
+		b = append(b, e)
+	}
+	for _, f := range fracs {
 		b = append(b, f*s)
 	}
 	return b
@@ -118,9 +125,9 @@ func newMetrics(arm string, slo event.SLO, names []string) *Metrics {
 	m.sloMet = counter("narwhal_requests_slo_met_total", "Requests that ended meeting both SLOs (the journal's qualification rule: finished naturally, 2+ tokens, TTFT and TPOT within the fleet's SLO).")
 	m.inFlight = gauge("narwhal_requests_in_flight", "Requests admitted and not ended, queued ones included.")
 	m.queue = gauge("narwhal_admission_queue_depth", "Requests waiting in the core's admission queue.")
-	m.wait = hist("narwhal_admission_wait_seconds", "Time from a request's arrival to the core's answer (a placement, a refusal or an expiry).", sloBuckets(slo.TTFT))
-	m.ttft = hist("narwhal_ttft_seconds", "Time to first token as the journal defines it: from the scheduled send time (or arrival) to the prefill's return.", sloBuckets(slo.TTFT))
-	m.tpot = hist("narwhal_tpot_seconds", "Mean gap between output tokens after the first, per finished request with 2+ tokens.", sloBuckets(slo.TPOT))
+	m.wait = hist("narwhal_admission_wait_seconds", "Time from a request's arrival to the core's answer (a placement, a refusal or an expiry).", sloBuckets(slo.TTFT, 1e-4))
+	m.ttft = hist("narwhal_ttft_seconds", "Time to first token as the journal defines it: from the scheduled send time (or arrival) to the prefill's return; once a request, none for a non-streamed answer one engine served whole.", sloBuckets(slo.TTFT, 1e-3))
+	m.tpot = hist("narwhal_tpot_seconds", "Mean gap between output tokens after the first, per finished request with 2+ tokens (none for a non-streamed answer one engine served whole).", sloBuckets(slo.TPOT, 1e-4))
 	m.e2e = hist("narwhal_request_duration_seconds", "End-to-end time of finished requests, from the scheduled send time (or arrival) to the last token.", prometheus.ExponentialBuckets(0.01, 2, 17))
 	m.handoff = hist("narwhal_kv_handoff_seconds", "KV handoff time: from the prefill leg's return to the decode leg's first token on another engine.", prometheus.ExponentialBuckets(0.0005, 2, 16))
 	m.noHandoff = counter("narwhal_missing_handoffs_total", "Prefill legs that returned no usable KV handoff (GET /state counts.no_handoff).")
@@ -143,12 +150,23 @@ func newMetrics(arm string, slo event.SLO, names []string) *Metrics {
 		m.started.WithLabelValues(n)
 		m.ejections.WithLabelValues(n)
 		m.readmits.WithLabelValues(n)
+		// Every series a counter may take exists from the start, so
+		// increase() and rate() count its first step from zero.
+		for _, k := range []string{"connect", "5xx", "timeout", "probe"} {
+			m.failures.WithLabelValues(n, k)
+		}
+	}
+	for _, to := range []event.Role{event.RolePrefill, event.RoleDecode, event.RoleMixed, event.RoleNone} {
+		for _, c := range []event.Cause{event.CauseController, event.CauseInline, event.CauseOperator, event.CauseEngineDown} {
+			m.moves.WithLabelValues(to.String(), c.String())
+		}
 	}
 	for _, o := range []string{"finished", "cancelled", "refused", "failed", "expired"} {
 		// The common series exist from the start, so rate() sees their zero.
 		switch o {
 		case "finished":
 			m.requests.WithLabelValues(o, event.CauseStop.String())
+			m.requests.WithLabelValues(o, event.CauseLength.String()) // the SLO alert subtracts it
 		case "cancelled":
 			m.requests.WithLabelValues(o, event.CauseCancel.String())
 		case "refused":
@@ -230,9 +248,15 @@ func (l *leg) sched() event.Time {
 }
 
 // observeFirst notes that this attempt's first token exists (the prefill
-// returned, or a single request's first event) and observes TTFT.
+// returned, or a single request's first event) and observes TTFT, once a
+// request, and not for an answer that came whole (its first token is
+// unseen).
 func (l *leg) observeFirst() {
 	l.tFirst = l.r.now()
+	if l.ttftSeen || l.whole {
+		return
+	}
+	l.ttftSeen = true
 	l.r.met.ttft.Observe(max(0, (l.tFirst - l.sched()).Seconds()))
 }
 
@@ -250,7 +274,7 @@ func (l *leg) observeHandoff() {
 func (l *leg) observeFinish(tokens int64) {
 	now := l.r.now()
 	l.r.met.e2e.Observe(max(0, (now - l.sched()).Seconds()))
-	if tokens > 1 {
+	if tokens > 1 && !l.whole {
 		l.r.met.tpot.Observe((now - l.tFirst).Seconds() / float64(tokens-1))
 	}
 }

@@ -305,6 +305,39 @@ func TestPrometheusScrape(t *testing.T) {
 			t.Errorf("dashboard panel query rejected: %v", err)
 		}
 	}
+	// A query of a misspelt series is valid PromQL and reads nothing:
+	// every series a panel names is one the router or an engine serves.
+	served := map[string]bool{}
+	for _, u := range append([]string{r.url}, stubURLs(r)...) {
+		resp, err := http.Get(u + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			if line == "" || line[0] == '#' {
+				continue
+			}
+			served[strings.FieldsFunc(line, func(r rune) bool { return r == '{' || r == ' ' })[0]] = true
+		}
+	}
+	name := regexp.MustCompile(`\b(narwhal_[a-z_]+|vllm:[a-z_:]+)`)
+	for _, e := range exprs {
+		for _, n := range name.FindAllString(e, -1) {
+			if !served[n] && !strings.HasPrefix(n, "narwhal_tenant_") && !(n == "vllm:gpu_cache_usage_perc" && served["vllm:kv_cache_usage_perc"]) {
+				t.Errorf("dashboard query names %s, which neither the router nor an engine serves: %s", n, e)
+			}
+		}
+	}
+}
+
+func stubURLs(r *rig) []string {
+	var out []string
+	for _, s := range r.stubs.Servers() {
+		out = append(out, s.URL())
+	}
+	return out
 }
 
 // dashboardExprs extracts every panel target's expr from the Grafana JSON.

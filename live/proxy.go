@@ -22,7 +22,9 @@ const maxLegBody = 64 << 20
 // Headers a load generator may set.
 const (
 	// HeaderScheduled is the request's scheduled send time in nanoseconds
-	// of the router clock (the journal's Ref); TTFT is measured from it.
+	// of the router clock (the journal's Ref); TTFT is measured from it. It
+	// must lie between the request timeout before the router's now and a
+	// second after it, and with tenants only an admin tenant may send it.
 	HeaderScheduled = "X-Narwhal-Scheduled-Ns"
 	// HeaderClass names the request's trace class in the journal.
 	HeaderClass = "X-Narwhal-Class"
@@ -263,10 +265,16 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 	f := &flight{input: input, want: want, class: q.Header.Get(HeaderClass), scheduled: -1,
 		reply: make(chan placement, 1), noDecode: want == 1, hashes: r.prefixHashes(req, input)}
 	if s := q.Header.Get(HeaderScheduled); s != "" {
-		if ns, err := strconv.ParseInt(s, 10, 64); err == nil && ns >= 0 {
+		// A load generator in front of this router says when it meant to
+		// send (the client's queue counts toward TTFT). A time far from
+		// now would move every latency the journal and the metrics hold.
+		now := time.Duration(r.now())
+		lo, hi := max(0, now-r.cfg.RequestTimeout), now+time.Second
+		if ns, err := strconv.ParseInt(s, 10, 64); err == nil && time.Duration(ns) >= lo && time.Duration(ns) <= hi {
 			f.scheduled = time.Duration(ns)
 		} else {
-			api.WriteError(w, api.Invalid(HeaderScheduled, s, "nanoseconds >= 0 of the router clock"))
+			api.WriteError(w, api.Invalid(HeaderScheduled, s, fmt.Sprintf(
+				"nanoseconds of the router clock, from %d (the request timeout before now) to %d (a second after now)", lo, hi)))
 			return
 		}
 	}
@@ -349,6 +357,13 @@ type leg struct {
 	pe *engine
 	// tFirst is when this attempt's first token existed (router clock).
 	tFirst event.Time
+	// ttftSeen: the TTFT histogram has this request already (a request
+	// re-placed after a failed leg is observed at its first prefill's
+	// return, once).
+	ttftSeen bool
+	// whole: one engine answered without streaming, so the first token
+	// seen is the last; the TTFT and TPOT histograms skip it.
+	whole bool
 }
 
 func (l *leg) post(ctx context.Context, e *engine, body []byte) (*http.Response, error) {
@@ -633,6 +648,7 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 			// A whole answer's usage is known with its first token: its
 			// cached prompt tokens are journaled as a prefill leg's are.
 			l.f.prefillCached = promptCached(rb)
+			l.whole = true
 			l.observeFirst()
 			if !l.prefilled() {
 				return verdict{}

@@ -1,0 +1,153 @@
+package live
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+)
+
+// family is the router's metric family name, gathered now.
+func family(t *testing.T, r *rig, name string) *dto.MetricFamily {
+	t.Helper()
+	fams, err := r.router.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f
+		}
+	}
+	t.Fatalf("no metric family %s", name)
+	return nil
+}
+
+func histCount(t *testing.T, r *rig, name string) uint64 {
+	t.Helper()
+	return family(t, r, name).GetMetric()[0].GetHistogram().GetSampleCount()
+}
+
+// The latency histograms count what a client sees: one TTFT per request,
+// even when a failed decode leg re-places it and its prompt is prefilled
+// again; none, and no TPOT, for a non-streamed answer one engine served
+// whole (its first token is not seen apart from its last).
+func TestMetricsObservations(t *testing.T) {
+	r := startRig(t, rigOpts{n: 1, arm: "aggregated", stub: stub.Options{TimeScale: zero()}})
+	for _, stream := range []bool{false, false, true} {
+		resp := post(t, r, "/v1/completions", fmt.Sprintf(`{"model":"stub","prompt":"whole or streamed","max_tokens":4,"stream":%v}`, stream), nil)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if n := histCount(t, r, "narwhal_ttft_seconds"); n != 1 {
+		t.Errorf("TTFT observations %d: expected 1, the streamed request's", n)
+	}
+	if n := histCount(t, r, "narwhal_tpot_seconds"); n != 1 {
+		t.Errorf("TPOT observations %d: expected 1, the streamed request's", n)
+	}
+	if n := histCount(t, r, "narwhal_request_duration_seconds"); n != 3 {
+		t.Errorf("end-to-end observations %d: expected 3", n)
+	}
+
+	// A split whose decode engine answers 503: each request is prefilled,
+	// re-placed once (prefilled again) and then fails.
+	r = startRig(t, rigOpts{n: 2, arm: "static:1P1D", stub: stub.Options{TimeScale: zero()}})
+	r.stubs.Servers()[1].SetFaults(stub.Faults{Refuse: true})
+	for i := 0; i < 3; i++ {
+		resp := post(t, r, "/v1/completions", fmt.Sprintf(`{"model":"stub","prompt":"re-placed %d","max_tokens":4,"stream":true}`, i), nil)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	var retried float64
+	for _, m := range family(t, r, "narwhal_leg_retries_total").GetMetric() {
+		retried += m.GetCounter().GetValue()
+	}
+	if retried != 3 {
+		t.Fatalf("%v leg retries: expected each of the 3 requests re-placed once", retried)
+	}
+	if n := histCount(t, r, "narwhal_ttft_seconds"); n != 3 {
+		t.Errorf("TTFT observations %d for 3 re-placed requests: expected one each", n)
+	}
+}
+
+// The series a counter may take exist from the start at zero, so a
+// dashboard's increase() counts the first engine failure or role move;
+// the TTFT and admission-wait histograms have edges far under the SLO,
+// and one exactly at it.
+func TestMetricsSeriesAndBuckets(t *testing.T) {
+	r := startRig(t, rigOpts{n: 2, arm: "static:1P1D", stub: stub.Options{TimeScale: zero()}})
+	if n := len(family(t, r, "narwhal_engine_failures_total").GetMetric()); n != 2*4 {
+		t.Errorf("%d engine-failure series: expected 2 engines x 4 kinds", n)
+	}
+	if n := len(family(t, r, "narwhal_role_moves_total").GetMetric()); n != 4*4 {
+		t.Errorf("%d role-move series: expected 4 roles x 4 causes", n)
+	}
+	slo := r.router.cfg.Fleet.CoreSLO().TTFT.Seconds()
+	for _, name := range []string{"narwhal_ttft_seconds", "narwhal_admission_wait_seconds"} {
+		var edges []float64
+		for _, b := range family(t, r, name).GetMetric()[0].GetHistogram().GetBucket() {
+			edges = append(edges, b.GetUpperBound())
+		}
+		if len(edges) == 0 || edges[0] > 0.002 || edges[0] >= 0.025*slo {
+			t.Errorf("%s edges %v: expected a first edge of a few milliseconds or less, under 2.5%% of the %gs SLO", name, edges, slo)
+		}
+		atSLO := false
+		for i, e := range edges {
+			atSLO = atSLO || e == slo
+			if i > 0 && e <= edges[i-1] {
+				t.Errorf("%s edges %v: not increasing", name, edges)
+			}
+		}
+		if !atSLO {
+			t.Errorf("%s edges %v: none at the SLO %g", name, edges, slo)
+		}
+	}
+}
+
+// The scheduled-send header (a load generator's) is taken only within the
+// request timeout before the router's now and a second after it: a time
+// outside would move every latency the journal and the metrics hold.
+func TestScheduledHeaderBounded(t *testing.T) {
+	r := startRig(t, rigOpts{n: 2, arm: "static:1P1D", stub: stub.Options{TimeScale: zero()},
+		configure: func(c *Config) { c.RequestTimeout = 5 * time.Second }})
+	time.Sleep(20 * time.Millisecond)
+	send := func(ns int64) int {
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"when was I sent","max_tokens":3}`,
+			map[string]string{HeaderScheduled: strconv.FormatInt(ns, 10)})
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusBadRequest && !strings.Contains(string(b), HeaderScheduled) {
+			t.Errorf("400 not naming the header: %s", b)
+		}
+		return resp.StatusCode
+	}
+	now := int64(r.router.now())
+	if c := send(now - int64(10*time.Millisecond)); c != http.StatusOK {
+		t.Errorf("scheduled 10 ms ago: %d, expected 200", c)
+	}
+	if c := send(now + int64(time.Hour)); c != http.StatusBadRequest {
+		t.Errorf("scheduled an hour from now: %d, expected 400", c)
+	}
+	r2 := startRig(t, rigOpts{n: 2, arm: "static:1P1D", stub: stub.Options{TimeScale: zero()},
+		configure: func(c *Config) { c.RequestTimeout = 5 * time.Millisecond }})
+	time.Sleep(50 * time.Millisecond)
+	r = r2
+	if c := send(0); c != http.StatusBadRequest {
+		t.Errorf("scheduled at the router's start, 50 ms ago with a 5 ms request timeout: %d, expected 400", c)
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if len(rows) != 0 {
+		t.Errorf("%d requests journaled: a refused header ends before the core", len(rows))
+	}
+}
