@@ -13,14 +13,14 @@ PKGS      := ./...
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/narwhal-bench
-	$(GO) build -o bin/narwhal-sim ./cmd/narwhal-sim
-	$(GO) build -o bin/narwhal-report ./cmd/narwhal-report
+	$(GO) build -trimpath -o $(BIN) ./cmd/narwhal-bench
+	$(GO) build -trimpath -o bin/narwhal-sim ./cmd/narwhal-sim
+	$(GO) build -trimpath -o bin/narwhal-report ./cmd/narwhal-report
 
 ## install: go install the three commands into $(go env GOBIN), by default
 ## $(go env GOPATH)/bin (narwhal-sim hands --journal to narwhal-bench there).
 install:
-	$(GO) install ./cmd/narwhal-bench ./cmd/narwhal-sim ./cmd/narwhal-report
+	$(GO) install -trimpath ./cmd/narwhal-bench ./cmd/narwhal-sim ./cmd/narwhal-report
 
 ## campaign: the seed evaluation (chatdoc and mixed x prefix caching off/on x seeds 1-5 x
 ## adaptive, dynamo, ray), regenerating docs/evaluation.md and its plots.

@@ -112,7 +112,7 @@ def stamp_dir(out, binary, seeds, refine):
 def run_case(binary, out, trace, level, seeds, refine):
     path = os.path.join(out, f'{trace}-{level}.json')
     args = [binary, 'sim'] + B.TRACES[trace] + B.LEVELS[level] + [
-        '--arms', 'adaptive', '--rates', B.GRID[trace], '--seeds', seeds[trace], '--json']
+        '--arms', 'adaptive', '--rates', B.GRID[trace], '--seeds', B.seeds_for(trace, level, seeds[trace]), '--json']
     if refine:
         args += ['--refine', str(refine)]
     try:

@@ -62,7 +62,7 @@ def sweep(binary, tag, out, variant, trace, level):
     arm, knobs = VARIANTS[variant]
     path = os.path.join(out, f'{tag}-{variant}-{trace}-{level}.json')
     args = [binary, 'sim'] + B.TRACES[trace] + B.LEVELS[level] + [
-        '--arms', arm, '--rates', B.GRID[trace], '--seeds', B.SEEDS[trace], '--json']
+        '--arms', arm, '--rates', B.GRID[trace], '--seeds', B.seeds_for(trace, level, B.SEEDS[trace]), '--json']
     try:
         B.run_cached(args, path, env=dict(os.environ, NB_KNOBS=knobs))
     except RuntimeError as e:

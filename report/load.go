@@ -2,6 +2,7 @@ package report
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -198,6 +199,14 @@ func checkExportedRuns(dir string, kind InputKind, runs []string) error {
 	pq := filepath.Join(root, "parquet")
 	if combo := filepath.Dir(root); filepath.Base(root) == "runs" && !journal.IsExport(pq) && isFile(filepath.Join(combo, "result.json")) {
 		pq = filepath.Join(combo, "parquet") // run's layout: its result.json beside runs/ and parquet/
+		var res struct {
+			Runs []json.RawMessage `json:"runs"`
+		}
+		// Without its export, the result still counts the combination's runs.
+		if b, err := os.ReadFile(filepath.Join(combo, "result.json")); !journal.IsExport(pq) && err == nil && json.Unmarshal(b, &res) == nil && len(res.Runs) > len(runs) {
+			return fmt.Errorf("journal root %s: %s lists %d runs, %d are here as journals: a run directory was deleted, emptied or moved",
+				root, filepath.Join(combo, "result.json"), len(res.Runs), len(runs))
+		}
 	}
 	if !journal.IsExport(pq) {
 		return nil

@@ -928,7 +928,7 @@ func TestMissingRunOfCombination(t *testing.T) {
 	if _, err := journal.ExportWith(runs, filepath.Join(combo, "parquet"), journal.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(combo, "result.json"), []byte("{}"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(combo, "result.json"), []byte(`{"runs":[{"arm":"a"},{"arm":"b"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{combo, runs} {
@@ -940,6 +940,13 @@ func TestMissingRunOfCombination(t *testing.T) {
 	for _, dir := range []string{combo, runs} {
 		if _, err := Load(dir, Options{}); err == nil || !strings.Contains(err.Error(), "run b-run is in its export") {
 			t.Fatalf("%s with a run deleted: %v", dir, err)
+		}
+	}
+	// Its export gone too: run's result.json still lists the runs.
+	os.RemoveAll(filepath.Join(combo, "parquet"))
+	for _, dir := range []string{combo, runs} {
+		if _, err := Load(dir, Options{}); err == nil || !strings.Contains(err.Error(), "lists 2 runs, 1 are here") {
+			t.Fatalf("%s with a run and the export deleted: %v", dir, err)
 		}
 	}
 	// Without run's result.json, a directory named runs is no combination:

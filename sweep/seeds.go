@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/narwhal-bench/narwhal-bench/traces"
 )
 
 // Stat is one figure over seeds: the mean and an interval, a 95%
@@ -59,6 +61,18 @@ func StatOf(v []float64) Stat {
 	h := t * sd / math.Sqrt(float64(len(v)))
 	s.Lo, s.Hi, s.Kind = s.Mean-h, s.Mean+h, "t95"
 	return s
+}
+
+// CheckSeeds refuses several seeds on a trace whose requests the seed
+// does not change (an imported trace without batches): they would be one
+// run counted as several independent draws, with an interval of zero
+// width.
+func CheckSeeds(tr *traces.Trace, seeds []uint64) error {
+	if len(seeds) < 2 || tr.SeedMatters() {
+		return nil
+	}
+	return fmt.Errorf("%d seeds on trace %s: it is imported, its arrival times and sizes are data, so every seed gives the same run, "+
+		"counted as %d independent draws: expected one seed (or sim --batch-mean, whose batches are drawn from the seed)", len(seeds), tr.Name, len(seeds))
 }
 
 // ParseSeeds reads --seeds: a count N (N seeds from first: first,

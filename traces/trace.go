@@ -541,6 +541,11 @@ func (t *Trace) scaledBounds(scale float64) ([]event.Time, error) {
 	return b, nil
 }
 
+// SeedMatters reports whether the seed changes the trace's requests: a
+// synthetic trace draws them from it; an imported one is data, whose
+// seed draws only the batches laid over it (WithBurst).
+func (t *Trace) SeedMatters() bool { return t.Spec != nil || t.batch > 1 }
+
 // Hash is the hex SHA-256 of the trace's source bytes: the spec file (or
 // the embedded built-in), or every imported file, in order, as one stream.
 func (t *Trace) Hash() string { return t.hash }

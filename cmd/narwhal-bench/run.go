@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -35,6 +36,7 @@ func runCommand(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "workers", Usage: "runs in parallel, 0 for one per CPU", DefaultText: "one per CPU"},
 			&cli.BoolFlag{Name: "force", Usage: "rerun combinations that already have results"},
 			&cli.StringFlag{Name: "shard", Usage: "run only shard I of N (0 <= I < N): the combinations whose index over every experiment file, in order, is I modulo N; no summary is printed (run again without --shard over the merged output to print it)"},
+			&cli.BoolFlag{Name: "summary-only", Usage: "run nothing: print the summary from the combinations already in --out (a merge of shards), or exit 1 listing those without a current, whole result"},
 			&cli.StringFlag{Name: "seeds", Usage: "replace every experiment's seeds: a count N (the trace's seed and the N-1 after it), a list (1,2,3) or a range (1..5); the summary gives each figure as mean [95% interval] (min, max under 5 seeds)"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
@@ -57,15 +59,34 @@ func runCommand(stderr io.Writer) *cli.Command {
 				// Every file is checked whole before anything runs, in
 				// every shard alike: a typo in the last file must not
 				// surface after the first ones' compute, or in one shard.
-				if _, _, err := sweep.Resolve(sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, TTFT: e.SLO.TTFT,
-					TPOT: e.SLO.TPOT, Arms: e.Arms, Rates: strings.Join(e.Rates, ",")}); err != nil {
+				cfg, _, err := sweep.Resolve(sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, TTFT: e.SLO.TTFT,
+					TPOT: e.SLO.TPOT, Arms: e.Arms, Rates: strings.Join(e.Rates, ",")})
+				if err != nil {
 					return experimentError(e, err)
+				}
+				if c.IsSet("seeds") {
+					seeds, err := sweep.ParseSeeds(c.String("seeds"), cfg.Seed)
+					if err != nil {
+						return usageError{fmt.Errorf("--seeds %w", err)}
+					}
+					if err := sweep.CheckSeeds(cfg.Trace, seeds); err != nil {
+						return usageError{fmt.Errorf("--seeds %s: experiment %s: %w", c.String("seeds"), p, err)}
+					}
+					e.Seeds = seeds
+				} else if err := sweep.CheckSeeds(cfg.Trace, e.Seeds); err != nil {
+					return experimentError(e, &sweep.OptionError{Option: "seeds", Err: err})
 				}
 				exps = append(exps, e)
 			}
 			sh, err := parseShard(c.String("shard"))
 			if err != nil {
 				return usageError{err}
+			}
+			if sh.n > 1 && c.Bool("summary-only") {
+				return usageError{errors.New("run: --summary-only and --shard: expected one of them (a shard prints no summary)")}
+			}
+			if c.Bool("force") && c.Bool("summary-only") {
+				return usageError{errors.New("run: --summary-only and --force: expected one of them (--summary-only runs nothing)")}
 			}
 			for _, e := range exps {
 				if err := runExperiment(ctx, c, e, stderr, &sh); err != nil {
@@ -84,13 +105,15 @@ func runCommand(stderr io.Writer) *cli.Command {
 // the binary and the settings (comboKey).
 const resultKey = "result.key"
 
-// comboKey names a combination's result: the running binary (the SHA-256
-// of its executable, or its version where that cannot be read), the
-// settings the sweep was resolved from, the trace's content hash and the
-// resolved fleet. A
-// rerun skips a finished combination only when its key is the same, so a
-// campaign rerun after the binary, the experiment file or its trace
-// changed runs again rather than reporting the old numbers.
+// comboKey names a combination's result, one line each: the running
+// binary (the SHA-256 of its executable, or its version where that cannot
+// be read), and a hash of the settings the sweep was resolved from, the
+// trace's content hash and the resolved fleet. A rerun skips a finished
+// combination only when its key is the same, so a campaign rerun after
+// the binary, the experiment file or its trace changed runs again rather
+// than reporting the old numbers. `make build` passes -trimpath, so one
+// commit builds one binary in any checkout (Go's builds are reproducible;
+// without it the binary holds the checkout's path).
 func comboKey(o sweep.Options, cfg sweep.Config) string {
 	o.Workers = 0 // the result does not depend on it
 	opts, _ := json.Marshal(o)
@@ -99,8 +122,27 @@ func comboKey(o sweep.Options, cfg sweep.Config) string {
 		fl = []byte(cfg.Fleet.Name)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "binary %s\noptions %s\ntrace %s\nfleet %s\n", binaryID(), opts, cfg.Trace.Hash(), fl)
-	return hex.EncodeToString(h.Sum(nil))
+	fmt.Fprintf(h, "options %s\ntrace %s\nfleet %s\n", opts, cfg.Trace.Hash(), fl)
+	return fmt.Sprintf("binary %s\nsettings %s\n", binaryID(), hex.EncodeToString(h.Sum(nil)))
+}
+
+// keyDiffers says how a combination's recorded key differs from this
+// run's.
+func keyDiffers(made, key string) string {
+	field := func(k, name string) string {
+		for _, line := range strings.Split(k, "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	short := func(v string) string { return v[:min(len(v), 12)] }
+	if mb, kb := field(made, "binary"), field(key, "binary"); mb != kb && field(made, "settings") == field(key, "settings") && mb != "" {
+		return fmt.Sprintf("the result there was made by another build of narwhal-bench (binary %s, this one %s; `make build` builds "+
+			"one commit to one binary anywhere)", short(mb), short(kb))
+	}
+	return "the result there was made by another binary or with other settings (the experiment file, its trace or fleet)"
 }
 
 // binaryID is the SHA-256 of the running executable, read once.
@@ -161,18 +203,7 @@ func (sh *shard) take() bool {
 }
 
 func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, stderr io.Writer, sh *shard) error {
-	out := c.String("out")
-	if c.IsSet("seeds") {
-		first := uint64(0)
-		if cfg, _, err := sweep.Resolve(sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, Arms: e.Arms}); err == nil {
-			first = cfg.Seed
-		}
-		seeds, err := sweep.ParseSeeds(c.String("seeds"), first)
-		if err != nil {
-			return usageError{fmt.Errorf("--seeds %w", err)}
-		}
-		e.Seeds = seeds
-	}
+	out := c.String("out") // (--seeds replaced e.Seeds when the files were checked)
 	var combos []combo
 	for _, cache := range e.PrefixCache {
 		if len(e.Seeds) == 0 {
@@ -183,13 +214,14 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 		}
 	}
 	results := make([]*sweep.Result, len(combos))
+	var unfinished []string // --summary-only: what is not there to summarise
+	busy := 0               // combinations another process holds
 	for k, cb := range combos {
 		if !sh.take() {
 			continue
 		}
 		dir := cb.dir(out, e.Name)
 		label := fmt.Sprintf("[%d/%d] %s %s", k+1, len(combos), e.Name, strings.TrimPrefix(dir, filepath.Join(out, e.Name)+string(filepath.Separator)))
-		resPath := filepath.Join(dir, "result.json")
 		o := sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, TTFT: e.SLO.TTFT, TPOT: e.SLO.TPOT,
 			Arms: e.Arms, Rates: strings.Join(e.Rates, ","), Seed: cb.seed, PrefixCache: cb.cache,
 			Workers: int(c.Int("workers")), Version: version}
@@ -197,86 +229,183 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 		if err != nil {
 			return experimentError(e, err)
 		}
-		key := comboKey(o, cfg)
-		if data, err := os.ReadFile(resPath); err == nil && !c.Bool("force") {
-			var res sweep.Result
-			made, _ := os.ReadFile(filepath.Join(dir, resultKey))
-			damaged, parsed := "", json.Unmarshal(data, &res) == nil
-			if parsed && string(made) == key {
-				damaged = damagedRun(dir, &res)
-				if why := damagedExport(dir, &res); damaged == "" && why != "" {
-					// The journals are whole: only their export is redone.
-					if _, err := journal.Export(filepath.Join(dir, "runs"), filepath.Join(dir, "parquet")); err != nil {
-						return fmt.Errorf("experiment %s: export again (%s): %w", e.Name, why, err)
-					}
-					fmt.Fprintf(stderr, "%s: %s: exported its journals again\n", label, why)
-				}
-			}
-			switch {
-			case !parsed:
-			case string(made) != key:
-				// A result made by another binary, or from other settings
-				// (the experiment file, its trace or fleet changed): its
-				// numbers are not this one's.
-				fmt.Fprintf(stderr, "%s: the result there was made by another binary or with other settings: running it again\n", label)
-			case damaged != "":
-				// Its numbers stand on journals that no longer read whole:
-				// the summary would rest on what the report refuses.
-				fmt.Fprintf(stderr, "%s: %s: running it again\n", label, damaged)
-			default:
-				fmt.Fprintf(stderr, "%s: done earlier, skipped\n", label)
-				results[k] = &res
-				continue
-			}
-		}
-		for _, n := range notes {
-			fmt.Fprintf(stderr, "narwhal-bench: note: %s\n", n)
-		}
-		if err := os.RemoveAll(dir); err != nil { // a partial run from an interrupted campaign
+		cr := comboRun{ctx: ctx, e: e, dir: dir, label: label, key: comboKey(o, cfg), cfg: cfg, notes: notes,
+			force: c.Bool("force"), summaryOnly: c.Bool("summary-only"), stderr: stderr}
+		res, why, err := cr.run()
+		switch {
+		case err != nil:
 			return err
+		case why == comboBusy:
+			busy++
+		case res == nil:
+			unfinished = append(unfinished, fmt.Sprintf("%s: %s", dir, why))
 		}
-		if err := os.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
-			return err
-		}
-		cfg.Context = ctx
-		cfg.Journal = func(name string, meta event.RunMeta) (sweep.Sink, error) {
-			return journal.Create(filepath.Join(dir, "runs", name), meta, journal.Options{})
-		}
-		fmt.Fprintf(stderr, "%s: running %d arms x %d rates\n", label, len(cfg.Arms), max(len(cfg.Rates), 1))
-		start := time.Now()
-		res, err := sweep.Execute(cfg)
-		if err != nil {
-			return err
-		}
-		if _, err := journal.Export(filepath.Join(dir, "runs"), filepath.Join(dir, "parquet")); err != nil {
-			return fmt.Errorf("experiment %s: export: %w", e.Name, err)
-		}
-		var table strings.Builder
-		if err := sweep.WriteTable(&table, res); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "table.txt"), []byte(table.String()), 0o644); err != nil {
-			return err
-		}
-		data, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return err
-		}
-		// result.json last: its presence marks the combination complete,
-		// made by what result.key names.
-		if err := os.WriteFile(filepath.Join(dir, resultKey), []byte(key), 0o644); err != nil {
-			return err
-		}
-		if err := os.WriteFile(resPath, append(data, '\n'), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "%s: done in %.1f s\n", label, time.Since(start).Seconds())
 		results[k] = res
+	}
+	if busy > 0 {
+		return fmt.Errorf("run: experiment %s: %d combination(s) in progress in another process (skipped): run again when it ends for the summary", e.Name, busy)
+	}
+	if len(unfinished) > 0 {
+		return fmt.Errorf("run --summary-only: experiment %s: %d of %d combinations have no current result, so no summary (run without --summary-only to run them):\n  %s",
+			e.Name, len(unfinished), len(combos), strings.Join(unfinished, "\n  "))
 	}
 	if sh.n > 1 {
 		return nil // a shard holds part of the results: no summary
 	}
 	return writeSummary(c.Root().Writer, e, combos, results)
+}
+
+// comboBusy is comboRun.run's reason for a combination another process
+// holds.
+const comboBusy = "in progress in another process"
+
+// comboRun is one combination of an experiment: skipped when its result
+// is there, current and whole; else run into its directory (or, with
+// summaryOnly, only said to be missing).
+type comboRun struct {
+	ctx                context.Context
+	e                  *sweep.Experiment
+	dir, label, key    string
+	cfg                sweep.Config
+	notes              []string
+	force, summaryOnly bool
+	stderr             io.Writer
+}
+
+// run returns the combination's result, or nil and why there is none
+// (--summary-only, or comboBusy when another process holds it).
+func (cr *comboRun) run() (*sweep.Result, string, error) {
+	dir, label, stderr := cr.dir, cr.label, cr.stderr
+	// A combination is one process's at a time: two shards given the same
+	// index (a requeued array task still running), or a merge started
+	// while the shards run on a shared --out, would otherwise remove each
+	// other's journals mid-run.
+	unlock, held, err := lockCombo(dir, !cr.summaryOnly)
+	if err != nil {
+		return nil, "", err
+	}
+	if held {
+		fmt.Fprintf(stderr, "%s: %s (%s.lock is held): skipped\n", label, comboBusy, dir)
+		return nil, comboBusy, nil
+	}
+	defer unlock()
+	resPath := filepath.Join(dir, "result.json")
+	data, err := os.ReadFile(resPath)
+	if err == nil && !cr.force {
+		var res sweep.Result
+		made, _ := os.ReadFile(filepath.Join(dir, resultKey))
+		damaged, parsed := "", json.Unmarshal(data, &res) == nil
+		if parsed && string(made) == cr.key {
+			damaged = damagedRun(dir, &res)
+			if why := damagedExport(dir, &res); damaged == "" && why != "" {
+				if cr.summaryOnly {
+					return nil, why, nil
+				}
+				// The journals are whole: only their export is redone.
+				if _, err := journal.Export(filepath.Join(dir, "runs"), filepath.Join(dir, "parquet")); err != nil {
+					return nil, "", fmt.Errorf("experiment %s: export again (%s): %w", cr.e.Name, why, err)
+				}
+				fmt.Fprintf(stderr, "%s: %s: exported its journals again\n", label, why)
+			}
+		}
+		why := ""
+		switch {
+		case !parsed:
+			why = "its result.json does not read"
+		case string(made) != cr.key:
+			// A result made by another binary, or from other settings
+			// (the experiment file, its trace or fleet changed): its
+			// numbers are not this one's.
+			why = keyDiffers(string(made), cr.key)
+		case damaged != "":
+			// Its numbers stand on journals that no longer read whole:
+			// the summary would rest on what the report refuses.
+			why = damaged
+		default:
+			fmt.Fprintf(stderr, "%s: done earlier, skipped\n", label)
+			return &res, "", nil
+		}
+		if cr.summaryOnly {
+			return nil, why, nil
+		}
+		fmt.Fprintf(stderr, "%s: %s: running it again\n", label, why)
+	} else if cr.summaryOnly { // (--force is refused with it)
+		return nil, "not run (no result.json)", nil
+	}
+	for _, n := range cr.notes {
+		fmt.Fprintf(stderr, "narwhal-bench: note: %s\n", n)
+	}
+	if err := os.RemoveAll(dir); err != nil { // a partial run from an interrupted campaign
+		return nil, "", err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "runs"), 0o755); err != nil {
+		return nil, "", err
+	}
+	cfg := cr.cfg
+	cfg.Context = cr.ctx
+	cfg.Journal = func(name string, meta event.RunMeta) (sweep.Sink, error) {
+		return journal.Create(filepath.Join(dir, "runs", name), meta, journal.Options{})
+	}
+	fmt.Fprintf(stderr, "%s: running %d arms x %d rates\n", label, len(cfg.Arms), max(len(cfg.Rates), 1))
+	start := time.Now()
+	res, err := sweep.Execute(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := journal.Export(filepath.Join(dir, "runs"), filepath.Join(dir, "parquet")); err != nil {
+		return nil, "", fmt.Errorf("experiment %s: export: %w", cr.e.Name, err)
+	}
+	var table strings.Builder
+	if err := sweep.WriteTable(&table, res); err != nil {
+		return nil, "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "table.txt"), []byte(table.String()), 0o644); err != nil {
+		return nil, "", err
+	}
+	data, err = json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return nil, "", err
+	}
+	// result.json last: its presence marks the combination complete,
+	// made by what result.key names.
+	if err := os.WriteFile(filepath.Join(dir, resultKey), []byte(cr.key), 0o644); err != nil {
+		return nil, "", err
+	}
+	if err := os.WriteFile(resPath, append(data, '\n'), 0o644); err != nil {
+		return nil, "", err
+	}
+	fmt.Fprintf(stderr, "%s: done in %.1f s\n", label, time.Since(start).Seconds())
+	return res, "", nil
+}
+
+// lockCombo takes the exclusive lock DIR.lock beside a combination's
+// directory (creating it when create), without waiting: held reports
+// that another process has it. Without create, a lock file that is not
+// there means no process runs the combination.
+func lockCombo(dir string, create bool) (unlock func(), held bool, err error) {
+	path := dir + ".lock"
+	flags := os.O_RDWR
+	if create {
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return nil, false, err
+		}
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if errors.Is(err, os.ErrNotExist) && !create {
+		return func() {}, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, true, nil
+		}
+		return nil, false, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, false, nil
 }
 
 // writeSummary prints, per arm and rate, completed, SLO-qualified and

@@ -29,13 +29,29 @@ func TestRunShards(t *testing.T) {
 			t.Fatalf("shard %s: exit %d, stdout %q: %s", s, code, out, errs)
 		}
 		ran += strings.Count(errs, ": running ")
+		if s == "0/2" {
+			// Half the campaign is there: --summary-only runs nothing,
+			// prints no summary and names what is missing.
+			code, out, errs := runCLI(t, "run", "--out", merged, "--summary-only", exp)
+			if code != 1 || out != "" || strings.Contains(errs, ": running ") || !strings.Contains(errs, "1 of 3 combinations have no current result") ||
+				!strings.Contains(errs, filepath.Join("seed-2")+": not run") {
+				t.Fatalf("--summary-only over shard 0/2: exit %d, stdout %q: %s", code, out, errs)
+			}
+		}
 	}
 	if ran != 3 {
 		t.Fatalf("the shards ran %d combinations, want 3", ran)
 	}
-	code, got, errs := runCLI(t, "run", "--out", merged, exp)
-	if code != 0 || strings.Contains(errs, ": running ") || got != want {
-		t.Fatalf("merged rerun: exit %d, ran again: %v, summary equal: %v\n%s", code, strings.Contains(errs, ": running "), got == want, errs)
+	for _, args := range [][]string{{"--summary-only"}, {}} {
+		code, got, errs := runCLI(t, append(append([]string{"run", "--out", merged}, args...), exp)...)
+		if code != 0 || strings.Contains(errs, ": running ") || got != want {
+			t.Fatalf("merged rerun %v: exit %d, ran again: %v, summary equal: %v\n%s", args, code, strings.Contains(errs, ": running "), got == want, errs)
+		}
+	}
+	for _, args := range [][]string{{"--summary-only", "--shard", "0/2"}, {"--summary-only", "--force"}} {
+		if code, _, errs := runCLI(t, append(append([]string{"run", "--out", merged}, args...), exp)...); code != 2 || !strings.Contains(errs, "--summary-only and") {
+			t.Errorf("%v: exit %d, %s", args, code, errs)
+		}
 	}
 	for _, bad := range []string{"2/2", "-1/2", "1", "0/0", "a/b", "1/2/3"} {
 		if code, _, errs := runCLI(t, "run", "--out", merged, "--shard", bad, exp); code != 2 || !strings.Contains(errs, "--shard") {
@@ -168,5 +184,93 @@ func TestRunRerunsDamagedJournals(t *testing.T) {
 		if err := journal.ReadExport(pq, func(*journal.ExportedRun) error { return nil }); err != nil {
 			t.Fatalf("the export after the rerun: %v", err)
 		}
+	}
+}
+
+// A combination another process holds (a requeued array task still
+// running, a shard on a shared --out) is neither run nor removed: it is
+// skipped, the other combinations run, no summary is printed and the exit
+// is 1; once free, the rerun runs it.
+func TestRunSkipsLockedCombination(t *testing.T) {
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "exp.yaml")
+	out := filepath.Join(dir, "out")
+	os.WriteFile(exp, []byte("name: e\ntrace: demo\narms: [static:4P4D]\nrates: [\"1.6\"]\nseeds: [1, 2]\n"), 0o644)
+	held := filepath.Join(out, "e", "cache-off", "seed-2")
+	if err := os.MkdirAll(filepath.Join(held, "runs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(held, "runs", "in-progress")
+	os.WriteFile(mine, []byte("another process's journal"), 0o644)
+	unlock, busy, err := lockCombo(held, true)
+	if err != nil || busy {
+		t.Fatalf("lock: %v, held %v", err, busy)
+	}
+	code, stdout, errs := runCLI(t, "run", "--out", out, exp)
+	if code != 1 || stdout != "" || !strings.Contains(errs, "in progress in another process") || strings.Count(errs, ": running ") != 1 {
+		t.Fatalf("with seed-2 held: exit %d, stdout %q: %s", code, stdout, errs)
+	}
+	if _, err := os.Stat(mine); err != nil {
+		t.Fatalf("the held combination's files were touched: %v", err)
+	}
+	code, _, errs = runCLI(t, "run", "--out", out, "--summary-only", exp)
+	if code != 1 || !strings.Contains(errs, "in progress in another process") {
+		t.Fatalf("--summary-only with seed-2 held: exit %d: %s", code, errs)
+	}
+	unlock()
+	code, stdout, errs = runCLI(t, "run", "--out", out, exp)
+	if code != 0 || stdout == "" || strings.Count(errs, ": running ") != 1 || !strings.Contains(errs, "done earlier, skipped") {
+		t.Fatalf("once free: exit %d, stdout %q: %s", code, stdout, errs)
+	}
+}
+
+// A result whose key differs only in the binary says it was another
+// build, not other settings.
+func TestRunAnotherBuildSaid(t *testing.T) {
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "exp.yaml")
+	out := filepath.Join(dir, "out")
+	os.WriteFile(exp, []byte("name: e\ntrace: demo\narms: [static:4P4D]\nrates: [\"1.6\"]\nseeds: [1]\n"), 0o644)
+	if code, _, errs := runCLI(t, "run", "--out", out, exp); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	keyPath := filepath.Join(out, "e", "cache-off", "seed-1", "result.key")
+	key, err := os.ReadFile(keyPath)
+	if err != nil || !strings.HasPrefix(string(key), "binary ") || !strings.Contains(string(key), "\nsettings ") {
+		t.Fatalf("result.key %q, %v: expected a binary line and a settings line", key, err)
+	}
+	lines := strings.SplitN(string(key), "\n", 2)
+	os.WriteFile(keyPath, []byte("binary 0123456789abcdef\n"+lines[1]), 0o644)
+	code, _, errs := runCLI(t, "run", "--out", out, "--summary-only", exp)
+	if code != 1 || !strings.Contains(errs, "another build of narwhal-bench (binary 0123456789ab") {
+		t.Fatalf("--summary-only over another build's result: exit %d: %s", code, errs)
+	}
+}
+
+// Several seeds on an imported trace without batches are refused (exit 2,
+// naming the flag or field): its arrivals and sizes are data, so every
+// seed gives the same run, which would count as independent draws. With
+// batches laid over it the seed draws them, and several are taken.
+func TestSeedsOnImportedTrace(t *testing.T) {
+	dir := t.TempDir()
+	azure := filepath.Join("..", "..", "traces", "azure", "code.csv")
+	code, _, errs := runCLI(t, "sim", "--trace", azure, "--fleet", "eval8", "--arms", "static:4P4D", "--rates", "1x", "--seeds", "3")
+	if code != 2 || !strings.Contains(errs, "--seeds 3") || !strings.Contains(errs, "imported") {
+		t.Errorf("sim --seeds 3 on an imported trace: exit %d, %s", code, errs)
+	}
+	code, out, errs := runCLI(t, "sim", "--trace", azure, "--fleet", "eval8", "--arms", "static:4P4D", "--rates", "1x", "--seeds", "2", "--batch-mean", "4")
+	if code != 0 || !strings.Contains(out, "2 seeds") {
+		t.Errorf("sim --seeds 2 --batch-mean 4: exit %d, %s\n%s", code, errs, out)
+	}
+	exp := filepath.Join(dir, "az.yaml")
+	os.WriteFile(exp, []byte("name: az\ntrace: "+azure+"\nfleet: eval8\narms: [static:4P4D]\nseeds: [1, 2]\n"), 0o644)
+	code, _, errs = runCLI(t, "run", "--out", filepath.Join(dir, "out"), exp)
+	if code != 2 || !strings.Contains(errs, "field seeds") || strings.Contains(errs, "running") {
+		t.Errorf("an experiment with two seeds on an imported trace: exit %d, %s", code, errs)
+	}
+	os.WriteFile(exp, []byte("name: az\ntrace: "+azure+"\nfleet: eval8\narms: [static:4P4D]\n"), 0o644)
+	code, _, errs = runCLI(t, "run", "--out", filepath.Join(dir, "out"), "--seeds", "1..2", exp)
+	if code != 2 || !strings.Contains(errs, "--seeds 1..2") || strings.Contains(errs, "running") {
+		t.Errorf("run --seeds 1..2 over an imported trace: exit %d, %s", code, errs)
 	}
 }

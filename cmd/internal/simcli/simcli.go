@@ -141,6 +141,9 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 				if err != nil {
 					return cliexit.Input(fmt.Errorf("--seeds %w", err))
 				}
+				if err := sweep.CheckSeeds(cfg.Trace, seeds); err != nil {
+					return cliexit.Input(fmt.Errorf("--seeds %s: %w", c.String("seeds"), err))
+				}
 				cfg.Progress = nil
 				m, err := sweep.ExecuteSeeds(cfg, seeds)
 				if err != nil {
