@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -305,6 +306,11 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 	ctx, cancel := context.WithTimeout(q.Context(), r.cfg.RequestTimeout)
 	defer cancel()
 	defer context.AfterFunc(r.halt, cancel)() // the router stops: cut its legs
+	// The write deadline the relay sets on the connection (leg.writeBy)
+	// bounds its own writes only: net/http's final flush of the response
+	// comes after the handler returns, so clear it first (the server
+	// clears it again before the connection's next request).
+	defer func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Time{}) }()
 	lg := &leg{r: r, w: w, q: q, ctx: ctx, req: req, f: f, xid: xid, path: q.URL.Path}
 	lg.start(p.inst) // live/retry.go
 }
@@ -561,11 +567,41 @@ func (l *leg) passThrough(body []byte) {
 	tokens, finish := nonStreamTokens(body)
 	l.f.produced.Store(int64(max(tokens, 1)))
 	l.w.Header().Set("Content-Type", "application/json")
+	l.writeBy()
 	l.w.WriteHeader(http.StatusOK)
 	l.sent = true
-	_, _ = l.w.Write(body)
+	if _, err := l.w.Write(body); err != nil {
+		l.clientWriteFailed()
+		return
+	}
 	l.observeFinish(int64(max(tokens, 1)))
 	l.r.endFlight(l.f, event.KindFinish, l.finishCause(finish))
+}
+
+// writeBy bounds the next write to the client: a client that takes no
+// data for the read timeout (or past the request's deadline) has stopped
+// reading, and its request ends rather than hold engine capacity and an
+// in-flight slot for as long as the socket stays open. A blocked write
+// is not interrupted by the request's context: only a deadline ends it.
+func (l *leg) writeBy() {
+	d := time.Now().Add(l.r.cfg.ReadTimeout)
+	if dl, ok := l.ctx.Deadline(); ok && dl.Before(d) {
+		d = dl
+	}
+	_ = http.NewResponseController(l.w).SetWriteDeadline(d) // (not every writer has one)
+}
+
+// clientWriteFailed ends a request whose client could not be written to:
+// it hung up or stopped reading (cancel), or the request's deadline passed
+// while it did not read (timeout). Either way the engine is not blamed.
+func (l *leg) clientWriteFailed() {
+	switch {
+	case l.r.halted(): // the owner's shutdown journaled its end
+	case l.q.Context().Err() == nil && l.ctx.Err() != nil:
+		l.r.endFlight(l.f, event.KindFail, event.CauseTimeout)
+	default:
+		l.r.endFlight(l.f, event.KindFinish, event.CauseCancel)
+	}
 }
 
 // finishCause maps a finish reason to the journal's cause. An answer that
@@ -704,7 +740,13 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 	delivered, usage, cached := 0, -1, 0
 	finish := ""
 	var last time.Time
-	for {
+	for k := 0; ; k++ {
+		if k > 0 {
+			// The read timeout times the engine alone: it runs while the
+			// relay waits for the engine's next event, not while it
+			// writes to the client (a slow reader is no engine fault).
+			timer.Reset(l.r.cfg.ReadTimeout)
+		}
 		payload, done, err := sr.ReadEvent()
 		if err != nil {
 			if l.q.Context().Err() != nil {
@@ -740,10 +782,10 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			_ = sw.EndWithError(why, api.TypeServer, code)
 			return verdict{}
 		}
+		timer.Stop()
 		if done {
 			break
 		}
-		timer.Reset(l.r.cfg.ReadTimeout)
 		tokens := 0
 		if c, ok := api.ReadChunk(payload); ok {
 			if c.Err != nil {
@@ -799,22 +841,24 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			held = append(held, bytes.Clone(payload))
 			continue
 		}
+		l.writeBy()
 		err = open()
 		if err == nil {
 			err = sw.SendRaw(payload)
 		}
 		if err != nil {
-			l.fail(event.KindFinish, event.CauseCancel, nil)
+			l.clientWriteFailed()
 			return verdict{}
 		}
 	}
+	l.writeBy()
 	if err := open(); err != nil {
-		l.fail(event.KindFinish, event.CauseCancel, nil)
+		l.clientWriteFailed()
 		return verdict{}
 	}
 	l.r.answered(e)
-	if err := sw.Done(); err != nil && l.q.Context().Err() != nil {
-		l.fail(event.KindFinish, event.CauseCancel, nil)
+	if err := sw.Done(); err != nil && (l.q.Context().Err() != nil || errors.Is(err, os.ErrDeadlineExceeded)) {
+		l.clientWriteFailed()
 		return verdict{}
 	}
 	if delivered == 0 && single {

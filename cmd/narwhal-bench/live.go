@@ -28,6 +28,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/live"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
 	"github.com/narwhal-bench/narwhal-bench/live/loadgen"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
 	"github.com/narwhal-bench/narwhal-bench/report"
@@ -495,7 +496,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 		rctx, rcancel := context.WithCancel(context.Background())
 		runErr := make(chan error, 1)
 		go func() { runErr <- rt.Run(rctx) }()
-		srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: api.ServerIdleTimeout}
 		go func() { _ = srv.Serve(ln) }()
 		flushCtx, stopFlush := context.WithCancel(context.Background())
 		if tmp != nil {

@@ -225,7 +225,7 @@ func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
 // listenAndServe serves h on ln, with TLS when asked; it returns the
 // server to shut down.
 func listenAndServe(c *cli.Command, ln net.Listener, h http.Handler) *http.Server {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: api.ServerIdleTimeout}
 	if cert := c.String("tls-cert"); cert != "" {
 		go srv.ServeTLS(ln, cert, c.String("tls-key"))
 	} else {

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
 
 // Restart stops the server as a crash does (listener closed, every
@@ -43,7 +45,7 @@ func (s *Server) Restart() error {
 	if err != nil {
 		return fmt.Errorf("stub %s: restart: listen %s: %w", s.id, addr, err)
 	}
-	nsrv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	nsrv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: api.EngineKeepAlive}
 	s.mu.Lock()
 	s.ln, s.http = nl, nsrv
 	s.faults, s.served = Faults{}, 0

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/narwhal-bench/narwhal-bench/engine"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
 	"github.com/narwhal-bench/narwhal-bench/timing"
 )
 
@@ -251,7 +252,7 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("stub %s: listen %s: %w", s.id, s.addr, err)
 	}
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: api.EngineKeepAlive}
 	s.mu.Lock()
 	s.ln, s.http = ln, srv
 	s.mu.Unlock()

@@ -1,11 +1,14 @@
 package stub
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -439,5 +442,35 @@ func TestFaultsOffSaysHow(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "--allow-faults") {
 		t.Fatalf("%d %s: expected a 404 naming --allow-faults", resp.StatusCode, b)
+	}
+}
+
+// A stub closes a client connection idle for api.EngineKeepAlive, as
+// vLLM's server does after 5 s; the router's and load generator's pools
+// drop theirs sooner (api.IdleConnTimeout), so they never write onto a
+// connection the engine is closing.
+func TestIdleConnectionClosed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the keep-alive")
+	}
+	if api.IdleConnTimeout >= api.EngineKeepAlive {
+		t.Fatalf("the pools keep idle connections %v, the engines %v: a leg could be written onto a closing one", api.IdleConnTimeout, api.EngineKeepAlive)
+	}
+	f := startFleet(t, 1, Options{})
+	c, err := net.Dial("tcp", strings.TrimPrefix(f.Servers()[0].URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /health HTTP/1.1\r\nHost: stub\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/health: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	_ = c.SetReadDeadline(time.Now().Add(api.EngineKeepAlive + 5*time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection: read %v, expected the stub to close it (EOF)", err)
 	}
 }

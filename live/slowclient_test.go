@@ -1,0 +1,102 @@
+package live
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/live/stub"
+)
+
+// A client that stops reading a long stream (its socket stays open) is no
+// engine's fault: the router's read timeout times the engine only, so the
+// engine is neither charged a timeout nor probed; a write to the client
+// that cannot complete within the read timeout ends the request (a
+// cancel), so it stops holding an in-flight slot and its engine's decode
+// at once, not when the client reads again. A client that reads slowly but
+// steadily gets its whole answer.
+func TestStalledClientNotEngineFault(t *testing.T) {
+	r := startRig(t, rigOpts{n: 2, arm: "static:1P1D", stub: stub.Options{TimeScale: zero()},
+		configure: func(c *Config) { c.ReadTimeout = 300 * time.Millisecond }})
+	addr := strings.TrimPrefix(r.url, "http://")
+	send := func(maxTokens int) (*net.TCPConn, *bufio.Reader) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc := c.(*net.TCPConn)
+		_ = tc.SetReadBuffer(4096)
+		body := fmt.Sprintf(`{"model":"stub","prompt":"a long answer please","max_tokens":%d,"stream":true}`, maxTokens)
+		fmt.Fprintf(tc, "POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+		return tc, bufio.NewReaderSize(tc, 4096)
+	}
+
+	// Stalled: it reads nothing for seconds.
+	c, _ := send(30000)
+	defer c.Close()
+	waitFor(t, "the stalled request to end", func() bool {
+		st, _ := r.router.State()
+		return st.Counts.Arrived == 1 && st.Counts.InFlight == 0
+	})
+	st, _ := r.router.State()
+	if st.Counts.Cancelled != 1 {
+		t.Errorf("counts %+v: expected the stalled request cancelled", st.Counts)
+	}
+
+	// Slow but steady: 4 KB every 20 ms, well within the read timeout.
+	c2, br := send(1000)
+	defer c2.Close()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("slow reader: %v after %d bytes", err, got.Len())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(got.String()), "data: [DONE]") || strings.Contains(got.String(), `"error"`) {
+		t.Errorf("the slow reader's stream did not end whole: ...%s", got.String()[max(0, got.Len()-300):])
+	}
+
+	// The write deadline the relay set bounds that request's writes only:
+	// the same keep-alive connection serves the next request after a pause
+	// longer than the read timeout.
+	time.Sleep(400 * time.Millisecond)
+	body := `{"model":"stub","prompt":"and one more","max_tokens":5,"stream":true}`
+	fmt.Fprintf(c2, "POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("a second request on the keep-alive connection: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "[DONE]") {
+		t.Fatalf("a second request on the keep-alive connection: status %d, %v, %q", resp.StatusCode, err, b)
+	}
+
+	for _, m := range family(t, r, "narwhal_engine_failures_total").GetMetric() {
+		if m.GetCounter().GetValue() != 0 {
+			t.Errorf("engine failure counted for a client's pace: %v", m)
+		}
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if len(rows) != 3 || rows[0].Terminal != event.KindFinish || rows[0].Cause != event.CauseCancel ||
+		rows[1].Terminal != event.KindFinish || rows[1].OutputTokens != 1000 {
+		t.Fatalf("rows %+v: expected the stalled one cancelled, the slow one finished with 1000 tokens, then one more", rows)
+	}
+}
