@@ -3,11 +3,14 @@ package sweep
 import (
 	"errors"
 	"fmt"
-	"github.com/narwhal-bench/narwhal-bench/internal/strictyaml"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+
+	"github.com/narwhal-bench/narwhal-bench/internal/strictyaml"
 )
 
 // Experiment is an experiment file: one trace and fleet, the arms, rates,
@@ -144,8 +147,13 @@ func ParseExperiment(data []byte, source string) (exp *Experiment, err error) {
 			name string
 			m    map[string]map[string]float64
 		}{{"qualified", p.Qualified}, {"completed", p.Completed}} {
-			for arm, byCache := range t.m {
-				for k, v := range byCache {
+			for _, arm := range slices.Sorted(maps.Keys(t.m)) {
+				byCache := t.m[arm]
+				if !seen[arm] {
+					errs = append(errs, fmt.Errorf("published.%s.%s: not one of the arms: expected an arm the experiment runs (%s)", t.name, arm, strings.Join(e.Arms, ", ")))
+				}
+				for _, k := range slices.Sorted(maps.Keys(byCache)) {
+					v := byCache[k]
 					if (k != "on" && k != "off") || v < 0 || v > 100 {
 						errs = append(errs, fmt.Errorf("published.%s.%s.%s: %v: expected on or off with a percentage", t.name, arm, k, v))
 					}

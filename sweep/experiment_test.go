@@ -49,6 +49,7 @@ func TestBadExperiments(t *testing.T) {
 		{"name: x\ntrace: demo\narms: [adaptive]\nslo: {ttft: 2}\n", "slo.ttft"},
 		{"name: x\ntrace: demo\narms: [adaptive]\nprefix_cache: [true, true]\n", "prefix_cache"},
 		{"name: x\ntrace: demo\narms: [adaptive]\ntrace_format: csv\n", `trace_format: "csv"`},
+		{"name: x\ntrace: demo\narms: [adaptive]\npublished: {qualified: {ray: {on: 3}}}\n", `published.qualified.ray: not one of the arms: expected an arm the experiment runs (adaptive)`},
 	}
 	// Rates and SLOs may be written as numbers: they are kept as text,
 	// for the rate parser's and the duration check's own messages.

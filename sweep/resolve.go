@@ -46,7 +46,10 @@ type Options struct {
 // "ttft-slo", ...). Every error Resolve returns is one.
 type OptionError struct {
 	Option string
-	Err    error
+	// Item is the 1-based position of the bad element of a list option
+	// (an experiment file names it, arms[Item-1]); 0 when none.
+	Item int
+	Err  error
 }
 
 func (e *OptionError) Error() string { return e.Option + ": " + e.Err.Error() }
@@ -107,7 +110,7 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 		// An imported trace's prompts may be far longer than the demo
 		// fleet's profile was measured on (a 126K-token prompt would take
 		// minutes): the user names the fleet.
-		return cfg, nil, optErr("fleet", fmt.Errorf("trace %s is imported and names no fleet: expected --fleet with a built-in fleet (%s) or a fleet YAML file whose profile fits its prompt lengths",
+		return cfg, nil, optErr("fleet", fmt.Errorf("trace %s is imported and names no fleet: expected a built-in fleet (%s) or a fleet YAML file whose profile fits its prompt lengths (sim's --fleet, an experiment file's fleet:)",
 			tr.Name, strings.Join(fleet.Builtin(), ", ")))
 	}
 	if fleetName == "" {
@@ -145,12 +148,12 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 		cfg.Arms = append(core.StaticArms(fl.Size()), "aggregated")
 	}
 	seen := map[string]bool{}
-	for _, a := range cfg.Arms {
+	for i, a := range cfg.Arms {
 		if err := CheckArm(a, fl.Size()); err != nil {
-			return cfg, nil, optErr("arms", err)
+			return cfg, nil, &OptionError{Option: "arms", Item: i + 1, Err: err}
 		}
 		if seen[a] {
-			return cfg, nil, optErr("arms", fmt.Errorf("%s given twice: expected each arm once", a))
+			return cfg, nil, &OptionError{Option: "arms", Item: i + 1, Err: fmt.Errorf("%s given twice: expected each arm once", a)}
 		}
 		seen[a] = true
 	}

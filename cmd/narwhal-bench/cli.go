@@ -47,6 +47,9 @@ func experimentError(e *sweep.Experiment, err error) error {
 		if f, ok := experimentFields[field]; ok {
 			field = f
 		}
+		if oe.Item > 0 {
+			field = fmt.Sprintf("%s[%d]", field, oe.Item-1)
+		}
 		return cliexit.Input(fmt.Errorf("experiment %s: field %s: %w", file, field, oe.Err))
 	}
 	return cliexit.Input(fmt.Errorf("experiment %s: %w", file, err))

@@ -114,14 +114,17 @@ func TestRunChecksEveryFileFirst(t *testing.T) {
 	}
 	good := write("good.yaml", "name: e\ntrace: demo\narms: [static:4P4D]\nrates: [\"1.6\"]\n")
 	same := write("same.yaml", "name: e\ntrace: demo\narms: [adaptive]\nrates: [\"1.6\"]\n")
-	typo := write("typo.yaml", "name: f\ntrace: demo\narms: [nosucharm]\nrates: [\"1.6\"]\n")
+	typo := write("typo.yaml", "name: f\ntrace: demo\narms: [adaptive, nosucharm]\nrates: [\"1.6\"]\n")
+	nofleet := write("nofleet.yaml", "name: h\ntrace: ../../traces/azure/code.csv\narms: [static:4P4D]\n")
 	twice := write("twice.yaml", "name: g\ntrace: demo\narms: [static:4P4D]\nseeds: [1, 1]\n")
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{good, same}, `both named "e"`},
+		{[]string{good, typo}, "field arms[1]: "},
 		{[]string{good, typo}, "nosucharm"},
+		{[]string{nofleet}, "field fleet: trace code is imported and names no fleet: expected a built-in fleet"},
 		{[]string{"--shard", "0/2", good, typo}, "nosucharm"},
 		{[]string{twice}, "seeds[1]: 1 given twice"},
 	} {
