@@ -585,8 +585,11 @@ func (l *leg) passThrough(body []byte) {
 // is not interrupted by the request's context: only a deadline ends it.
 func (l *leg) writeBy() {
 	d := time.Now().Add(l.r.cfg.ReadTimeout)
-	if dl, ok := l.ctx.Deadline(); ok && dl.Before(d) {
-		d = dl
+	// A second past the request's deadline: at the deadline the relay
+	// tells the client why its stream ends (an error event), which needs
+	// a write of its own.
+	if dl, ok := l.ctx.Deadline(); ok && dl.Add(time.Second).Before(d) {
+		d = dl.Add(time.Second)
 	}
 	_ = http.NewResponseController(l.w).SetWriteDeadline(d) // (not every writer has one)
 }
@@ -595,9 +598,10 @@ func (l *leg) writeBy() {
 // it hung up or stopped reading (cancel), or the request's deadline passed
 // while it did not read (timeout). Either way the engine is not blamed.
 func (l *leg) clientWriteFailed() {
+	dl, ok := l.ctx.Deadline()
 	switch {
 	case l.r.halted(): // the owner's shutdown journaled its end
-	case l.q.Context().Err() == nil && l.ctx.Err() != nil:
+	case l.q.Context().Err() == nil && (l.ctx.Err() != nil || ok && !time.Now().Before(dl)):
 		l.r.endFlight(l.f, event.KindFail, event.CauseTimeout)
 	default:
 		l.r.endFlight(l.f, event.KindFinish, event.CauseCancel)
