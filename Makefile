@@ -51,7 +51,7 @@ burstiness: build
 	campaigns/burstiness.py
 	if [ -n "$(BOUND)" ]; then campaigns/burstiness.py --bound --traces demo; fi
 
-## demo: the reference demo sweep (9 arms x 8 rates on 8 instances) and its table.
+## demo: the reference demo sweep (13 arms x 8 rates on 8 instances) and its table.
 demo: build
 	./$(BIN) sim --trace demo --arms $(DEMOARMS) --rates $(DEMORATES)
 

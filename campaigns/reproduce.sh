@@ -323,7 +323,10 @@ HEAD
 	echo
 	echo "The fitted figure stays within its 95% interval at S ([$(pct "$fSlo"), $(pct "$fShi")]) for"
 	echo "scales from ${SMINUS}x to ${SPLUS}x (bisections for the mean reaching each end"
-	echo "of the interval). Each figure's mean at those ends, at S -5% and +5%, and at S:"
+	echo "of the interval). Each figure's mean at those ends, at S -5% and +5%, and at S, each run"
+	echo "at the scale as printed (rounded to 0.001x; the figure moves by up to two points within"
+	echo "0.1% of a scale, docs/sim.md#rates, so at a rounded end the fitted figure may read outside"
+	echo "its interval):"
 	echo
 	s95=$(awk -v s="$S" 'BEGIN { printf "%.3f", 0.95 * s }')
 	s105=$(awk -v s="$S" 'BEGIN { printf "%.3f", 1.05 * s }')
