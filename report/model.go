@@ -180,6 +180,35 @@ type LagReport struct {
 	ChangesAt []float64 `json:"change_at_s"` // when each change happened, seconds
 }
 
+// MarshalJSON writes mean_s as null unless the lag was measured (a mean
+// over no change is undefined, never 0) and the per-change lists as []
+// rather than null.
+func (l LagReport) MarshalJSON() ([]byte, error) {
+	out := struct { // LagReport's fields, in its order
+		Status    string    `json:"status"`
+		OracleRun string    `json:"oracle_run,omitempty"`
+		Changes   int       `json:"changes"`
+		Mean      *float64  `json:"mean_s"`
+		Missed    int       `json:"missed"`
+		Lags      []float64 `json:"lags_s"`
+		Targets   []int     `json:"targets"`
+		ChangesAt []float64 `json:"change_at_s"`
+	}{l.Status, l.OracleRun, l.Changes, nil, l.Missed, l.Lags, l.Targets, l.ChangesAt}
+	if l.Status == LagMeasured {
+		out.Mean = &l.Mean
+	}
+	if out.Lags == nil {
+		out.Lags = []float64{}
+	}
+	if out.Targets == nil {
+		out.Targets = []int{}
+	}
+	if out.ChangesAt == nil {
+		out.ChangesAt = []float64{}
+	}
+	return json.Marshal(out)
+}
+
 // Lag statuses.
 const (
 	LagMeasured = "measured"

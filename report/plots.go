@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -636,12 +637,22 @@ func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
 	// Header: title, definition, legend.
 	title := textStyle(13)
 	y := c.Max.Y - vg.Points(16)
-	c.FillText(title, vg.Point{X: c.Min.X + vg.Points(10), Y: y},
-		fmt.Sprintf("Prefill engines over time against the prefill share of arriving work (rate %s req/s)", fmtRate(rate)))
-	y -= vg.Points(15)
-	c.FillText(textStyle(9.5), vg.Point{X: c.Min.X + vg.Points(10), Y: y},
-		fmt.Sprintf("Share of arriving work that is prefill = input tokens / (input + requested output tokens) of the requests arriving in each %gs bin, scaled to engines (x %d instances). Grey: drain after the last arrival (%.0f s), shown to %.0f s.",
-			r.plots[r.runAt(r.Arms[arms[0]].Arm, rate)].binWidth.Seconds(), inst, lastArr, tmax))
+	head := fmt.Sprintf("Prefill engines over time against the prefill share of arriving work (rate %s req/s)", fmtRate(rate))
+	if r.Partial {
+		head += " [partial]"
+	}
+	c.FillText(title, vg.Point{X: c.Min.X + vg.Points(10), Y: y}, head)
+	// The definition on its own line, the drain on the next: one line
+	// would run past a narrow figure's edge.
+	sub := []string{fmt.Sprintf("Share of arriving work that is prefill = input tokens / (input + requested output tokens) of the requests arriving in each %gs bin, scaled to engines (x %d instances).",
+		r.plots[r.runAt(r.Arms[arms[0]].Arm, rate)].binWidth.Seconds(), inst)}
+	if tmax > lastArr {
+		sub = append(sub, fmt.Sprintf("Grey: drain after the last arrival (%.0f s), shown to %.0f s.", lastArr, tmax))
+	}
+	for _, line := range sub {
+		y -= vg.Points(13)
+		c.FillText(textStyle(9.5), vg.Point{X: c.Min.X + vg.Points(10), Y: y}, line)
+	}
 	y -= vg.Points(20)
 	poolStyle := draw.LineStyle{Color: poolColor, Width: vg.Points(2.2)}
 	shareStyle := draw.LineStyle{Color: shareColor, Width: vg.Points(1.1)}
@@ -686,6 +697,9 @@ func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
 			titles[n] += ": " + plural(r.Runs[k].Moves, "move", "moves") + " (the hindsight target)"
 		default:
 			titles[n] += ": " + plural(r.Runs[k].Moves, "move", "moves")
+		}
+		if r.Runs[k].Partial != "" {
+			titles[n] += " [partial]"
 		}
 		p := r.newPlot("", "time since run start (s)", "engines")
 		p.X.Min, p.X.Max = 0, tmax
@@ -732,7 +746,13 @@ func (r *Report) drawPrefill(c draw.Canvas, rate float64) {
 			}
 			p.Draw(canvases[j][i])
 			dc := p.DataCanvas(canvases[j][i])
-			c.FillText(ts, vg.Point{X: dc.Min.X, Y: canvases[j][i].Max.Y + vg.Points(6)}, titles[j*prefillCols+i])
+			t, sty := titles[j*prefillCols+i], ts
+			if w, room := sty.Width(t), canvases[j][i].Max.X-dc.Min.X; w > room {
+				// A long title (lag, misses, [partial]) in a narrow tile:
+				// smaller type, not clipped text.
+				sty = textStyle(vg.Length(max(7, 10.5*float64(room)/float64(w))))
+			}
+			c.FillText(sty, vg.Point{X: dc.Min.X, Y: canvases[j][i].Max.Y + vg.Points(6)}, t)
 		}
 	}
 }
@@ -749,12 +769,17 @@ func (r *Report) drawCDF(c draw.Canvas, rate float64, tpot bool) {
 	if tpot {
 		xlabel = "TPOT: mean gap between output tokens after the first (ms)"
 	}
-	p := r.newPlot(title, xlabel, "completed requests at or below (%)")
+	ylabel := "completed requests at or below (%)"
+	if tpot {
+		ylabel = "completed requests with 2+ tokens at or below (%)"
+	}
+	p := r.newPlot(title, xlabel, ylabel)
 	p.Y.Min, p.Y.Max = 0, 100
 	p.Y.Tick.Marker = plot.ConstantTicks(pctTicks(0, 100, 10, 20))
 	p.X.Min = 0
 	var items []legendItem
-	sloV := -1.0
+	var slos []float64                // each distinct SLO, in arm order
+	sloArms := map[float64][]string{} // the arms judged by it
 	for _, i := range r.armsAt(rate) {
 		k := r.runAt(r.Arms[i].Arm, rate)
 		x := &r.Runs[k]
@@ -764,7 +789,12 @@ func (r *Report) drawCDF(c draw.Canvas, rate float64, tpot bool) {
 		if tpot {
 			sample, slo, q = r.plots[k].tpotCDF, x.TPOTSLO, x.TPOT
 		}
-		sloV = math.Max(sloV, slo*scale)
+		if slo >= 0 {
+			if _, ok := sloArms[slo*scale]; !ok {
+				slos = append(slos, slo*scale)
+			}
+			sloArms[slo*scale] = append(sloArms[slo*scale], x.Arm)
+		}
 		ls, _ := r.armStyle(i)
 		if len(sample) == 0 {
 			l := mustLine(plotter.XYs{{X: 0, Y: 0}})
@@ -782,13 +812,33 @@ func (r *Report) drawCDF(c draw.Canvas, rate float64, tpot bool) {
 		p.Add(l)
 		items = append(items, legendItem{fmt.Sprintf("%s (p99 %s %s)", x.Arm, fmtFixed(q.P99*scale, 2), unit), []plot.Thumbnailer{l}})
 	}
-	if sloV >= 0 {
-		s := mustLine(plotter.XYs{{X: sloV, Y: 0}, {X: sloV, Y: 100}})
-		s.LineStyle = sloStyle
-		p.Add(s)
-		items = append(items, legendItem{fmt.Sprintf("%s SLO %s %s", name, strconv.FormatFloat(sloV, 'f', -1, 64), unit), []plot.Thumbnailer{s}})
+	// One SLO line per SLO the runs are judged by (runs of one report may
+	// carry different ones), each naming its arms when there are several.
+	for n, v := range slos {
+		ls := sloStyle
+		if n > 0 {
+			ls.Dashes = []vg.Length{vg.Points(2 + 2*float64(n)), vg.Points(3)}
+		}
+		sl := mustLine(plotter.XYs{{X: v, Y: 0}, {X: v, Y: 100}})
+		sl.LineStyle = ls
+		p.Add(sl)
+		label := fmt.Sprintf("%s SLO %s %s", name, strconv.FormatFloat(v, 'f', -1, 64), unit)
+		if len(slos) > 1 {
+			label += " (" + strings.Join(sloArms[v], ", ") + ")"
+		}
+		items = append(items, legendItem{label, []plot.Thumbnailer{sl}})
 	}
-	left, right := split(c, c.Size().X-6.2*vg.Centimeter)
+	if len(items) > 0 && len(slos) > 0 && p.X.Max < 1.2*slices.Max(slos) && !r.anySample(rate, tpot) {
+		p.X.Max = 1.2 * slices.Max(slos) // nothing drawn: show the SLO line inside the frame
+	}
+	// The legend column is as wide as its widest label needs, within
+	// 6.2 cm and 45% of the figure.
+	lw := 6.2 * vg.Centimeter
+	for _, it := range items {
+		lw = max(lw, textStyle(9.5).Width(it.label)+vg.Points(42))
+	}
+	lw = min(lw, 0.45*c.Size().X)
+	left, right := split(c, c.Size().X-lw)
 	left.Max.Y -= vg.Points(6)
 	p.Draw(left)
 	right.Min.X += vg.Points(8)
@@ -809,7 +859,9 @@ func (r *Report) drawMoves(c draw.Canvas, rate float64) {
 	p.Y.Min, p.Y.Max = -0.6, float64(n)-0.4
 	lastArr, tmax := r.horizon(rate)
 	p.X.Min, p.X.Max = 0, tmax
-	p.X.Label.Text = fmt.Sprintf("time since run start (s); grey: drain after the last arrival at %.0f s", lastArr)
+	if tmax > lastArr {
+		p.X.Label.Text = fmt.Sprintf("time since run start (s); grey: drain after the last arrival at %.0f s", lastArr)
+	}
 	drainBand(p, lastArr, tmax, p.Y.Max)
 	var ticks []plot.Tick
 	upStyle := draw.GlyphStyle{Color: color.RGBA{0x1a, 0x93, 0x3a, 0xff}, Radius: vg.Points(4), Shape: draw.PyramidGlyph{}}
@@ -893,4 +945,16 @@ func (r *Report) newPlot(title, xlabel, ylabel string) *plot.Plot {
 		title += " [partial]"
 	}
 	return newPlot(title, xlabel, ylabel)
+}
+
+// anySample reports whether some run at rate has a TTFT (or TPOT) sample
+// to draw.
+func (r *Report) anySample(rate float64, tpot bool) bool {
+	for _, i := range r.armsAt(rate) {
+		pl := &r.plots[r.runAt(r.Arms[i].Arm, rate)]
+		if !tpot && len(pl.ttftCDF) > 0 || tpot && len(pl.tpotCDF) > 0 {
+			return true
+		}
+	}
+	return false
 }

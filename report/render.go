@@ -401,7 +401,11 @@ func (r *Report) tables() []*table {
 		if a.GPUs > 0 {
 			perGPU = fmtPtr(a.DistServePerGPU, 4)
 		}
-		ds.add(a.Arm, strings.Join(rs, " "), fmtPtr(a.DistServe, 2), perGPU)
+		good := "-"
+		if a.DistServe != nil {
+			good = fmtRate(*a.DistServe) // a rate: as the rates swept print
+		}
+		ds.add(a.Arm, strings.Join(rs, " "), good, perGPU)
 		if len(a.PartialRates) > 0 {
 			ps := make([]string, len(a.PartialRates))
 			for i, v := range a.PartialRates {

@@ -998,3 +998,39 @@ func TestServeJournalHeader(t *testing.T) {
 		t.Fatalf("header:\n%s", head)
 	}
 }
+
+// The plots say what the tables say: a partial report's prefill-share
+// figure and each partial run's panel are marked [partial]; runs judged
+// by different SLOs get one SLO line each in the CDFs, naming their arms.
+func TestPlotsPartialAndSLOs(t *testing.T) {
+	r := load(t, writeFixtureRoot(t), Options{})
+	var at1 []int
+	for k, x := range r.Runs {
+		if x.Rate == 1 {
+			at1 = append(at1, k)
+		}
+	}
+	if len(at1) < 2 {
+		t.Fatalf("the fixture has %d runs at rate 1: expected two arms or more", len(at1))
+	}
+	r.Partial = true
+	r.Runs[at1[0]].Partial = "cut short"
+	r.Runs[at1[1]].TTFTSLO *= 2
+	dir := t.TempDir()
+	if _, err := r.Plot(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if s := read("prefill_share.svg"); strings.Count(s, "[partial]") < 2 {
+		t.Errorf("prefill_share.svg marks [partial] %d times: expected the figure's title and the partial run's panel", strings.Count(s, "[partial]"))
+	}
+	if s := read("ttft_cdf.svg"); strings.Count(s, "TTFT SLO") != 2 || !strings.Contains(s, r.Runs[at1[1]].Arm+")") {
+		t.Errorf("ttft_cdf.svg has %d SLO lines' labels: expected 2, one naming %s", strings.Count(s, "TTFT SLO"), r.Runs[at1[1]].Arm)
+	}
+}

@@ -142,7 +142,7 @@ func action(ctx context.Context, c *cli.Command) error {
 			}
 			return err
 		}
-		fmt.Fprintf(c.Root().ErrWriter, "narwhal-report: %d plot files in %s (per-arm plots at %g req/s)\n", len(files), dir, plotRate)
+		fmt.Fprintf(c.Root().ErrWriter, "narwhal-report: %d plot files in %s (per-arm plots at %s req/s)\n", len(files), dir, strconv.FormatFloat(plotRate, 'g', 4, 64))
 	}
 	return nil
 }
