@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net/http"
@@ -149,5 +150,29 @@ func TestScheduledHeaderBounded(t *testing.T) {
 	rows := checkJournal(t, r.jr.records())
 	if len(rows) != 0 {
 		t.Errorf("%d requests journaled: a refused header ends before the core", len(rows))
+	}
+}
+
+// GET /state gives each engine's resident decode context as the relays
+// count it, also under an arm that never ticks (a static split), whose
+// core sees the engines only at placements.
+func TestStateDecodeTokensCurrent(t *testing.T) {
+	scale := 1.0
+	r := startRig(t, rigOpts{n: 2, arm: "static:1P1D", stub: stub.Options{TimeScale: &scale}})
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"count my context","max_tokens":1000,"min_tokens":1000,"stream":true}`, nil)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for n := 0; n < 200; {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %d events: %v", n, err)
+		}
+		if strings.HasPrefix(line, "data: {") {
+			n++
+		}
+	}
+	st, _ := r.router.State()
+	if got := st.Engines[1].DecodeTokens; got < 200 {
+		t.Errorf("/state decode_tokens on the decode engine %d after 200 tokens streamed: expected at least 200", got)
 	}
 }

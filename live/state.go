@@ -1,6 +1,7 @@
 package live
 
 import (
+	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
@@ -28,8 +29,10 @@ type EngineState struct {
 	Online     bool   `json:"online"`
 	Down       bool   `json:"down"`
 	Generation uint64 `json:"generation"`
-	// PrefillLegs and DecodeLegs are the legs resident there; their tokens
-	// are the core's estimates of resident prompt and context tokens.
+	// PrefillLegs and DecodeLegs are the legs resident there. PrefillTokens
+	// is the core's estimate of the resident prompt tokens; DecodeTokens
+	// the resident decode context (prompts and tokens produced so far) as
+	// the relays count it at the snapshot.
 	PrefillLegs   int   `json:"prefill_legs"`
 	PrefillTokens int64 `json:"prefill_tokens"`
 	DecodeLegs    int   `json:"decode_legs"`
@@ -44,12 +47,23 @@ type EngineState struct {
 func (o *owner) snapshot(now event.Time) State {
 	v := o.core.View()
 	s := State{Arm: o.core.Controller().Name(), NowSeconds: now.Seconds(), Split: map[string]int{}, Moves: o.moves, Counts: o.counts}
+	// Each engine's resident decode context as the relays count it now:
+	// the core's own figure is as of its last observation, which an arm
+	// that never ticks (a static split) takes only at placements. (Read
+	// here for display only: telling the core would make its decisions
+	// depend on when an operator polls.)
+	decodeCtx := make([]int64, len(o.r.engines))
+	for _, f := range o.active {
+		if f.stage == core.StageDecode && f.decode >= 0 && int(f.decode) < len(decodeCtx) {
+			decodeCtx[f.decode] += int64(f.input) + f.produced.Load()
+		}
+	}
 	for i, e := range o.r.engines {
 		in := v.Instance(event.Instance(i))
 		s.Split[in.Role.String()]++
 		es := EngineState{Name: e.name, URL: e.base, Role: in.Role.String(), Online: in.Online(now), Down: in.Down,
 			Generation: in.Generation, PrefillLegs: in.PrefillCount, PrefillTokens: in.PrefillTokens,
-			DecodeLegs: in.DecodeCount, DecodeTokens: in.DecodeTokens, MeanIntervalSeconds: in.MeanInterval}
+			DecodeLegs: in.DecodeCount, DecodeTokens: decodeCtx[i], MeanIntervalSeconds: in.MeanInterval}
 		if in.Moved {
 			t := in.LastMove.Seconds()
 			es.LastMoveSeconds = &t
