@@ -272,6 +272,20 @@ func TestCreateRefusesExistingJournal(t *testing.T) {
 	if _, err := Create(filepath.Join(t.TempDir(), "x"), testMeta("a", 1), Options{Sync: 9}); err == nil {
 		t.Fatal("unknown sync policy accepted")
 	}
+	// A marker's temporary file there (a crash's remains, or a link an
+	// attacker planted) is refused too, and its target never written.
+	planted := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, []byte("keep me"), 0o644)
+	if err := os.Symlink(victim, filepath.Join(planted, markerName+".tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(planted, testMeta("a", 1), Options{}); err == nil || !strings.Contains(err.Error(), "already holds a journal") {
+		t.Fatalf("Create over a planted %s.tmp: %v", markerName, err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep me" {
+		t.Fatalf("the link's target was written: %q", b)
+	}
 	// An existing empty directory is fine.
 	empty := t.TempDir()
 	w, err := Create(empty, testMeta("a", 1), Options{})

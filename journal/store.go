@@ -206,7 +206,8 @@ func checkLayout(dir string) error {
 // fsync of the directory.
 func writeMarker(dir string) error {
 	tmp := filepath.Join(dir, markerName+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	// O_EXCL: never through a link left there, never over another file.
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}

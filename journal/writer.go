@@ -90,7 +90,7 @@ func Create(dir string, meta event.RunMeta, opts Options) (*Writer, error) {
 	if opts.BatchRecords == 0 {
 		opts.BatchRecords = DefaultBatchRecords
 	}
-	for _, name := range []string{markerName, eventsName} {
+	for _, name := range []string{markerName, eventsName, markerName + ".tmp"} { // as LooksLikeRun
 		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
 			return nil, fmt.Errorf("journal %s: already holds a journal (or the remains of one): refusing to overwrite it", dir)
 		}

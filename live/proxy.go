@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,9 @@ import (
 // maxLegBody bounds a non-streamed leg's response body.
 const maxLegBody = 64 << 20
 
+// maxClassLen bounds X-Narwhal-Class (trace class names are at most 64).
+const maxClassLen = 128
+
 // Headers a load generator may set.
 const (
 	// HeaderScheduled is the request's scheduled send time in nanoseconds
@@ -27,7 +31,8 @@ const (
 	// must lie between the request timeout before the router's now and a
 	// second after it, and with tenants only an admin tenant may send it.
 	HeaderScheduled = "X-Narwhal-Scheduled-Ns"
-	// HeaderClass names the request's trace class in the journal.
+	// HeaderClass names the request's trace class in the journal (at most
+	// maxClassLen printable ASCII characters).
 	HeaderClass = "X-Narwhal-Class"
 	// HeaderRequestID is the id both legs carry (the client's, or a new one).
 	HeaderRequestID = "X-Request-Id"
@@ -214,12 +219,26 @@ func (r *Router) endFlight(f *flight, kind event.Kind, cause event.Cause) {
 // serve is one client request: decode it, ask the core where it runs, run
 // its legs, and journal how it ended.
 func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(r.cfg.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, q.Body, r.cfg.MaxBodyBytes))
+	if err == nil {
+		// Cleared at once: net/http's own read that notices a client
+		// hanging up mid-answer must not inherit the body's deadline. (On
+		// an error it stays: net/http reads what is left of a body before
+		// it answers, which the deadline keeps from waiting for good.)
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			api.WriteError(w, &api.Error{Status: http.StatusRequestEntityTooLarge, Type: api.TypeInvalidRequest,
 				Message: fmt.Sprintf("request body over %d bytes", r.cfg.MaxBodyBytes)})
+			return
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			api.WriteError(w, &api.Error{Status: http.StatusRequestTimeout, Type: api.TypeInvalidRequest,
+				Message: fmt.Sprintf("the request body did not arrive within %v", r.cfg.BodyTimeout)})
 			return
 		}
 		api.WriteError(w, api.BadRequest("could not read the request body: "+err.Error()))
@@ -263,7 +282,13 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 			want = max(1, m-input)
 		}
 	}
-	f := &flight{input: input, want: want, class: q.Header.Get(HeaderClass), scheduled: -1,
+	class := q.Header.Get(HeaderClass)
+	if len(class) > maxClassLen || strings.ContainsFunc(class, func(c rune) bool { return c < 0x20 || c > 0x7e }) {
+		// It is journaled with the request, and kept by every reader.
+		api.WriteError(w, api.Invalid(HeaderClass, class[:min(len(class), 80)], fmt.Sprintf("a class name of at most %d printable ASCII characters", maxClassLen)))
+		return
+	}
+	f := &flight{input: input, want: want, class: class, scheduled: -1,
 		reply: make(chan placement, 1), noDecode: want == 1, hashes: r.prefixHashes(req, input)}
 	if s := q.Header.Get(HeaderScheduled); s != "" {
 		// A load generator in front of this router says when it meant to

@@ -74,6 +74,10 @@ type Config struct {
 	// ReadTimeout bounds the gap between two events of a decode leg
 	// (default 60 s).
 	ReadTimeout time.Duration
+	// BodyTimeout bounds reading a request's body (default 30 s): a
+	// client that sends it a byte at a time would otherwise hold its
+	// connection, and its tenant's slot, for good.
+	BodyTimeout time.Duration
 	// RequestTimeout bounds a request end to end (default 600 s).
 	RequestTimeout time.Duration
 	// Tokenize counts each prompt with an engine's POST /tokenize (its
@@ -137,6 +141,7 @@ func (c *Config) defaults() {
 	def(&c.PrefillTimeout, 120*time.Second)
 	def(&c.FirstTokenTimeout, 30*time.Second)
 	def(&c.ReadTimeout, 60*time.Second)
+	def(&c.BodyTimeout, 30*time.Second)
 	def(&c.RequestTimeout, 600*time.Second)
 	def(&c.TokenizeTimeout, 2*time.Second)
 	def(&c.ProbeInterval, time.Second)

@@ -100,3 +100,48 @@ func TestStalledClientNotEngineFault(t *testing.T) {
 		t.Fatalf("rows %+v: expected the stalled one cancelled, the slow one finished with 1000 tokens, then one more", rows)
 	}
 }
+
+// A body sent a byte at a time is cut at the body timeout (408), so it
+// cannot hold a connection and a tenant's slot for good; the deadline is
+// the body's only, so an answer streaming past it is not cut. A class
+// header past its bound, or not printable ASCII, is refused: it
+// would be journaled with the request.
+func TestBodyTimeoutAndClassBound(t *testing.T) {
+	scale := 1.0
+	r := startRig(t, rigOpts{n: 2, arm: "static:1P1D", stub: stub.Options{TimeScale: &scale},
+		configure: func(c *Config) { c.BodyTimeout = 300 * time.Millisecond }})
+	addr := strings.TrimPrefix(r.url, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", addr)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("a body that never arrives: %v, %v: expected 408", resp, err)
+	}
+
+	// Streams for about a second, well past the body timeout.
+	resp = post(t, r, "/v1/completions", `{"model":"stub","prompt":"a while","max_tokens":300,"min_tokens":300,"stream":true}`, nil)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasSuffix(strings.TrimSpace(string(b)), "data: [DONE]") || strings.Contains(string(b), `"error"`) {
+		t.Fatalf("a stream longer than the body timeout: status %d, ...%s", resp.StatusCode, b[max(0, len(b)-200):])
+	}
+
+	for _, class := range []string{strings.Repeat("c", 129), "cl\xe9ss"} {
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"classy","max_tokens":2}`, map[string]string{HeaderClass: class})
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), HeaderClass) {
+			t.Errorf("class %q: status %d, %s: expected a 400 naming the header", class[:min(len(class), 10)], resp.StatusCode, b)
+		}
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if len(rows) != 1 || rows[0].Terminal != event.KindFinish || rows[0].OutputTokens != 300 {
+		t.Fatalf("rows %+v: expected the one stream, finished with 300 tokens", rows)
+	}
+}

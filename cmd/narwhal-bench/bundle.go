@@ -18,6 +18,8 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/narwhal-bench/narwhal-bench/live"
+
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 )
@@ -61,6 +63,16 @@ func bundleCommand(stderr io.Writer) *cli.Command {
 				}
 			}
 			files["versions.json"], _ = json.MarshalIndent(vers, "", "  ")
+			for _, p := range c.StringSlice("config") {
+				// A tenants file names its keys' files and variables:
+				// their values are secrets wherever they turn up, a key
+				// file given as a --config among them.
+				if _, keys, err := live.LoadTenants(p); err == nil {
+					for _, k := range keys {
+						rd.secret(string(k))
+					}
+				}
+			}
 			for i, p := range c.StringSlice("config") {
 				b, err := os.ReadFile(p)
 				if err != nil {
@@ -124,7 +136,10 @@ func newRedactor() *redactor {
 	return &redactor{shapes: []*regexp.Regexp{
 		regexp.MustCompile(`(?i)(bearer\s+)[^\s"',]+`),
 		regexp.MustCompile(`(?i)((?:api[_-]?key|token|secret|password|passwd|authorization)["']?\s*[:=]\s*["']?)[^\s"',}]+`),
-		regexp.MustCompile(`(://)[^/\s@"]+(@)`), // userinfo in engine URLs: user:password@ and a token alone as user@
+		// Userinfo in engine URLs (user:password@, a token alone as
+		// user@), to the authority's last @: a password may hold an
+		// unescaped one, and Go's URL parser splits at the last.
+		regexp.MustCompile(`(://)[^/\s"'?#]*(@)`),
 		regexp.MustCompile(`()sk-[A-Za-z0-9_-]{8,}()`),
 	}}
 }

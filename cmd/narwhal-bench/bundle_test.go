@@ -164,6 +164,8 @@ func TestBundleRedactsUserinfo(t *testing.T) {
 		"url: http://tok3nUSERONLYsecret@127.0.0.1:16301/v1": "url: http://[REDACTED]@127.0.0.1:16301/v1",
 		`"http://op:pw%2Fx@10.0.0.1:8000"`:                   `"http://[REDACTED]@10.0.0.1:8000"`,
 		"http://10.0.0.1:8000 and https://h:8443/x":          "http://10.0.0.1:8000 and https://h:8443/x",
+		"http://admin:Pw1@atsign@127.0.0.1:19340/v1":         "http://[REDACTED]@127.0.0.1:19340/v1",
+		"http://h:1/x?to=a@b.c":                              "http://h:1/x?to=a@b.c",
 	} {
 		if got := string(rd.apply([]byte(in))); got != want {
 			t.Errorf("redact %q = %q, want %q", in, got, want)
@@ -176,5 +178,33 @@ func TestBundleRedactsUserinfo(t *testing.T) {
 	}
 	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("bundle mode %v, %v: want 0600", st.Mode().Perm(), err)
+	}
+}
+
+// The keys a tenants file given to --config names (in key files or the
+// environment) are redacted wherever they turn up, a key file given as a
+// --config of its own included.
+func TestBundleRedactsTenantKeys(t *testing.T) {
+	dir := t.TempDir()
+	const fileKey, envKey = "filekey-5e1f0a9b77", "envkey-0d15ea5e42"
+	t.Setenv("NWB_T_ENVKEY", envKey)
+	keyFile := filepath.Join(dir, "evals.key")
+	os.WriteFile(keyFile, []byte(fileKey+"\n"), 0o600)
+	tenants := filepath.Join(dir, "tenants.yaml")
+	os.WriteFile(tenants, []byte("tenants:\n- {name: evals, key_file: "+keyFile+", weight: 1}\n- {name: ops, key_env: NWB_T_ENVKEY, weight: 1, admin: true}\n"), 0o600)
+	notes := filepath.Join(dir, "notes.txt")
+	os.WriteFile(notes, []byte("ops uses "+envKey+"\n"), 0o600)
+	out := filepath.Join(dir, "b.tar.gz")
+	if code, _, errs := runCLI(t, "bundle", "--out", out, "--config", tenants, "--config", keyFile, "--config", notes); code != 0 {
+		t.Fatalf("bundle: exit %d: %s", code, errs)
+	}
+	files := untar(t, out)
+	for name, body := range files {
+		if strings.Contains(body, fileKey) || strings.Contains(body, envKey) {
+			t.Errorf("%s holds a tenant's key:\n%s", name, body)
+		}
+	}
+	if len(files) < 4 {
+		t.Errorf("bundle files %v: expected versions and the three configs", keys(files))
 	}
 }

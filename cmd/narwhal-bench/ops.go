@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -223,16 +225,62 @@ func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
 }
 
 // listenAndServe serves h on ln, with TLS when asked; it returns the
-// server to shut down.
-func listenAndServe(c *cli.Command, ln net.Listener, h http.Handler) *http.Server {
+// server to shut down. Until ctx ends, SIGHUP reads the certificate and
+// key again (a rotated certificate is served from the next handshake on;
+// one that does not load is said on stderr and the old one kept), and
+// without TLS is said and ignored: it never ends the router undrained.
+func listenAndServe(ctx context.Context, c *cli.Command, ln net.Listener, h http.Handler, stderr io.Writer) *http.Server {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: api.ServerIdleTimeout}
+	var certs *certReloader
 	if cert := c.String("tls-cert"); cert != "" {
-		go srv.ServeTLS(ln, cert, c.String("tls-key"))
+		certs = &certReloader{cert: cert, key: c.String("tls-key")}
+		_ = certs.load() // checked before (securityConfig): it loads
+		srv.TLSConfig = &tls.Config{GetCertificate: certs.get}
+		go srv.ServeTLS(ln, "", "")
 	} else {
 		go srv.Serve(ln)
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			if certs == nil {
+				fmt.Fprintln(stderr, "narwhal-bench: SIGHUP: no --tls-cert to read again; ignored (SIGINT or SIGTERM stop the router)")
+			} else if err := certs.load(); err != nil {
+				fmt.Fprintf(stderr, "narwhal-bench: SIGHUP: %v; still serving the certificate loaded before\n", err)
+			} else {
+				fmt.Fprintf(stderr, "narwhal-bench: SIGHUP: read %s and %s again; new handshakes get them\n", certs.cert, certs.key)
+			}
+		}
+	}()
 	return srv
 }
+
+// certReloader holds the TLS certificate the router serves, read again on
+// SIGHUP.
+type certReloader struct {
+	cert, key string
+	cur       atomic.Pointer[tls.Certificate]
+}
+
+// load reads the certificate and key; on an error the one loaded before
+// stays.
+func (r *certReloader) load() error {
+	kp, err := tls.LoadX509KeyPair(r.cert, r.key)
+	if err != nil {
+		return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", r.cert, r.key, err)
+	}
+	r.cur.Store(&kp)
+	return nil
+}
+
+func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) { return r.cur.Load(), nil }
 
 // joinHA connects to etcd and waits, as a standby, for the leadership;
 // then it fills cfg's epoch, fence and the split to resume. It returns a

@@ -150,7 +150,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			defer stop()
 			front := &frontDoor{}
 			front.set(startingHandler())
-			srv := listenAndServe(c, ln, front.handler(gate))
+			srv := listenAndServe(ctx, c, ln, front.handler(gate), stderr)
 			defer srv.Close()
 			var node *ha.Node
 			var lost <-chan struct{}

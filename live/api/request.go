@@ -301,6 +301,11 @@ func (d *decoder) prompt() (string, []int) {
 		}
 		return s, nil
 	}
+	// Token ids first, in one pass: a long list read as raw elements and
+	// then element by element costs a hundred times its size.
+	if ids, ok := tokenIDs(v); ok && len(ids) > 0 {
+		return "", ids
+	}
 	var list []json.RawMessage
 	if json.Unmarshal(v, &list) != nil {
 		d.fail(Invalid("prompt", string(v), "a string, a list of strings or a list of token ids"))
@@ -309,9 +314,6 @@ func (d *decoder) prompt() (string, []int) {
 	if len(list) == 0 {
 		d.fail(Invalid("prompt", string(v), "a non-empty prompt"))
 		return "", nil
-	}
-	if ids, ok := tokenIDs(v); ok {
-		return "", ids
 	}
 	if len(list) != 1 {
 		d.fail(Invalid("prompt", "a list of "+strconv.Itoa(len(list))+" prompts", "one prompt (batched prompts are not served)"))
@@ -332,17 +334,16 @@ func (d *decoder) prompt() (string, []int) {
 
 // tokenIDs reads a list of non-negative integers.
 func tokenIDs(v json.RawMessage) ([]int, bool) {
-	var nums []json.RawMessage
+	var nums []float64
 	if json.Unmarshal(v, &nums) != nil {
 		return nil, false
 	}
 	ids := make([]int, len(nums))
-	for i, x := range nums {
-		n, ok := toInt(x)
-		if !ok || n < 0 || n > maxInt {
+	for i, f := range nums {
+		if f != math.Trunc(f) || f < 0 || f > maxInt {
 			return nil, false
 		}
-		ids[i] = n
+		ids[i] = int(f)
 	}
 	return ids, true
 }

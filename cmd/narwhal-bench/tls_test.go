@@ -1,0 +1,109 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// writeSelfSigned writes a self-signed certificate for 127.0.0.1 with the
+// given serial number, and its key, over certFile and keyFile.
+func writeSelfSigned(t *testing.T, certFile, keyFile string, serial int64) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "router"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written beside and renamed over, as a certificate manager does.
+	for _, f := range []struct {
+		path, typ string
+		der       []byte
+	}{{certFile, "CERTIFICATE", der}, {keyFile, "EC PRIVATE KEY", kder}} {
+		tmp := f.path + ".new"
+		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, f.path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// servedSerial is the serial number of the certificate the router at addr
+// presents to a new handshake (0 when the handshake fails).
+func servedSerial(addr string) int64 {
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+}
+
+// SIGHUP makes serve read its certificate and key again (a rotated
+// certificate is served from the next handshake, with no restart); a
+// pair that does not load is said and the old one kept; the router goes
+// on serving and stops cleanly on SIGTERM.
+func TestServeTLSReloadOnSIGHUP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writeSelfSigned(t, certFile, keyFile, 1)
+	base := freePorts(t, 3)
+	addr := fmt.Sprintf("127.0.0.1:%d", base)
+	serve, errs := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--base-port", fmt.Sprint(base+1),
+		"--listen", addr, "--tls-cert", certFile, "--tls-key", keyFile, "--arm", "static:4P4D")
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if cond() {
+				return
+			}
+		}
+		t.Fatalf("timed out waiting for %s: %s", what, errs.String())
+	}
+	wait("the first certificate", func() bool { return servedSerial(addr) == 1 })
+
+	writeSelfSigned(t, certFile, keyFile, 2)
+	if err := serve.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	wait("the rotated certificate", func() bool { return servedSerial(addr) == 2 })
+
+	os.WriteFile(keyFile, []byte("not a key"), 0o600)
+	serve.Process.Signal(syscall.SIGHUP)
+	wait("the failed reload said", func() bool { return strings.Contains(errs.String(), "still serving the certificate loaded before") })
+	if s := servedSerial(addr); s != 2 {
+		t.Fatalf("after a failed reload the router serves serial %d: expected 2 kept", s)
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	if err := serve.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, errs.String())
+	}
+}
