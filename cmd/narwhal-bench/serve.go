@@ -204,6 +204,9 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			go func() { runErr <- rt.Run(rctx) }()
 			front.set(rt.Handler())
 			fmt.Fprintf(stderr, "narwhal-bench: serving %s (%s, %d engines) at %s://%s\n", arm, spec.Name, spec.Size(), scheme(c), ln.Addr())
+			if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && gate == nil {
+				fmt.Fprintf(stderr, "narwhal-bench: note: %s is reachable beyond this machine and --tenants is not set: anyone who reaches it may send requests and read /state (engine URLs), /metrics and /journal (docs/security.md)\n", ln.Addr())
+			}
 			if w != nil {
 				go flushEvery(ctx, w, time.Second)
 			}

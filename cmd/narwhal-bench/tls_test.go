@@ -107,3 +107,25 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 		t.Fatalf("serve after SIGTERM: %v\n%s", err, errs.String())
 	}
 }
+
+// A router listening beyond loopback without tenant keys says so at
+// start: anyone who reaches it may use it and read its operator routes.
+func TestServeOpenListenNoted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	base := freePorts(t, 3)
+	serve, errs := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--base-port", fmt.Sprint(base+1),
+		"--listen", fmt.Sprintf("0.0.0.0:%d", base), "--arm", "static:4P4D")
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base), errs)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(errs.String(), "reachable beyond this machine") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(errs.String(), "--tenants is not set") {
+		t.Errorf("no note of an open router:\n%s", errs.String())
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	if err := serve.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, errs.String())
+	}
+}
