@@ -9,14 +9,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-out/seed-eval}
 shift || true
 mkdir -p "$OUT"
-for arg in "$@"; do
-	case "$arg" in
-	--shard | --shard=* | --summary-only | --summary-only=*)
-		echo "seed-eval: $arg: this script runs the whole campaign and writes its report; for shards, run bin/narwhal-bench run --shard I/N per task (docs/experiments.md), then this script over the merged output" >&2
-		exit 2
-		;;
-	esac
-done
+NAME=seed-eval . campaigns/whole-campaign.sh "$@"
 make -s build
 echo "seed-eval: running experiments into $OUT" >&2
 start=$(date +%s)

@@ -8,14 +8,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-out/topology-walk}
 shift || true
 mkdir -p "$OUT"
-for arg in "$@"; do
-	case "$arg" in
-	--shard | --shard=* | --summary-only | --summary-only=*)
-		echo "topology-walk: $arg: this script runs the whole campaign and writes its report; for shards, run bin/narwhal-bench run --shard I/N per task (docs/experiments.md), then this script over the merged output" >&2
-		exit 2
-		;;
-	esac
-done
+NAME=topology-walk . campaigns/whole-campaign.sh "$@"
 make -s build
 start=$(date +%s)
 bin/narwhal-bench run "$@" --out "$OUT" experiments/topology-demo.yaml experiments/topology-chatdoc.yaml \

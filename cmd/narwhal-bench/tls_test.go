@@ -1,56 +1,37 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/internal/etcdtest"
 )
 
-// writeSelfSigned writes a self-signed certificate for 127.0.0.1 with the
-// given serial number, and its key, over certFile and keyFile.
-func writeSelfSigned(t *testing.T, certFile, keyFile string, serial int64) {
+// rotateCert puts a new certificate and key at certFile and keyFile,
+// written beside them and renamed over, as a certificate manager does, and
+// returns its serial number.
+func rotateCert(t *testing.T, certFile, keyFile string) int64 {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "router"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Written beside and renamed over, as a certificate manager does.
-	for _, f := range []struct {
-		path, typ string
-		der       []byte
-	}{{certFile, "CERTIFICATE", der}, {keyFile, "EC PRIVATE KEY", kder}} {
-		tmp := f.path + ".new"
-		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
+	c, k, serial := etcdtest.ServerCert(t, t.TempDir(), "router")
+	for _, f := range [][2]string{{c, certFile}, {k, keyFile}} {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Rename(tmp, f.path); err != nil {
+		if err := os.WriteFile(f[1]+".new", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(f[1]+".new", f[1]); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return serial.Int64()
 }
 
 // servedSerial is the serial number of the certificate the router at addr
@@ -74,7 +55,7 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 	}
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	writeSelfSigned(t, certFile, keyFile, 1)
+	first := rotateCert(t, certFile, keyFile)
 	base := freePorts(t, 3)
 	addr := fmt.Sprintf("127.0.0.1:%d", base)
 	serve, errs := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--base-port", fmt.Sprint(base+1),
@@ -88,19 +69,19 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 		}
 		t.Fatalf("timed out waiting for %s: %s", what, errs.String())
 	}
-	wait("the first certificate", func() bool { return servedSerial(addr) == 1 })
+	wait("the first certificate", func() bool { return servedSerial(addr) == first })
 
-	writeSelfSigned(t, certFile, keyFile, 2)
+	second := rotateCert(t, certFile, keyFile)
 	if err := serve.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	wait("the rotated certificate", func() bool { return servedSerial(addr) == 2 })
+	wait("the rotated certificate", func() bool { return servedSerial(addr) == second })
 
 	os.WriteFile(keyFile, []byte("not a key"), 0o600)
 	serve.Process.Signal(syscall.SIGHUP)
 	wait("the failed reload said", func() bool { return strings.Contains(errs.String(), "still serving the certificate loaded before") })
-	if s := servedSerial(addr); s != 2 {
-		t.Fatalf("after a failed reload the router serves serial %d: expected 2 kept", s)
+	if s := servedSerial(addr); s != second {
+		t.Fatalf("after a failed reload the router serves serial %d: expected %d kept", s, second)
 	}
 	serve.Process.Signal(syscall.SIGTERM)
 	if err := serve.Wait(); err != nil {

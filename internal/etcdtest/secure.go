@@ -148,6 +148,26 @@ func issue(t testing.TB, dir, name string, ca *x509.Certificate, caKey *ecdsa.Pr
 	return certFile, keyFile
 }
 
+// ServerCert writes a server certificate for 127.0.0.1 and localhost,
+// signed by a CA of its own (dir/name-ca.pem), and its key to dir/name.pem
+// and dir/name-key.pem, and returns them with the certificate's serial
+// number (tests of a TLS server other than etcd use it too).
+func ServerCert(t testing.TB, dir, name string) (certFile, keyFile string, serial *big.Int) {
+	t.Helper()
+	ca, caKey := newCA(t, dir, name+"-ca")
+	certFile, keyFile = issue(t, dir, name, ca, caKey, x509.ExtKeyUsageServerAuth, name)
+	b, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, cert.SerialNumber
+}
+
 func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
