@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -34,6 +36,16 @@ func rotateCert(t *testing.T, certFile, keyFile string) int64 {
 	return serial.Int64()
 }
 
+// stderrOf reads what a child process wrote to stderr so far, under the
+// lock its writer takes (the child's output is copied in by a goroutine
+// of os/exec's).
+func stderrOf(cmd *exec.Cmd) string {
+	lw := cmd.Stderr.(*lockedWriter)
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.w.(*bytes.Buffer).String()
+}
+
 // servedSerial is the serial number of the certificate the router at addr
 // presents to a new handshake (0 when the handshake fails).
 func servedSerial(addr string) int64 {
@@ -58,7 +70,7 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 	first := rotateCert(t, certFile, keyFile)
 	base := freePorts(t, 3)
 	addr := fmt.Sprintf("127.0.0.1:%d", base)
-	serve, errs := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--base-port", fmt.Sprint(base+1),
+	serve, _ := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--base-port", fmt.Sprint(base+1),
 		"--listen", addr, "--tls-cert", certFile, "--tls-key", keyFile, "--arm", "static:4P4D")
 	wait := func(what string, cond func() bool) {
 		t.Helper()
@@ -67,7 +79,7 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 				return
 			}
 		}
-		t.Fatalf("timed out waiting for %s: %s", what, errs.String())
+		t.Fatalf("timed out waiting for %s: %s", what, stderrOf(serve))
 	}
 	wait("the first certificate", func() bool { return servedSerial(addr) == first })
 
@@ -79,13 +91,13 @@ func TestServeTLSReloadOnSIGHUP(t *testing.T) {
 
 	os.WriteFile(keyFile, []byte("not a key"), 0o600)
 	serve.Process.Signal(syscall.SIGHUP)
-	wait("the failed reload said", func() bool { return strings.Contains(errs.String(), "still serving the certificate loaded before") })
+	wait("the failed reload said", func() bool { return strings.Contains(stderrOf(serve), "still serving the certificate loaded before") })
 	if s := servedSerial(addr); s != second {
 		t.Fatalf("after a failed reload the router serves serial %d: expected %d kept", s, second)
 	}
 	serve.Process.Signal(syscall.SIGTERM)
 	if err := serve.Wait(); err != nil {
-		t.Fatalf("serve after SIGTERM: %v\n%s", err, errs.String())
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderrOf(serve))
 	}
 }
 
@@ -99,14 +111,14 @@ func TestServeOpenListenNoted(t *testing.T) {
 	serve, errs := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--base-port", fmt.Sprint(base+1),
 		"--listen", fmt.Sprintf("0.0.0.0:%d", base), "--arm", "static:4P4D")
 	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base), errs)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(errs.String(), "reachable beyond this machine") && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderrOf(serve), "reachable beyond this machine") && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !strings.Contains(errs.String(), "--tenants is not set") {
-		t.Errorf("no note of an open router:\n%s", errs.String())
+	if !strings.Contains(stderrOf(serve), "--tenants is not set") {
+		t.Errorf("no note of an open router:\n%s", stderrOf(serve))
 	}
 	serve.Process.Signal(syscall.SIGTERM)
 	if err := serve.Wait(); err != nil {
-		t.Fatalf("serve after SIGTERM: %v\n%s", err, errs.String())
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderrOf(serve))
 	}
 }
