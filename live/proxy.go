@@ -28,8 +28,8 @@ const maxClassLen = 128
 const (
 	// HeaderScheduled is the request's scheduled send time in nanoseconds
 	// of the router clock (the journal's Ref); TTFT is measured from it. It
-	// must lie between the request timeout before the router's now and a
-	// second after it, and with tenants only an admin tenant may send it.
+	// may not be more than a second after the router's now, and with
+	// tenants only an admin tenant may send it.
 	HeaderScheduled = "X-Narwhal-Scheduled-Ns"
 	// HeaderClass names the request's trace class in the journal (at most
 	// maxClassLen printable ASCII characters).
@@ -294,13 +294,16 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		// A load generator in front of this router says when it meant to
 		// send (the client's queue counts toward TTFT). A time far from
 		// now would move every latency the journal and the metrics hold.
-		now := time.Duration(r.now())
-		lo, hi := max(0, now-r.cfg.RequestTimeout), now+time.Second
-		if ns, err := strconv.ParseInt(s, 10, 64); err == nil && time.Duration(ns) >= lo && time.Duration(ns) <= hi {
+		// (Any past time is taken: a load generator far behind its
+		// schedule sends requests late, and they must be journaled as the
+		// misses they are. With --tenants only an admin tenant may send
+		// the header at all.)
+		hi := time.Duration(r.now()) + time.Second
+		if ns, err := strconv.ParseInt(s, 10, 64); err == nil && ns >= 0 && time.Duration(ns) <= hi {
 			f.scheduled = time.Duration(ns)
 		} else {
 			api.WriteError(w, api.Invalid(HeaderScheduled, s, fmt.Sprintf(
-				"nanoseconds of the router clock, from %d (the request timeout before now) to %d (a second after now)", lo, hi)))
+				"nanoseconds of the router clock, from 0 to %d (a second after now)", hi)))
 			return
 		}
 	}
@@ -331,11 +334,6 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 	ctx, cancel := context.WithTimeout(q.Context(), r.cfg.RequestTimeout)
 	defer cancel()
 	defer context.AfterFunc(r.halt, cancel)() // the router stops: cut its legs
-	// The write deadline the relay sets on the connection (leg.writeBy)
-	// bounds its own writes only: net/http's final flush of the response
-	// comes after the handler returns, so clear it first (the server
-	// clears it again before the connection's next request).
-	defer func() { _ = http.NewResponseController(w).SetWriteDeadline(time.Time{}) }()
 	lg := &leg{r: r, w: w, q: q, ctx: ctx, req: req, f: f, xid: xid, path: q.URL.Path}
 	lg.start(p.inst) // live/retry.go
 }
@@ -599,6 +597,7 @@ func (l *leg) passThrough(body []byte) {
 		l.clientWriteFailed()
 		return
 	}
+	l.wrote()
 	l.observeFinish(int64(max(tokens, 1)))
 	l.r.endFlight(l.f, event.KindFinish, l.finishCause(finish))
 }
@@ -608,6 +607,10 @@ func (l *leg) passThrough(body []byte) {
 // reading, and its request ends rather than hold engine capacity and an
 // in-flight slot for as long as the socket stays open. A blocked write
 // is not interrupted by the request's context: only a deadline ends it.
+// Every write to the client is bracketed by writeBy and wrote: a deadline
+// left set while the relay waits for the engine would cut the error event
+// that tells the client why its stream ends (and under HTTP/2 reset the
+// stream when it passes, write or not).
 func (l *leg) writeBy() {
 	d := time.Now().Add(l.r.cfg.ReadTimeout)
 	// A second past the request's deadline: at the deadline the relay
@@ -619,14 +622,19 @@ func (l *leg) writeBy() {
 	_ = http.NewResponseController(l.w).SetWriteDeadline(d) // (not every writer has one)
 }
 
+// wrote clears the write deadline writeBy set, after a write went through.
+func (l *leg) wrote() { _ = http.NewResponseController(l.w).SetWriteDeadline(time.Time{}) }
+
 // clientWriteFailed ends a request whose client could not be written to:
 // it hung up or stopped reading (cancel), or the request's deadline passed
 // while it did not read (timeout). Either way the engine is not blamed.
 func (l *leg) clientWriteFailed() {
+	// (A failed write cancels the request's context itself: net/http's
+	// connection writer does, so only the deadline tells the two apart.)
 	dl, ok := l.ctx.Deadline()
 	switch {
 	case l.r.halted(): // the owner's shutdown journaled its end
-	case l.q.Context().Err() == nil && (l.ctx.Err() != nil || ok && !time.Now().Before(dl)):
+	case ok && !time.Now().Before(dl):
 		l.r.endFlight(l.f, event.KindFail, event.CauseTimeout)
 	default:
 		l.r.endFlight(l.f, event.KindFinish, event.CauseCancel)
@@ -790,6 +798,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			}
 			if l.r.halted() {
 				// The owner's shutdown journaled its end; say why it ends.
+				l.writeBy()
 				_ = sw.EndWithError(haltedError().Message, api.TypeUnavailable, http.StatusServiceUnavailable)
 				return verdict{}
 			}
@@ -808,6 +817,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			// Journal the cause before the client reads the error event
 			// (it may hang up at once, which is not a cancel).
 			l.r.endFlight(l.f, event.KindFail, cause)
+			l.writeBy()
 			_ = sw.EndWithError(why, api.TypeServer, code)
 			return verdict{}
 		}
@@ -826,6 +836,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 					return l.engineStatus(e, http.StatusBadGateway, nil, payload, stage)
 				}
 				l.r.endFlight(l.f, event.KindFail, event.CauseBadGateway)
+				l.writeBy()
 				_ = sw.EndWithRawError(payload)
 				return verdict{}
 			}
@@ -879,6 +890,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			l.clientWriteFailed()
 			return verdict{}
 		}
+		l.wrote()
 	}
 	l.writeBy()
 	if err := open(); err != nil {
@@ -890,6 +902,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		l.clientWriteFailed()
 		return verdict{}
 	}
+	l.wrote()
 	if delivered == 0 && single {
 		l.observeFirst()
 		if !l.prefilled() {

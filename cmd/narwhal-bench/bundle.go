@@ -66,10 +66,14 @@ func bundleCommand(stderr io.Writer) *cli.Command {
 			for _, p := range c.StringSlice("config") {
 				// A tenants file names its keys' files and variables:
 				// their values are secrets wherever they turn up, a key
-				// file given as a --config among them.
-				if _, keys, err := live.LoadTenants(p); err == nil {
+				// file given as a --config among them. Each key that reads
+				// here is redacted; one that does not is said.
+				if keys, missing, err := live.TenantKeysFound(p); err == nil {
 					for _, k := range keys {
 						rd.secret(string(k))
+					}
+					for _, m := range missing {
+						notes = append(notes, fmt.Sprintf("config %s: %s: its value is redacted only where it has a key's shape", p, m))
 					}
 				}
 			}

@@ -183,7 +183,8 @@ func TestBundleRedactsUserinfo(t *testing.T) {
 
 // The keys a tenants file given to --config names (in key files or the
 // environment) are redacted wherever they turn up, a key file given as a
-// --config of its own included.
+// --config of its own included, also when another key of the file cannot
+// be read here (which is said).
 func TestBundleRedactsTenantKeys(t *testing.T) {
 	dir := t.TempDir()
 	const fileKey, envKey = "filekey-5e1f0a9b77", "envkey-0d15ea5e42"
@@ -191,7 +192,8 @@ func TestBundleRedactsTenantKeys(t *testing.T) {
 	keyFile := filepath.Join(dir, "evals.key")
 	os.WriteFile(keyFile, []byte(fileKey+"\n"), 0o600)
 	tenants := filepath.Join(dir, "tenants.yaml")
-	os.WriteFile(tenants, []byte("tenants:\n- {name: evals, key_file: "+keyFile+", weight: 1}\n- {name: ops, key_env: NWB_T_ENVKEY, weight: 1, admin: true}\n"), 0o600)
+	os.WriteFile(tenants, []byte("tenants:\n- {name: evals, key_file: "+keyFile+", weight: 1}\n- {name: ops, key_env: NWB_T_ENVKEY, weight: 1, admin: true}\n"+
+		"- {name: elsewhere, key_env: NWB_T_UNSET_HERE, weight: 1}\n"), 0o600)
 	notes := filepath.Join(dir, "notes.txt")
 	os.WriteFile(notes, []byte("ops uses "+envKey+"\n"), 0o600)
 	out := filepath.Join(dir, "b.tar.gz")
@@ -206,5 +208,10 @@ func TestBundleRedactsTenantKeys(t *testing.T) {
 	}
 	if len(files) < 4 {
 		t.Errorf("bundle files %v: expected versions and the three configs", keys(files))
+	}
+	// A key this shell cannot read (another tenant's variable) leaves the
+	// others redacted, and is said.
+	if !strings.Contains(files["notes.txt"], "tenant elsewhere: key_env NWB_T_UNSET_HERE is not set here") {
+		t.Errorf("notes.txt does not say which key could not be read:\n%s", files["notes.txt"])
 	}
 }

@@ -225,11 +225,13 @@ func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
 }
 
 // listenAndServe serves h on ln, with TLS when asked; it returns the
-// server to shut down. Until ctx ends, SIGHUP reads the certificate and
-// key again (a rotated certificate is served from the next handshake on;
-// one that does not load is said on stderr and the old one kept), and
-// without TLS is said and ignored: it never ends the router undrained.
-func listenAndServe(ctx context.Context, c *cli.Command, ln net.Listener, h http.Handler, stderr io.Writer) *http.Server {
+// server to shut down, and the function that ends its SIGHUP handling,
+// to call when serve returns (after its drain). Until then SIGHUP reads
+// the certificate and key again (a rotated certificate is served from the
+// next handshake on; one that does not load is said on stderr and the old
+// one kept), and without TLS is said and ignored: it never ends the
+// router undrained.
+func listenAndServe(c *cli.Command, ln net.Listener, h http.Handler, stderr io.Writer) (*http.Server, func()) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: api.ServerIdleTimeout}
 	var certs *certReloader
 	if cert := c.String("tls-cert"); cert != "" {
@@ -242,11 +244,11 @@ func listenAndServe(ctx context.Context, c *cli.Command, ln net.Listener, h http
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
 	go func() {
-		defer signal.Stop(hup)
 		for {
 			select {
-			case <-ctx.Done():
+			case <-done:
 				return
 			case <-hup:
 			}
@@ -259,7 +261,7 @@ func listenAndServe(ctx context.Context, c *cli.Command, ln net.Listener, h http
 			}
 		}
 	}()
-	return srv
+	return srv, func() { signal.Stop(hup); close(done) }
 }
 
 // certReloader holds the TLS certificate the router serves, read again on

@@ -88,15 +88,25 @@ func runCommand(stderr io.Writer) *cli.Command {
 			if c.Bool("force") && c.Bool("summary-only") {
 				return usageError{errors.New("run: --summary-only and --force: expected one of them (--summary-only runs nothing)")}
 			}
+			// An experiment left incomplete (combinations another process
+			// holds, or without results under --summary-only) does not stop
+			// the next: each says what it lacks, and the exit is 1 after
+			// all of them.
+			var incomplete []error
 			for _, e := range exps {
-				if err := runExperiment(ctx, c, e, stderr, &sh); err != nil {
+				err := runExperiment(ctx, c, e, stderr, &sh)
+				var inc incompleteError
+				switch {
+				case errors.As(err, &inc):
+					incomplete = append(incomplete, err)
+				case err != nil:
 					return err
 				}
 			}
 			if sh.next <= sh.i {
 				fmt.Fprintf(stderr, "narwhal-bench: run: shard %d/%d has no combination: the campaign has %d\n", sh.i, sh.n, sh.next)
 			}
-			return nil
+			return errors.Join(incomplete...)
 		},
 	}
 }
@@ -243,17 +253,23 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 		results[k] = res
 	}
 	if busy > 0 {
-		return fmt.Errorf("run: experiment %s: %d combination(s) in progress in another process (skipped): run again when it ends for the summary", e.Name, busy)
+		return incompleteError{fmt.Errorf("run: experiment %s: %d combination(s) in progress in another process (skipped): run again when it ends for the summary", e.Name, busy)}
 	}
 	if len(unfinished) > 0 {
-		return fmt.Errorf("run --summary-only: experiment %s: %d of %d combinations have no current result, so no summary (run without --summary-only to run them):\n  %s",
-			e.Name, len(unfinished), len(combos), strings.Join(unfinished, "\n  "))
+		return incompleteError{fmt.Errorf("run --summary-only: experiment %s: %d of %d combinations have no current result, so no summary (run without --summary-only to run them):\n  %s",
+			e.Name, len(unfinished), len(combos), strings.Join(unfinished, "\n  "))}
 	}
 	if sh.n > 1 {
 		return nil // a shard holds part of the results: no summary
 	}
 	return writeSummary(c.Root().Writer, e, combos, results)
 }
+
+// incompleteError is an experiment left without its summary: combinations
+// another process holds, or (--summary-only) without a current result.
+type incompleteError struct{ error }
+
+func (e incompleteError) Unwrap() error { return e.error }
 
 // comboBusy is comboRun.run's reason for a combination another process
 // holds.
@@ -384,8 +400,9 @@ func (cr *comboRun) run() (*sweep.Result, string, error) {
 // there means no process runs the combination.
 func lockCombo(dir string, create bool) (unlock func(), held bool, err error) {
 	path := dir + ".lock"
-	flags := os.O_RDWR
+	flags := os.O_RDONLY // flock needs no write access: a read-only merged --out
 	if create {
+		flags = os.O_RDWR
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 			return nil, false, err
 		}

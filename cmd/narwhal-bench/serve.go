@@ -150,7 +150,8 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			defer stop()
 			front := &frontDoor{}
 			front.set(startingHandler())
-			srv := listenAndServe(ctx, c, ln, front.handler(gate), stderr)
+			srv, stopHUP := listenAndServe(c, ln, front.handler(gate), stderr)
+			defer stopHUP() // after the drain: SIGHUP never ends the router undrained
 			defer srv.Close()
 			var node *ha.Node
 			var lost <-chan struct{}

@@ -209,9 +209,13 @@ func TestRunSkipsLockedCombination(t *testing.T) {
 	if err != nil || busy {
 		t.Fatalf("lock: %v, held %v", err, busy)
 	}
-	code, stdout, errs := runCLI(t, "run", "--out", out, exp)
-	if code != 1 || stdout != "" || !strings.Contains(errs, "in progress in another process") || strings.Count(errs, ": running ") != 1 {
-		t.Fatalf("with seed-2 held: exit %d, stdout %q: %s", code, stdout, errs)
+	// A second experiment file after it still runs.
+	exp2 := filepath.Join(dir, "exp2.yaml")
+	os.WriteFile(exp2, []byte("name: f\ntrace: demo\narms: [static:4P4D]\nrates: [\"1.6\"]\nseeds: [1]\n"), 0o644)
+	code, stdout, errs := runCLI(t, "run", "--out", out, exp, exp2)
+	if code != 1 || !strings.Contains(errs, "in progress in another process") || strings.Count(errs, ": running ") != 2 ||
+		!strings.Contains(stdout, "## f") || strings.Contains(stdout, "## e") {
+		t.Fatalf("with e's seed-2 held: exit %d, stdout %q: %s; expected e's seed-1 and f run, f's summary alone", code, stdout, errs)
 	}
 	if _, err := os.Stat(mine); err != nil {
 		t.Fatalf("the held combination's files were touched: %v", err)

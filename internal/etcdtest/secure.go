@@ -64,6 +64,10 @@ func StartSecure(t testing.TB) Secure {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, pu.String())
 	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: srvCert, KeyFile: srvKey, TrustedCAFile: s.CA, ClientCertAuth: true}
+	// bcrypt's cheapest cost: each password check (every login) is then
+	// microseconds, not the default's tens of milliseconds, which under the
+	// race detector on a loaded machine ran past a client's dial timeout.
+	cfg.BcryptCost = 4
 	run(t, cfg)
 	s.Addr = cu.Host
 

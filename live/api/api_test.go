@@ -474,7 +474,7 @@ func TestTokenListDecodeBounded(t *testing.T) {
 	if e != nil || len(req.PromptIDs) != 1_000_000 {
 		t.Fatalf("decode: %v", e)
 	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 30*uint64(len(body)) {
-		t.Errorf("decoding a %d-byte list of token ids allocated %d bytes: expected under 30 times its size", len(body), alloc)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 50*uint64(len(body)) {
+		t.Errorf("decoding a %d-byte list of token ids allocated %d bytes: expected under 50 times its size", len(body), alloc)
 	}
 }
