@@ -8,9 +8,9 @@ import (
 )
 
 // Resume is what a router taking over from another starts from (serve
-// --ha): the split and the engines' process generations the previous
-// leader published. Requests in flight, the admission queue and the
-// controllers' windows are not handed over: they start empty.
+// --ha): the split, the engines' process generations and health the
+// previous leader published. Requests in flight, the admission queue and
+// the controllers' windows are not handed over: they start empty.
 type Resume struct {
 	// Roles is one role per instance (core.Config.Opening).
 	Roles []event.Role
@@ -18,6 +18,14 @@ type Resume struct {
 	// engine with one opens at it, journaled as a health record at time 0,
 	// so a restart seen later still takes a higher generation.
 	Generations []uint64
+	// Down marks the engines the previous leader had ejected: they open
+	// down (a health record at time 0) and are readmitted as any ejected
+	// engine is, once they answer as a new process. Nil: none.
+	Down []bool
+	// Starts is each engine's process start time as last probed (0:
+	// unknown): the process a readmission, or a restart seen by the
+	// liveness sweep, must differ from.
+	Starts []float64
 	// Moves continues the role-move count GET /state reports.
 	Moves int
 }
@@ -28,7 +36,8 @@ func ResumeFrom(s State, names []string) (*Resume, error) {
 	if len(s.Engines) != len(names) {
 		return nil, fmt.Errorf("live: resume: %d engines published for a fleet of %d", len(s.Engines), len(names))
 	}
-	rs := &Resume{Roles: make([]event.Role, len(names)), Generations: make([]uint64, len(names)), Moves: s.Moves}
+	rs := &Resume{Roles: make([]event.Role, len(names)), Generations: make([]uint64, len(names)),
+		Down: make([]bool, len(names)), Starts: make([]float64, len(names)), Moves: s.Moves}
 	for i, e := range s.Engines {
 		if e.Name != names[i] {
 			return nil, fmt.Errorf("live: resume: engine %d is %q in the published state, %q in this fleet", i, e.Name, names[i])
@@ -37,7 +46,7 @@ func ResumeFrom(s State, names []string) (*Resume, error) {
 		if err != nil {
 			return nil, fmt.Errorf("live: resume: engine %s: %w", e.Name, err)
 		}
-		rs.Roles[i], rs.Generations[i] = r, e.Generation
+		rs.Roles[i], rs.Generations[i], rs.Down[i], rs.Starts[i] = r, e.Generation, e.Down, e.ProcessStart
 	}
 	return rs, nil
 }
@@ -48,8 +57,18 @@ func (r *Router) resume(c *core.Core) error {
 	if rs == nil {
 		return nil
 	}
-	if rs.Generations != nil && len(rs.Generations) != len(r.engines) {
-		return fmt.Errorf("live: resume: %d generations for %d engines", len(rs.Generations), len(r.engines))
+	for _, l := range []int{len(rs.Generations), len(rs.Down), len(rs.Starts)} {
+		if l != 0 && l != len(r.engines) {
+			return fmt.Errorf("live: resume: %d entries for %d engines", l, len(r.engines))
+		}
+	}
+	for i, start := range rs.Starts {
+		if start != 0 {
+			e := r.engines[i]
+			e.br.mu.Lock()
+			e.br.startSeen = start
+			e.br.mu.Unlock()
+		}
 	}
 	for i, g := range rs.Generations {
 		if g == 0 {
@@ -62,6 +81,21 @@ func (r *Router) resume(c *core.Core) error {
 		if err := c.EngineUp(0, event.Instance(i), g); err != nil {
 			return fmt.Errorf("live: resume: %w", err)
 		}
+	}
+	for i, down := range rs.Down {
+		if !down {
+			continue
+		}
+		// Still down, as far as anyone knows: no placements until it
+		// answers as a new process (Run starts its readmission probes).
+		e := r.engines[i]
+		e.br.mu.Lock()
+		e.br.open, e.br.fails = true, r.cfg.FailuresToEject
+		e.br.mu.Unlock()
+		if err := c.EngineDown(0, event.Instance(i), event.CauseEngineDown); err != nil {
+			return fmt.Errorf("live: resume: %w", err)
+		}
+		r.resumedDown = append(r.resumedDown, e)
 	}
 	r.o.moves = rs.Moves
 	return nil

@@ -196,10 +196,13 @@ type Router struct {
 	cfg     Config
 	client  *http.Client
 	engines []*engine
-	inbox   chan msg
-	start   time.Time
-	done    chan struct{}
-	stopped chan struct{}
+	// resumedDown are the engines a resumed state had down: Run starts
+	// their readmission probes.
+	resumedDown []*engine
+	inbox       chan msg
+	start       time.Time
+	done        chan struct{}
+	stopped     chan struct{}
 	// halt is cancelled once the owner has stopped (after stopped is
 	// closed): it cuts the legs still in flight, whose ends the owner has
 	// journaled, so each handler answers its client (halted).
@@ -294,6 +297,9 @@ func New(cfg Config) (*Router, error) {
 // journal.
 func (r *Router) Run(ctx context.Context) error {
 	go r.sweepLoop()
+	for _, e := range r.resumedDown {
+		go r.readmit(e)
+	}
 	r.o.run(ctx)
 	return r.o.err
 }

@@ -29,6 +29,9 @@ type EngineState struct {
 	Online     bool   `json:"online"`
 	Down       bool   `json:"down"`
 	Generation uint64 `json:"generation"`
+	// ProcessStart is the engine's process_start_time_seconds as last
+	// probed (0: not yet read): a new leader's baseline for a restart.
+	ProcessStart float64 `json:"process_start_s,omitempty"`
 	// PrefillLegs and DecodeLegs are the legs resident there. PrefillTokens
 	// is the core's estimate of the resident prompt tokens; DecodeTokens
 	// the resident decode context (prompts and tokens produced so far) as
@@ -68,6 +71,9 @@ func (o *owner) snapshot(now event.Time) State {
 			t := in.LastMove.Seconds()
 			es.LastMoveSeconds = &t
 		}
+		e.br.mu.Lock()
+		es.ProcessStart = e.br.startSeen
+		e.br.mu.Unlock()
 		s.Engines = append(s.Engines, es)
 	}
 	return s
