@@ -346,6 +346,7 @@ func (b *builder) finish() *Report {
 		}
 		if v, ok := Sustained(rates, att, AttainmentTarget); ok {
 			a.DistServe = &v
+			a.DistServeGridTop = v == rates[len(rates)-1]
 			if a.GPUs > 0 {
 				pg := v / float64(a.GPUs)
 				a.DistServePerGPU = &pg

@@ -41,6 +41,9 @@ type ArmReport struct {
 	// lower swept rate reach AttainmentTarget, req/s (score.Sustained);
 	// null when the lowest rate fails.
 	DistServe *float64 `json:"distserve_goodput_rps"`
+	// DistServeGridTop: DistServe is the highest rate swept, which still
+	// passes, so it is a floor ("≥ X, grid top"), not a ceiling.
+	DistServeGridTop bool `json:"distserve_grid_top"`
 	// DistServePerGPU is DistServe divided by the fleet's GPUs; null when
 	// DistServe is null or the GPU count is unknown.
 	DistServePerGPU *float64 `json:"distserve_goodput_per_gpu"`

@@ -466,7 +466,9 @@ func (r *Report) drawAttainment(c draw.Canvas) {
 			p.Add(l, s)
 		}
 		label := a.Arm
-		if a.DistServe != nil {
+		if a.DistServe != nil && a.DistServeGridTop {
+			label += " (goodput >= " + fmtRate(*a.DistServe) + ", grid top)"
+		} else if a.DistServe != nil {
 			label += " (goodput " + fmtRate(*a.DistServe) + ")"
 		} else {
 			label += " (goodput -)"
