@@ -126,22 +126,20 @@ func TenantKeysFound(path string) (keys [][]byte, missing []string, err error) {
 		return nil, nil, fmt.Errorf("%s: not a tenants file", path)
 	}
 	for _, t := range tf.Tenants {
-		var k []byte
-		switch {
-		case t.KeyEnv != "":
-			k = []byte(strings.TrimSpace(os.Getenv(t.KeyEnv)))
-			if len(k) == 0 {
+		// Both, when a (refused) file names both: redact what it names.
+		if t.KeyEnv != "" {
+			if k := []byte(strings.TrimSpace(os.Getenv(t.KeyEnv))); len(k) > 0 {
+				keys = append(keys, k)
+			} else {
 				missing = append(missing, fmt.Sprintf("tenant %s: key_env %s is not set here", t.Name, t.KeyEnv))
 			}
-		case t.KeyFile != "":
-			if kb, err := os.ReadFile(t.KeyFile); err == nil {
-				k = bytes.TrimSpace(kb)
+		}
+		if t.KeyFile != "" {
+			if kb, err := os.ReadFile(t.KeyFile); err == nil && len(bytes.TrimSpace(kb)) > 0 {
+				keys = append(keys, bytes.TrimSpace(kb))
 			} else {
 				missing = append(missing, fmt.Sprintf("tenant %s: key_file %s does not read here", t.Name, t.KeyFile))
 			}
-		}
-		if len(k) > 0 {
-			keys = append(keys, k)
 		}
 	}
 	return keys, missing, nil

@@ -147,7 +147,7 @@ func startRigSpec(t testing.TB, spec *fleet.Spec, o rigOpts) *rig {
 		t.Fatal(err)
 	}
 	r.srv = &http.Server{Handler: rt.Handler()}
-	go r.srv.Serve(ln)
+	go r.srv.Serve(smallSendBuffers{ln})
 	r.url = "http://" + ln.Addr().String()
 	t.Cleanup(r.stop)
 	return r
@@ -276,4 +276,18 @@ func interpose(t testing.TB, c *Config, i int, fn func(w http.ResponseWriter, q 
 	}))
 	t.Cleanup(srv.Close)
 	c.URLs[i] = srv.URL
+}
+
+// smallSendBuffers gives every accepted connection a 64 KiB send buffer,
+// so that a client that stops reading blocks the router's writes soon on
+// any host (one tuned for bulk transfer buffers megabytes, and a stalled
+// client's test stream would fit in them).
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(64 << 10)
+	}
+	return c, err
 }

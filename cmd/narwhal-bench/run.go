@@ -400,7 +400,7 @@ func (cr *comboRun) run() (*sweep.Result, string, error) {
 // there means no process runs the combination.
 func lockCombo(dir string, create bool) (unlock func(), held bool, err error) {
 	path := dir + ".lock"
-	flags := os.O_RDONLY // flock needs no write access: a read-only merged --out
+	flags := os.O_RDONLY // a shared lock needs no write access: a read-only merged --out
 	if create {
 		flags = os.O_RDWR
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
@@ -415,7 +415,14 @@ func lockCombo(dir string, create bool) (unlock func(), held bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	how := syscall.LOCK_EX
+	if !create {
+		// A check that runs nothing shares the lock (a shared lock needs no
+		// write access, also where NFS maps flock to POSIX locks): it still
+		// fails while a run holds it exclusively.
+		how = syscall.LOCK_SH
+	}
+	if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, true, nil
