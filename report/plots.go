@@ -482,7 +482,7 @@ func (r *Report) drawAttainment(c draw.Canvas) {
 	for _, p := range []*plot.Plot{full, zoom} {
 		p.X.Min, p.X.Max = lo, hi
 	}
-	left, right := split(c, c.Size().X-6.2*vg.Centimeter)
+	left, right := split(c, c.Size().X-legendWidth(c, items))
 	left.Max.Y -= vg.Points(6)
 	// The zoom panel takes 40% of the height; values below 90% fall off it
 	// (gonum clips lines and glyphs to the data area).
@@ -833,14 +833,7 @@ func (r *Report) drawCDF(c draw.Canvas, rate float64, tpot bool) {
 	if len(items) > 0 && len(slos) > 0 && p.X.Max < 1.2*slices.Max(slos) && !r.anySample(rate, tpot) {
 		p.X.Max = 1.2 * slices.Max(slos) // nothing drawn: show the SLO line inside the frame
 	}
-	// The legend column is as wide as its widest label needs, within
-	// 6.2 cm and 45% of the figure.
-	lw := 6.2 * vg.Centimeter
-	for _, it := range items {
-		lw = max(lw, textStyle(9.5).Width(it.label)+vg.Points(42))
-	}
-	lw = min(lw, 0.45*c.Size().X)
-	left, right := split(c, c.Size().X-lw)
+	left, right := split(c, c.Size().X-legendWidth(c, items))
 	left.Max.Y -= vg.Points(6)
 	p.Draw(left)
 	right.Min.X += vg.Points(8)
@@ -959,4 +952,14 @@ func (r *Report) anySample(rate float64, tpot bool) bool {
 		}
 	}
 	return false
+}
+
+// legendWidth is a legend column as wide as its widest label needs, within
+// 6.2 cm and 45% of the figure.
+func legendWidth(c draw.Canvas, items []legendItem) vg.Length {
+	lw := 6.2 * vg.Centimeter
+	for _, it := range items {
+		lw = max(lw, textStyle(9.5).Width(it.label)+vg.Points(42))
+	}
+	return min(lw, 0.45*c.Size().X)
 }
