@@ -50,6 +50,15 @@ type TenantSpec struct {
 	Admin         bool    `yaml:"admin"`
 }
 
+// envKey is the key in the tenant's key_env, trimmed (empty when unset).
+func (t TenantSpec) envKey() []byte { return []byte(strings.TrimSpace(os.Getenv(t.KeyEnv))) }
+
+// fileKey is the key in the tenant's key_file, trimmed.
+func (t TenantSpec) fileKey() ([]byte, error) {
+	kb, err := os.ReadFile(t.KeyFile)
+	return bytes.TrimSpace(kb), err
+}
+
 // LoadTenants reads a tenants file and every key it names. A key that is
 // missing or empty refuses the whole file: the router would otherwise
 // serve a tenant it cannot authenticate. Errors name variables and files,
@@ -88,16 +97,14 @@ func LoadTenants(path string) (*TenantsFile, [][]byte, error) {
 		}
 		switch {
 		case t.KeyEnv != "" && t.KeyFile == "":
-			keys[i] = []byte(strings.TrimSpace(os.Getenv(t.KeyEnv)))
+			keys[i] = t.envKey()
 			if len(keys[i]) == 0 {
 				return nil, nil, fmt.Errorf("%s: key_env %s is not set in the environment: the router cannot authenticate this tenant", where, t.KeyEnv)
 			}
 		case t.KeyFile != "" && t.KeyEnv == "":
-			kb, err := os.ReadFile(t.KeyFile)
-			if err != nil {
+			if keys[i], err = t.fileKey(); err != nil {
 				return nil, nil, fmt.Errorf("%s: key_file: %w", where, err)
 			}
-			keys[i] = bytes.TrimSpace(kb)
 			if len(keys[i]) == 0 {
 				return nil, nil, fmt.Errorf("%s: key_file %s is empty", where, t.KeyFile)
 			}
@@ -128,15 +135,15 @@ func TenantKeysFound(path string) (keys [][]byte, missing []string, err error) {
 	for _, t := range tf.Tenants {
 		// Both, when a (refused) file names both: redact what it names.
 		if t.KeyEnv != "" {
-			if k := []byte(strings.TrimSpace(os.Getenv(t.KeyEnv))); len(k) > 0 {
+			if k := t.envKey(); len(k) > 0 {
 				keys = append(keys, k)
 			} else {
 				missing = append(missing, fmt.Sprintf("tenant %s: key_env %s is not set here", t.Name, t.KeyEnv))
 			}
 		}
 		if t.KeyFile != "" {
-			if kb, err := os.ReadFile(t.KeyFile); err == nil && len(bytes.TrimSpace(kb)) > 0 {
-				keys = append(keys, bytes.TrimSpace(kb))
+			if k, err := t.fileKey(); err == nil && len(k) > 0 {
+				keys = append(keys, k)
 			} else {
 				missing = append(missing, fmt.Sprintf("tenant %s: key_file %s does not read here", t.Name, t.KeyFile))
 			}

@@ -31,11 +31,6 @@ func family(t *testing.T, r *rig, name string) *dto.MetricFamily {
 	return nil
 }
 
-func histCount(t *testing.T, r *rig, name string) uint64 {
-	t.Helper()
-	return family(t, r, name).GetMetric()[0].GetHistogram().GetSampleCount()
-}
-
 // The latency histograms count what a client sees: one TTFT per request,
 // even when a failed decode leg re-places it and its prompt is prefilled
 // again; none, and no TPOT, for a non-streamed answer one engine served
@@ -50,14 +45,14 @@ func TestMetricsObservations(t *testing.T) {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 	}
-	if n := histCount(t, r, "narwhal_ttft_seconds"); n != 1 {
-		t.Errorf("TTFT observations %d: expected 1, the streamed request's", n)
+	if n := metricValue(t, r, "narwhal_ttft_seconds_count"); n != 1 {
+		t.Errorf("TTFT observations %v: expected 1, the streamed request's", n)
 	}
-	if n := histCount(t, r, "narwhal_tpot_seconds"); n != 1 {
-		t.Errorf("TPOT observations %d: expected 1, the streamed request's", n)
+	if n := metricValue(t, r, "narwhal_tpot_seconds_count"); n != 1 {
+		t.Errorf("TPOT observations %v: expected 1, the streamed request's", n)
 	}
-	if n := histCount(t, r, "narwhal_request_duration_seconds"); n != 3 {
-		t.Errorf("end-to-end observations %d: expected 3", n)
+	if n := metricValue(t, r, "narwhal_request_duration_seconds_count"); n != 3 {
+		t.Errorf("end-to-end observations %v: expected 3", n)
 	}
 
 	// A split whose decode engine answers 503: each request is prefilled,
@@ -76,8 +71,8 @@ func TestMetricsObservations(t *testing.T) {
 	if retried != 3 {
 		t.Fatalf("%v leg retries: expected each of the 3 requests re-placed once", retried)
 	}
-	if n := histCount(t, r, "narwhal_ttft_seconds"); n != 3 {
-		t.Errorf("TTFT observations %d for 3 re-placed requests: expected one each", n)
+	if n := metricValue(t, r, "narwhal_ttft_seconds_count"); n != 3 {
+		t.Errorf("TTFT observations %v for 3 re-placed requests: expected one each", n)
 	}
 }
 

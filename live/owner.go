@@ -518,18 +518,26 @@ func (o *owner) observeStale(now event.Time) {
 
 // observe tells the core each engine's decode pace since the last
 // observation and its resident decode context now.
-func (o *owner) observe(now event.Time) {
-	o.observedAt, o.observed = now, true
-	ctx := make([]int64, len(o.r.engines))
-	waiting := make([]int, len(o.r.engines))
+// residentDecode is each engine's resident decode context (prompts and
+// tokens produced so far of the decode legs there, as the relays count
+// them) and how many of those legs wait for their first decode token.
+func (o *owner) residentDecode() (ctx []int64, waiting []int) {
+	ctx, waiting = make([]int64, len(o.r.engines)), make([]int, len(o.r.engines))
 	for _, f := range o.active {
 		if f.stage == core.StageDecode {
-			ctx[f.decode] += int64(f.input) + f.produced.Load()
-			if f.produced.Load() <= 1 {
+			p := f.produced.Load()
+			ctx[f.decode] += int64(f.input) + p
+			if p <= 1 {
 				waiting[f.decode]++
 			}
 		}
 	}
+	return ctx, waiting
+}
+
+func (o *owner) observe(now event.Time) {
+	o.observedAt, o.observed = now, true
+	ctx, waiting := o.residentDecode()
 	for i, e := range o.r.engines {
 		nanos, gaps := e.gapNanos.Load(), e.gaps.Load()
 		last := o.lastObs[i]

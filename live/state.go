@@ -1,7 +1,6 @@
 package live
 
 import (
-	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
@@ -55,12 +54,7 @@ func (o *owner) snapshot(now event.Time) State {
 	// that never ticks (a static split) takes only at placements. (Read
 	// here for display only: telling the core would make its decisions
 	// depend on when an operator polls.)
-	decodeCtx := make([]int64, len(o.r.engines))
-	for _, f := range o.active {
-		if f.stage == core.StageDecode && f.decode >= 0 && int(f.decode) < len(decodeCtx) {
-			decodeCtx[f.decode] += int64(f.input) + f.produced.Load()
-		}
-	}
+	decodeCtx, _ := o.residentDecode()
 	for i, e := range o.r.engines {
 		in := v.Instance(event.Instance(i))
 		s.Split[in.Role.String()]++
