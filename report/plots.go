@@ -476,6 +476,23 @@ func (r *Report) drawAttainment(c draw.Canvas) {
 		items = append(items, legendItem{label, []plot.Thumbnailer{l, s}})
 	}
 	items = append(items, legendItem{fmt.Sprintf("%g%% target", 100*r.AttainmentTarget), []plot.Thumbnailer{target}})
+	// A run that is not whole (--partial) scores only what its journal
+	// holds: its point is ringed, so it is not read as a whole run's.
+	var pxs, pys []float64
+	for k := range r.Runs {
+		if r.Runs[k].Partial != "" {
+			pxs, pys = append(pxs, r.Runs[k].Rate), append(pys, 100*r.Runs[k].Attainment)
+		}
+	}
+	if len(pxs) > 0 {
+		var ring *plotter.Scatter
+		for _, p := range []*plot.Plot{full, zoom} {
+			ring = mustScatter(xys(pxs, pys))
+			ring.GlyphStyle = partialRing
+			p.Add(ring)
+		}
+		items = append(items, legendItem{"ringed: partial run", []plot.Thumbnailer{ring}})
+	}
 	// Set the ranges after adding the data (Add widens them to fit it).
 	full.Y.Min, full.Y.Max = 0, 100
 	zoom.Y.Min, zoom.Y.Max = 90, 100
@@ -496,6 +513,9 @@ func (r *Report) drawAttainment(c draw.Canvas) {
 	right.Max.Y -= vg.Points(22)
 	drawLegendColumn(right, "arm (DistServe goodput, req/s)", items)
 }
+
+// partialRing circles a partial run's point on the attainment plot.
+var partialRing = draw.GlyphStyle{Color: color.Black, Radius: vg.Points(6), Shape: draw.RingGlyph{}}
 
 // pctTicks marks lo..hi every step, labelled every label.
 func pctTicks(lo, hi, step, label int) []plot.Tick {

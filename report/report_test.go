@@ -1030,6 +1030,9 @@ func TestPlotsPartialAndSLOs(t *testing.T) {
 	if s := read("prefill_share.svg"); strings.Count(s, "[partial]") < 2 {
 		t.Errorf("prefill_share.svg marks [partial] %d times: expected the figure's title and the partial run's panel", strings.Count(s, "[partial]"))
 	}
+	if s := read("attainment.svg"); !strings.Contains(s, "ringed: partial run") {
+		t.Error("attainment.svg does not mark the partial run's point")
+	}
 	if s := read("ttft_cdf.svg"); strings.Count(s, "TTFT SLO") != 2 || !strings.Contains(s, r.Runs[at1[1]].Arm+")") {
 		t.Errorf("ttft_cdf.svg has %d SLO lines' labels: expected 2, one naming %s", strings.Count(s, "TTFT SLO"), r.Runs[at1[1]].Arm)
 	}
