@@ -112,10 +112,35 @@ func LoadTenants(path string) (*TenantsFile, [][]byte, error) {
 			return nil, nil, fmt.Errorf("%s: expected exactly one of key_env and key_file", where)
 		}
 	}
+	for i := range keys {
+		for j := 0; j < i; j++ {
+			if subtle.ConstantTimeCompare(keys[i], keys[j]) == 1 {
+				// The gate takes the first tenant a key matches: the
+				// second would never be seen, its shares and limits a lie.
+				return nil, nil, fmt.Errorf("%s: tenants[%d] (%s) has the key of tenants[%d] (%s): expected a key of its own", path, i, tf.Tenants[i].Name, j, tf.Tenants[j].Name)
+			}
+		}
+	}
 	if !(tf.AnonymousWeight >= 0) || math.IsInf(tf.AnonymousWeight, 0) {
 		return nil, nil, fmt.Errorf("%s: anonymous_weight %v: expected >= 0", path, tf.AnonymousWeight)
 	}
 	return &tf, keys, nil
+}
+
+// MinKeyBytes is the key length under which the router warns at start: a
+// short key can be guessed by a client allowed to try.
+const MinKeyBytes = 16
+
+// ShortKeys names the tenants whose key (LoadTenants) is shorter than
+// MinKeyBytes.
+func ShortKeys(tf *TenantsFile, keys [][]byte) []string {
+	var short []string
+	for i, k := range keys {
+		if len(k) < MinKeyBytes {
+			short = append(short, tf.Tenants[i].Name)
+		}
+	}
+	return short
 }
 
 // TenantKeysFound reads a tenants file for the keys it names that can be

@@ -69,6 +69,8 @@ func TestTenantsRefused(t *testing.T) {
 		"tenants: []\n": "no tenants",
 		"tenants:\n- {name: ops, key_env: HOME, weight: 1, rate: 2, burst: 0.5}\n": "burst: 0.5: expected 0",
 		"tenants:\n- {name: ops, key_env: HOME, weight: 1, colour: red}\n":         "tenants[0].colour: unknown field: expected one of name",
+		// Two tenants on one key: the gate would only ever see the first.
+		"tenants:\n- {name: ops, key_env: HOME, weight: 1}\n- {name: evals, key_env: HOME, weight: 3}\n": "tenants[1] (evals) has the key of tenants[0] (ops): expected a key of its own",
 	} {
 		if _, _, err := LoadTenants(writeTenants(t, body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%v, want %q:\n%s", err, want, body)
@@ -79,6 +81,12 @@ func TestTenantsRefused(t *testing.T) {
 	tf, keys, err := LoadTenants(writeTenants(t, "tenants:\n- {name: ops, key_file: "+kf+", weight: 1}\n"))
 	if err != nil || string(keys[0]) != "file-key" || tf.Tenants[0].Name != "ops" {
 		t.Fatalf("%v %q", err, keys)
+	}
+	if short := ShortKeys(tf, keys); len(short) != 1 || short[0] != "ops" {
+		t.Errorf("ShortKeys: %q: expected [ops] (an 8-byte key)", short)
+	}
+	if short := ShortKeys(tf, [][]byte{[]byte("0123456789abcdef")}); len(short) != 0 {
+		t.Errorf("ShortKeys: %q for a 16-byte key: expected none", short)
 	}
 }
 

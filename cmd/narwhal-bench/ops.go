@@ -182,8 +182,9 @@ func haSecurity(c *cli.Command) (tlsCfg *tls.Config, user, password string, err 
 }
 
 // opsSetup reads the security flags: the tenant gate (nil without
-// --tenants) and the engine key.
-func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
+// --tenants) and the engine key. A tenant key under live.MinKeyBytes is
+// said on stderr.
+func opsSetup(c *cli.Command, cfg *live.Config, stderr io.Writer) (*live.Gate, error) {
 	if c.String("tls-cert") != "" != (c.String("tls-key") != "") {
 		return nil, usageError{errors.New("--tls-cert and --tls-key: expected both or neither")}
 	}
@@ -220,6 +221,13 @@ func opsSetup(c *cli.Command, cfg *live.Config) (*live.Gate, error) {
 	tf, keys, err := live.LoadTenants(path)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--tenants: %w", err)}
+	}
+	if short := live.ShortKeys(tf, keys); len(short) > 0 {
+		whose := "the key of " + short[0] + " is"
+		if len(short) > 1 {
+			whose = "the keys of " + strings.Join(short, ", ") + " are"
+		}
+		fmt.Fprintf(stderr, "narwhal-bench: note: --tenants %s: %s under %d bytes, short enough to guess (make one with: openssl rand -hex 32)\n", path, whose, live.MinKeyBytes)
 	}
 	return live.NewGate(tf, keys, cfg.MaxInFlight), nil
 }

@@ -102,7 +102,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			}
 			// The security flags are read before any stub starts, so a bad
 			// one is the only thing the user sees.
-			gate, err := opsSetup(c, &cfg)
+			gate, err := opsSetup(c, &cfg, stderr)
 			if err != nil {
 				return err
 			}

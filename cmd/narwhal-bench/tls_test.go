@@ -122,3 +122,19 @@ func TestServeOpenListenNoted(t *testing.T) {
 		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderrOf(serve))
 	}
 }
+
+// A tenant key short enough to guess is said at start, naming the
+// tenant, never the key; a long one is not.
+func TestServeShortTenantKeyNoted(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("NWB_T_SHORT", "pw123")
+	t.Setenv("NWB_T_LONG", "7f3a9c2e51c0ffee4411")
+	tenants := filepath.Join(dir, "tenants.yaml")
+	os.WriteFile(tenants, []byte("tenants:\n- {name: users, key_env: NWB_T_SHORT, weight: 1}\n- {name: ops, key_env: NWB_T_LONG, weight: 1}\n"), 0o600)
+	// --stub-time-scale without --stub stops serve after the security
+	// flags are read, before anything listens.
+	code, _, errs := runCLI(t, "serve", "--fleet", "demo", "--tenants", tenants, "--stub-time-scale", "1")
+	if code != 2 || !strings.Contains(errs, "the key of users is under 16 bytes") || strings.Contains(errs, "pw123") || strings.Contains(errs, " ops ") {
+		t.Errorf("exit %d, stderr:\n%s\nexpected exit 2 and a note naming users alone, without its key", code, errs)
+	}
+}
