@@ -223,14 +223,19 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 	if c.String("rate") != "" && c.String("rates") != "" {
 		return nil, errors.New("--rate and --rates: expected one of them")
 	}
-	rs := c.String("rates")
+	flag, rs := "rates", c.String("rates")
 	if rs == "" {
-		rs = c.String("rate")
+		flag, rs = "rate", c.String("rate")
 	}
 	if rs == "" {
 		lc.rates = []float64{tr.MeanRate()}
 	} else if lc.rates, err = sweep.ParseRates(rs, tr.MeanRate()); err != nil {
-		return nil, fmt.Errorf("--rates: %w", err)
+		if strings.Contains(strings.ToLower(rs), "inf") {
+			// vllm bench serve's --request-rate inf sends every request
+			// at once; here a run's rate is what the report charts.
+			return nil, fmt.Errorf("--%s %q: expected a finite rate; for vllm bench serve's --request-rate inf (every request at once, held back by --max-concurrency), give a rate far above the fleet's, such as --rate 10000 --max-concurrency 64", flag, rs)
+		}
+		return nil, fmt.Errorf("--%s: %w", flag, err)
 	}
 	key := c.String("api-key")
 	if key == "" {
