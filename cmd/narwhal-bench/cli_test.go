@@ -48,6 +48,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--arrival-cv", "-1"}, 2, "--arrival-cv: -1: expected a coefficient of variation > 0"},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--batch-mean", "0.5"}, 2, "--batch-mean: 0.5: expected a mean batch size >= 1"},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--prefix-cache"}, 2, "--prefix-cache: needs --fleet"},
+		{[]string{"serve", "--fleet", "demo", "--engine-cert", "c.pem"}, 2, "--engine-cert and --engine-key: expected both or neither"},
+		{[]string{"serve", "--fleet", "demo", "--engine-cacert", "/nonexistent/ca.pem"}, 2, `--engine-cacert "/nonexistent/ca.pem"`},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--rate", "inf", "--max-concurrency", "8"}, 2, `--rate "inf": expected a finite rate; for vllm bench serve's --request-rate inf`},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--rate", "0"}, 2, `--rate: rate "0"`},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--limit", "1"}, 1, "--target http://127.0.0.1:1: GET /v1/models: "},

@@ -47,6 +47,9 @@ func opsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
 		&cli.StringFlag{Name: "engine-api-key-env", Usage: "send Authorization: Bearer $VAR to the engines on every leg (vLLM --api-key)"},
 		&cli.StringFlag{Name: "engine-api-key-file", Usage: "as --engine-api-key-env, the key read from this file"},
+		&cli.StringFlag{Name: "engine-cacert", Usage: "verify https:// engines' certificates with this PEM CA bundle (vLLM --ssl-certfile signed by a private CA; default: the system's roots)"},
+		&cli.StringFlag{Name: "engine-cert", Usage: "present this PEM client certificate to https:// engines that require one (vLLM --ssl-ca-certs with --ssl-cert-reqs 2; with --engine-key)"},
+		&cli.StringFlag{Name: "engine-key", Usage: "the PEM private key of --engine-cert"},
 	}
 }
 
@@ -207,6 +210,21 @@ func opsSetup(c *cli.Command, cfg *live.Config, stderr io.Writer) (*live.Gate, e
 		}
 	} else if _, _, _, err := haSecurity(c); err != nil {
 		return nil, err // read again when joining; refused here before anything starts
+	}
+	if ca, cert, ekey := c.String("engine-cacert"), c.String("engine-cert"), c.String("engine-key"); ca != "" || cert != "" || ekey != "" {
+		if (cert == "") != (ekey == "") {
+			return nil, usageError{errors.New("--engine-cert and --engine-key: expected both or neither")}
+		}
+		tlsCfg, err := ha.TLSConfig(ca, cert, ekey)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--engine-cacert %q, --engine-cert %q, --engine-key %q: %w: expected PEM files", ca, cert, ekey, err)}
+		}
+		if cfg.Transport != nil {
+			return nil, errors.New("the engine TLS flags: the router's transport was set already") // a programming error
+		}
+		t := live.NewTransport()
+		t.TLSClientConfig = tlsCfg
+		cfg.Transport = t
 	}
 	if key != "" {
 		if cfg.Transport == nil {

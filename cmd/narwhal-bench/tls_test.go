@@ -3,11 +3,19 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -136,5 +144,94 @@ func TestServeShortTenantKeyNoted(t *testing.T) {
 	code, _, errs := runCLI(t, "serve", "--fleet", "demo", "--tenants", tenants, "--stub-time-scale", "1")
 	if code != 2 || !strings.Contains(errs, "the key of users is under 16 bytes") || strings.Contains(errs, "pw123") || strings.Contains(errs, " ops ") {
 		t.Errorf("exit %d, stderr:\n%s\nexpected exit 2 and a note naming users alone, without its key", code, errs)
+	}
+}
+
+// The router reaches engines that serve HTTPS and require a client
+// certificate (vLLM --ssl-certfile, --ssl-ca-certs, --ssl-cert-reqs 2)
+// with --engine-cacert, --engine-cert and --engine-key; without its
+// certificate the engines refuse it. The engines are stubs behind a TLS
+// front that checks client certificates; their KV side channel stays
+// their own, as NIXL's is.
+func TestServeEngineMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	engCert, engKey, _ := etcdtest.ServerCert(t, dir, "engine")
+	clientCA, clientCert, clientKey := etcdtest.ClientCert(t, dir, "router-client")
+	pair, err := tls.LoadX509KeyPair(engCert, engKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(clientCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := x509.NewCertPool()
+	clients.AppendCertsFromPEM(caPEM)
+	fleetOf := func(name string, urls ...string) string {
+		f := filepath.Join(dir, name+".yaml")
+		os.WriteFile(f, []byte(fmt.Sprintf(`name: %s
+instances:
+  list:
+  - {url: "%s", profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}}
+  - {url: "%s", profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}}
+slo: {ttft: 2s, tpot: 100ms}
+`, name, urls[0], urls[1])), 0o600)
+		return f
+	}
+	base := freePorts(t, 6)
+	_, stubErr := child(t, "stub", "--fleet", fleetOf("plain", fmt.Sprintf("http://127.0.0.1:%d", base+1), fmt.Sprintf("http://127.0.0.1:%d", base+2)),
+		"--time-scale", "0.01")
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+1), stubErr)
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+2), stubErr)
+	var handshakes atomic.Int64
+	var urls []string
+	for i := 0; i < 2; i++ {
+		target, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", base+1+i))
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		proxy.FlushInterval = -1
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+3+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: proxy, TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair},
+			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients,
+			VerifyConnection: func(tls.ConnectionState) error { handshakes.Add(1); return nil }},
+			ErrorLog: log.New(io.Discard, "", 0)}
+		go srv.ServeTLS(ln, "", "")
+		t.Cleanup(func() { srv.Close() })
+		urls = append(urls, fmt.Sprintf("https://127.0.0.1:%d", base+3+i))
+	}
+	fleetFile := fleetOf("tls", urls...)
+	ask := func(router string) (int, string) {
+		resp, err := http.Post(router+"/v1/completions", "application/json", strings.NewReader(`{"model":"stub","prompt":"hello there","max_tokens":4}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	with := fmt.Sprintf("http://127.0.0.1:%d", base)
+	serve, serveErr := child(t, "serve", "--fleet", fleetFile, "--arm", "static:1P1D", "--listen", with[len("http://"):],
+		"--engine-cacert", filepath.Join(dir, "engine-ca.pem"), "--engine-cert", clientCert, "--engine-key", clientKey)
+	waitHTTP(t, with+"/health", serveErr)
+	if code, body := ask(with); code != 200 || !strings.Contains(body, `"completion_tokens":4`) {
+		t.Fatalf("through engines with client certificates: %d %s\n%s", code, body, serveErr)
+	}
+	if handshakes.Load() == 0 {
+		t.Fatal("no TLS handshake reached the engines' front")
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	serve.Wait()
+	// The CA alone: the engines' front refuses the router's handshakes.
+	without := fmt.Sprintf("http://127.0.0.1:%d", base+5)
+	_, errs2 := child(t, "serve", "--fleet", fleetFile, "--arm", "static:1P1D", "--listen", without[len("http://"):],
+		"--engine-cacert", filepath.Join(dir, "engine-ca.pem"), "--request-timeout", "5s")
+	waitHTTP(t, without+"/health", errs2)
+	if code, body := ask(without); code == 200 {
+		t.Fatalf("engines that require a client certificate answered a router without one: %s", body)
 	}
 }

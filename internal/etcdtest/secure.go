@@ -178,3 +178,13 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// ClientCert writes a client certificate signed by a CA of its own
+// (dir/name-ca.pem, returned as caFile), and its key to dir/name.pem and
+// dir/name-key.pem: for a TLS server that checks its clients.
+func ClientCert(t testing.TB, dir, name string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	ca, caKey := newCA(t, dir, name+"-ca")
+	certFile, keyFile = issue(t, dir, name, ca, caKey, x509.ExtKeyUsageClientAuth, name)
+	return filepath.Join(dir, name+"-ca.pem"), certFile, keyFile
+}

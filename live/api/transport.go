@@ -22,6 +22,7 @@ func NewTransport(idlePerHost int) *http.Transport {
 		MaxIdleConns:        0,
 		MaxIdleConnsPerHost: idlePerHost,
 		IdleConnTimeout:     IdleConnTimeout,
+		TLSHandshakeTimeout: 10 * time.Second,
 		DisableCompression:  true,
 	}
 }
