@@ -31,6 +31,11 @@ var external = map[string]string{
 	"--cases":                        "campaigns/develop.py's flag (docs/controllers.md)",
 	"--client-cert-auth":             "etcd's flag, cited in docs/ha.md",
 	"--prefix":                       "etcdctl role grant-permission's flag, cited in docs/ha.md",
+	"--request-rate":                 "vllm bench serve's flag, cited in docs/live.md",
+	"--ssl-keyfile":                  "vllm serve's flag, cited in docs/security.md",
+	"--ssl-certfile":                 "vllm serve's flag, cited in docs/security.md",
+	"--ssl-ca-certs":                 "vllm serve's flag, cited in docs/security.md",
+	"--ssl-cert-reqs":                "vllm serve's flag, cited in docs/security.md",
 }
 
 var flagRE = regexp.MustCompile(`(^|[^-\w])(--[a-z][a-z0-9-]*)`)
