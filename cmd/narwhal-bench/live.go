@@ -13,11 +13,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -80,8 +78,8 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// ctx is the first SIGINT or SIGTERM's (simcli.SignalContext):
+			// a second one kills the process, as the docs say.
 			return lc.run(ctx, c.Root().Writer, stderr)
 		},
 	}

@@ -7,10 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -146,8 +144,8 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("--listen %q: %w", c.String("listen"), err)}
 			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// ctx ends at the first SIGINT or SIGTERM (simcli.SignalContext);
+			// a second one during the drain kills the process.
 			front := &frontDoor{}
 			front.set(startingHandler())
 			srv, stopHUP := listenAndServe(c, ln, front.handler(gate), stderr)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -22,6 +24,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/narwhal-bench/narwhal-bench/cmd/internal/simcli"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 	"github.com/narwhal-bench/narwhal-bench/report"
@@ -32,7 +35,11 @@ import (
 // (separated by \x1f).
 func TestMain(m *testing.M) {
 	if args := os.Getenv("NWB_CHILD_ARGS"); args != "" {
-		os.Exit(run(context.Background(), append([]string{"narwhal-bench"}, strings.Split(args, "\x1f")...), os.Stdout, os.Stderr))
+		// As main: the first SIGINT or SIGTERM cancels the context.
+		ctx, stop := simcli.SignalContext()
+		code := run(ctx, append([]string{"narwhal-bench"}, strings.Split(args, "\x1f")...), os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
@@ -163,7 +170,7 @@ func TestServeAndStubProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("serve exited with %v: %s", err, serveErr.String())
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatalf("serve did not stop on SIGTERM: %s", serveErr.String())
 	}
 
@@ -319,5 +326,44 @@ func TestServeDrainDeadline(t *testing.T) {
 	}
 	if ends["fail/unavailable"] != 2 || len(ends) != 1 {
 		t.Fatalf("ends %v: expected both requests fail unavailable", ends)
+	}
+}
+
+// The first SIGINT drains; a second one during the drain kills the
+// process at once, as the docs promise (an operator who will not wait).
+func TestServeSecondSignalKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	base := freePorts(t, 9)
+	url := fmt.Sprintf("http://127.0.0.1:%d", base)
+	serve, errs := child(t, "serve", "--fleet", "demo", "--stub", "--base-port", fmt.Sprint(base+1),
+		"--listen", url[len("http://"):], "--arm", "static:4P4D", "--drain-timeout", "10m")
+	waitHTTP(t, url+"/health", errs)
+	// One long answer keeps the drain going.
+	resp, err := http.Post(url+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"stub","prompt":"a long answer","max_tokens":20000,"ignore_eos":true,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	serve.Process.Signal(syscall.SIGINT)
+	for !strings.Contains(stderrOf(serve), "shutting down") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	serve.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- serve.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT {
+			t.Fatalf("serve after a second SIGINT: %v: expected killed by SIGINT\n%s", err, stderrOf(serve))
+		}
+	case <-time.After(2 * time.Minute): // a hang guard, not a time asserted
+		t.Fatalf("a second SIGINT did not stop serve during its drain:\n%s", stderrOf(serve))
 	}
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -58,9 +55,7 @@ func stubCommand(stderr io.Writer) *cli.Command {
 				return err
 			}
 			defer f.Close()
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			<-ctx.Done()
+			<-ctx.Done() // the first SIGINT or SIGTERM (simcli.SignalContext)
 			fmt.Fprintln(stderr, "narwhal-bench: stub: shutting down")
 			return nil
 		},
