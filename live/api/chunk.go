@@ -60,6 +60,11 @@ func ReadChunk(p []byte) (Chunk, bool) {
 		return decodeChunk(p)
 	}
 	c := Chunk{Usage: -1}
+	if !json.Valid(p) {
+		// A cut or garbled event is no token, whatever keys it holds
+		// (validating costs a fraction of decoding).
+		return c, false
+	}
 	for _, m := range [][]byte{markText, markContent, markReasoning, markReasoning2} {
 		if i := bytes.Index(p, m); i >= 0 && i+len(m) < len(p) && p[i+len(m)] != '"' {
 			c.Tokens = 1
@@ -108,8 +113,8 @@ func decodeChunk(p []byte) (Chunk, bool) {
 			c.Finish = *ch.FinishReason
 		}
 	}
-	if v.Usage != nil {
-		c.Usage = v.Usage.CompletionTokens
+	if v.Usage != nil && v.Usage.CompletionTokens >= 0 {
+		c.Usage = v.Usage.CompletionTokens // a negative count is none
 	}
 	return c, true
 }

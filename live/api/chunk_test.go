@@ -48,6 +48,14 @@ func TestReadChunk(t *testing.T) {
 	if _, ok := ReadChunk([]byte("not json")); ok {
 		t.Error("a payload that is not JSON read as a chunk")
 	}
+	// An event cut short holds the keys the scan looks for, but is no
+	// token; a negative usage is none.
+	if c, ok := ReadChunk([]byte(`{"choices":[{"index":0,"text":"a`)); ok || c.Tokens != 0 {
+		t.Errorf("a cut event read as %+v, %v: expected not a chunk", c, ok)
+	}
+	if c, ok := ReadChunk([]byte(`{"usage":{"completion_tokens":-3}}`)); !ok || c.Usage != -1 {
+		t.Errorf("a negative usage read as %+v, %v: expected usage -1 (none)", c, ok)
+	}
 }
 
 // An error event's object comes back whole.
