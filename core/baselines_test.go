@@ -1,6 +1,7 @@
 package core
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -153,5 +154,60 @@ func TestDynamoKeepsLastServingWorker(t *testing.T) {
 	c.v.startWorkers(3, d.Cfg.StartupDelay, "test")
 	if c.v.onlineCount(event.RoleDecode) < 1 {
 		t.Fatal("the last serving decode worker was stopped")
+	}
+}
+
+// The baselines' sensitivity arms (docs/baselines.md): each key sets its
+// parameter and nothing else; a value out of range is refused, naming the
+// arm, the key and what was expected, never taken silently as a default or
+// wrapped.
+func TestBaselineParameters(t *testing.T) {
+	build := func(arm string) (Controller, error) { return NewController(arm, 8) }
+	ok := []struct {
+		arm   string
+		check func(c Controller) bool
+	}{
+		{"dynamo:start=30s", func(c Controller) bool {
+			d := c.(*Dynamo).Cfg
+			want := DefaultDynamo
+			want.StartupDelay = 30 * event.Second
+			return d == want
+		}},
+		{"dynamo:busy=0/interval=60s", func(c Controller) bool {
+			d := c.(*Dynamo).Cfg
+			return d.BusyTTFT == 0 && d.Interval == 60*event.Second && d.StartupDelay == DefaultDynamo.StartupDelay
+		}},
+		{"ray:start=0s/target=8", func(c Controller) bool {
+			r := c.(*Ray).Cfg
+			return r.StartupDelay == 0 && r.TargetOngoing == 8 && r.MaxOngoing == DefaultRay.MaxOngoing && r.UpscaleDelay == DefaultRay.UpscaleDelay
+		}},
+		{"ray:maxongoing=64/upscale=0s", func(c Controller) bool {
+			r := c.(*Ray).Cfg
+			return r.MaxOngoing == 64 && r.UpscaleDelay == 0 && r.TargetOngoing == DefaultRay.TargetOngoing
+		}},
+		{"ray:maxongoing=1e9", func(c Controller) bool { return c.(*Ray).Cfg.MaxOngoing == 1e9 }},
+	}
+	for _, c := range ok {
+		ctl, err := build(c.arm)
+		if err != nil || !c.check(ctl) {
+			t.Errorf("%s: %v %+v", c.arm, err, ctl)
+		}
+	}
+	for arm, want := range map[string]string{
+		"ray:maxongoing=1e30": `arm "ray:maxongoing=1e30": maxongoing: "1e30": expected a whole number from 0 (no cap) to 1e9`,
+		"ray:maxongoing=2.7":  `maxongoing: "2.7": expected a whole number`,
+		"ray:maxongoing=-1":   `maxongoing: "-1": expected a number of 0 or more`,
+		"ray:target=0":        `target: "0": expected a number > 0`,
+		"dynamo:interval=0s":  `interval: "0s": expected a duration > 0`,
+		"dynamo:start=-5s":    `start: "-5s": expected a duration of 0 or more`,
+		"dynamo:target=3":     `unknown key "target": expected one of start, busy, interval`,
+		"ray:busy=1":          `unknown key "busy": expected one of start, target, maxongoing, upscale`,
+		"ray:start":           `"start": expected KEY=VALUE`,
+		"dynamo:busy=NaN":     `busy: "NaN": expected a number of 0 or more`,
+		"ray:upscale=forever": `arm "ray:upscale=forever": upscale:`,
+	} {
+		if _, err := build(arm); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v: expected an error holding %q", arm, err, want)
+		}
 	}
 }

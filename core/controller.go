@@ -124,15 +124,25 @@ func baselineWith(arm, name, params string) (Controller, error) {
 			}
 		case name == "dynamo" && k == "interval":
 			var t event.Time
-			if t, err = dur(); err == nil && t > 0 {
+			if t, err = dur(); err == nil && t <= 0 {
+				err = fmt.Errorf("%q: expected a duration > 0", v)
+			}
+			if err == nil {
 				d.Interval = t
 			}
 		case name == "ray" && k == "target":
-			if x, err = num(); err == nil && x > 0 {
+			if x, err = num(); err == nil && x <= 0 {
+				err = fmt.Errorf("%q: expected a number > 0", v)
+			}
+			if err == nil {
 				r.TargetOngoing = x
 			}
 		case name == "ray" && k == "maxongoing":
-			if x, err = num(); err == nil {
+			if x, err = num(); err == nil && (x != math.Trunc(x) || x > 1e9) {
+				// Ray Serve LLM's own "no cap" is 1e9, its builder's default.
+				err = fmt.Errorf("%q: expected a whole number from 0 (no cap) to 1e9", v)
+			}
+			if err == nil {
 				r.MaxOngoing = int(x)
 			}
 		case name == "ray" && k == "upscale":
