@@ -11,11 +11,19 @@ import (
 
 // FuzzReadExport: an export whose table bytes are anything, with a
 // manifest that matches them (so the checksum lets them through to the
-// Parquet decoder), reads without panicking: it either reads or returns
-// an error. The seeds are testdata/export-v1's requests and runs tables,
-// cut and flipped.
+// Parquet decoder), reads without panicking: it either returns an error
+// or reads every run of the untouched export, each with all its rows
+// (never a smaller whole). The seeds are testdata/export-v1's requests and
+// runs tables, cut and flipped.
 func FuzzReadExport(f *testing.F) {
 	src := filepath.Join("testdata", "export-v1")
+	whole := map[string]int{}
+	if err := ReadExport(src, func(run *ExportedRun) error {
+		whole[run.Name] = len(run.Rows)
+		return nil
+	}); err != nil || len(whole) == 0 {
+		f.Fatalf("the untouched export: %v, %d runs", err, len(whole))
+	}
 	for _, name := range []string{RequestsFile, RunsFile} {
 		b, err := os.ReadFile(filepath.Join(src, name))
 		if err != nil {
@@ -58,10 +66,21 @@ func FuzzReadExport(f *testing.F) {
 		if err := writeManifest(dir, m); err != nil {
 			t.Fatal(err)
 		}
-		rows := 0
-		_ = ReadExport(dir, func(run *ExportedRun) error {
-			rows += len(run.Rows)
+		got := map[string]int{}
+		err = ReadExport(dir, func(run *ExportedRun) error {
+			got[run.Name] = len(run.Rows)
 			return nil
 		})
+		if err != nil {
+			return
+		}
+		if len(got) != len(whole) {
+			t.Fatalf("read %d runs without an error: expected the untouched export's %d or an error", len(got), len(whole))
+		}
+		for name, n := range whole {
+			if got[name] != n {
+				t.Fatalf("run %s read with %d rows without an error: expected %d or an error", name, got[name], n)
+			}
+		}
 	})
 }
