@@ -3,143 +3,51 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/internal/simcheck"
 )
 
-// checker asserts the simulator's invariants on every record and token of
-// a run: the clock never goes back, every offered request ends exactly
-// once, token k never comes before token k-1, the first token comes after
-// the arrival, decode never starts before the first token exists, a
-// spilled prompt runs on a decode engine.
+// checker is simcheck.Checker (the simulator's invariants on every record
+// and token of a run, the roles included) fed by a sim run.
 type checker struct {
-	t        testing.TB
-	last     event.Time
-	seq      uint64
-	fold     event.Fold
-	tokens   map[event.RequestID][]event.Time
-	first    map[event.RequestID]event.Time
-	errs     int
-	moves    map[event.Time]int // role moves (not opening roles) per instant
-	preempts int                // KindPreempt records
-	roles    map[event.Instance]event.Role
-	spilled  int // admits with cause spilled
+	*simcheck.Checker
 }
 
-func newChecker(t testing.TB) *checker {
-	return &checker{t: t, tokens: map[event.RequestID][]event.Time{}, first: map[event.RequestID]event.Time{}}
-}
+func newChecker(t testing.TB) *checker { return &checker{simcheck.New(t)} }
 
-func (c *checker) errorf(format string, args ...any) {
-	c.errs++
-	if c.errs <= 10 {
-		c.t.Errorf(format, args...)
-	}
-}
-
-func (c *checker) Record(r *event.Record) {
-	if r.Seq != c.seq+1 {
-		c.errorf("record seq %d after %d", r.Seq, c.seq)
-	}
-	c.seq = r.Seq
-	if r.Kind == event.KindRoleMove {
-		if c.roles == nil {
-			c.roles = map[event.Instance]event.Role{}
-		}
-		c.roles[r.Inst] = r.To
-	}
-	if r.Kind == event.KindAdmit && r.Cause == event.CauseSpilled {
-		// Burst spill places a prompt only on a decode engine.
-		c.spilled++
-		if ro := c.roles[r.Inst]; ro != event.RoleDecode {
-			c.errorf("request %d: prompt spilled to %d in role %s: expected a decode engine", r.Req, r.Inst, ro)
-		}
-	}
-	if r.Kind == event.KindRoleMove && !r.Opening() {
-		if c.moves == nil {
-			c.moves = map[event.Time]int{}
-		}
-		c.moves[r.At]++
-	}
-	if r.At < c.last {
-		c.errorf("clock went back: %s at %v after %v", r.Kind, r.At, c.last)
-	}
-	c.last = r.At
-	switch r.Kind {
-	case event.KindPreempt:
-		c.preempts++
-		if f, ok := c.first[r.Req]; !ok || r.At < f {
-			c.errorf("request %d: preempted at %v before its first token", r.Req, r.At)
-		}
-	case event.KindPrefillDone:
-		c.first[r.Req] = r.At
-	case event.KindDecodeStart:
-		if f, ok := c.first[r.Req]; !ok || r.At < f {
-			c.errorf("request %d: decode placed at %v before its first token (%v, %v)", r.Req, r.At, f, ok)
-		}
-	}
-	c.fold.Record(r)
-}
-
-func (c *checker) hook(req event.RequestID, k int, at event.Time) {
-	ts := c.tokens[req]
-	if k != len(ts)+1 {
-		c.errorf("request %d: token %d reported after %d tokens", req, k, len(ts))
-	}
-	if len(ts) > 0 && at < ts[len(ts)-1] {
-		c.errorf("request %d: token %d at %v before token %d at %v", req, k, at, k-1, ts[len(ts)-1])
-	}
-	c.tokens[req] = append(ts, at)
-}
+// hook is the run's sim.Config.TokenHook.
+func (c *checker) hook(req event.RequestID, k int, at event.Time) { c.Token(req, k, at) }
 
 // finish checks the run as a whole.
 func (c *checker) finish(reqs []Request, st Stats) {
-	if err := c.fold.Err(); err != nil {
-		c.errorf("life cycle: %v", err)
-	}
-	rows := c.fold.Rows()
-	if len(rows) != len(reqs) {
-		c.errorf("%d requests folded, %d offered", len(rows), len(reqs))
-	}
-	if c.preempts != st.Preemptions {
-		c.errorf("%d preempt records, %d preemptions counted", c.preempts, st.Preemptions)
-	}
-	if got := st.Finished + st.Refused + st.Failed + st.Expired; got != st.Offered {
-		c.errorf("outcomes %d finished + %d refused + %d expired != %d offered", st.Finished, st.Refused, st.Expired, st.Offered)
-	}
-	for i := range rows {
-		r := &rows[i]
-		if r.Scheduled != reqs[i].At || r.Arrival < r.Scheduled {
-			c.errorf("request %d: scheduled %v arrival %v, trace says %v", r.Req, r.Scheduled, r.Arrival, reqs[i].At)
+	c.Finish(offered(reqs), simcheck.Outcomes{Offered: st.Offered, Finished: st.Finished, Refused: st.Refused,
+		Failed: st.Failed, Expired: st.Expired, Preemptions: st.Preemptions})
+}
+
+// offered is reqs as simcheck takes them: scheduled arrival and the output
+// a finished request ends with (its answer, capped).
+func offered(reqs []Request) []simcheck.Offered {
+	out := make([]simcheck.Offered, len(reqs))
+	for i, r := range reqs {
+		want := r.OutputTokens
+		if r.OutputCap > 0 && want > r.OutputCap {
+			want = r.OutputCap
 		}
-		if r.FirstToken != event.Never && r.TTFT() <= 0 {
-			c.errorf("request %d: TTFT %v, want > 0", r.Req, r.TTFT())
-		}
-		if r.Terminal == event.KindFinish {
-			ts := c.tokens[r.Req]
-			if int64(len(ts)) != r.OutputTokens {
-				c.errorf("request %d: %d tokens seen, finish says %d", r.Req, len(ts), r.OutputTokens)
-			} else if ts[0] != r.FirstToken || ts[len(ts)-1] != r.End {
-				c.errorf("request %d: tokens span %v..%v, records say %v..%v", r.Req, ts[0], ts[len(ts)-1], r.FirstToken, r.End)
-			}
-			want := reqs[i].OutputTokens
-			if reqs[i].OutputCap > 0 && want > reqs[i].OutputCap {
-				want = reqs[i].OutputCap
-			}
-			if int(r.OutputTokens) != want {
-				c.errorf("request %d: %d tokens, want %d", r.Req, r.OutputTokens, want)
-			}
-		}
+		out[i] = simcheck.Offered{At: r.At, Output: want}
 	}
+	return out
 }
 
 // runChecked runs reqs on cfg under arm with every invariant checked.
 func runChecked(t testing.TB, cfg Config, arm string, reqs []Request) (Stats, []event.Row) {
 	t.Helper()
 	c, st := runChecker(t, cfg, arm, reqs)
-	return st, c.fold.Rows()
+	return st, c.Fold.Rows()
 }
 
 // runChecker is runChecked returning the checker (its role moves too).
@@ -212,25 +120,125 @@ func (s *randomSource) Next(r *Request) bool {
 
 func (s *randomSource) Err() error { return nil }
 
+// phasedTrace draws n requests whose prefill/decode mix shifts in
+// phases of n/4: short prompts with long answers, long prompts with short
+// answers, and again, so that the best split moves and the role-moving
+// arms move.
+func phasedTrace(seed uint64, n int, rate float64) []Request {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	reqs := make([]Request, n)
+	at := 0.0
+	for i := range reqs {
+		at += rng.ExpFloat64() / rate
+		r := Request{At: event.Seconds(at), InputTokens: 100 + rng.IntN(400), OutputTokens: 200 + rng.IntN(400)}
+		if i/(n/4)%2 == 1 {
+			r.InputTokens, r.OutputTokens = 5000+rng.IntN(4000), 4+rng.IntN(40)
+		}
+		reqs[i] = r
+	}
+	return reqs
+}
+
+// invariantArms is every arm core knows (read from its own list of arm
+// kinds, the one --help's is checked against: a new kind fails here until
+// it has an invariant run) as a fleet of n = 4 runs it; moving says which
+// arms move roles. The hindsight arms (oracle, phase-oracle), whose
+// schedules only a sweep chooses, are checked by sweep's
+// TestSweepRunsHoldInvariants with the same checker.
+func invariantArms(t *testing.T) (arms []string, moving map[string]bool) {
+	t.Helper()
+	_, err := core.NewController("no-such-arm", 4)
+	if err == nil {
+		t.Fatal("core accepted no-such-arm")
+	}
+	_, list, ok := strings.Cut(err.Error(), "expected one of ")
+	if !ok {
+		t.Fatalf("core's error %q lists no arms", err)
+	}
+	list, params, _ := strings.Cut(list, " (")
+	kinds := strings.Split(list, ", ")
+	// The parameterised baselines: "dynamo:KEY=V/... and ray:KEY=V/...".
+	for _, f := range strings.Fields(params) {
+		if k, _, ok := strings.Cut(f, ":KEY=V"); ok {
+			kinds = append(kinds, k+":KEY=V")
+		}
+	}
+	moving = map[string]bool{}
+	for _, k := range kinds {
+		switch k {
+		case "static:kPmD":
+			arms = append(arms, core.StaticArms(4)...)
+		case "static:kPmD/alg1": // Algorithm 1 placement, Arrow §5.3, with burst spill
+			for _, a := range core.StaticArms(4) {
+				arms = append(arms, a+"/alg1")
+			}
+		case "hybrid:kPmM":
+			arms = append(arms, "hybrid:1P3M", "hybrid:2P2M")
+		case "aggregated":
+			arms = append(arms, k)
+		case "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray":
+			arms = append(arms, k)
+			moving[k] = true
+		case "dynamo:KEY=V":
+			arms = append(arms, "dynamo:start=0s/busy=0")
+			moving["dynamo:start=0s/busy=0"] = true
+		case "ray:KEY=V":
+			arms = append(arms, "ray:start=0s/target=2")
+			moving["ray:start=0s/target=2"] = true
+		case "oracle", "phase-oracle":
+			// sweep's TestSweepRunsHoldInvariants.
+		default:
+			t.Errorf("arm kind %q (core's list) has no invariant run: add it to invariantArms", k)
+		}
+	}
+	for _, k := range []string{"static:kPmD/alg1", "dynamo:KEY=V", "ray:KEY=V", "oracle", "phase-oracle"} {
+		if !slices.Contains(kinds, k) {
+			t.Errorf("core's list of arms %q lacks %s", kinds, k)
+		}
+	}
+	return arms, moving
+}
+
 // Every arm, the role-moving ones included, on random traces at light and
-// overloaded rates, with small and large batch budgets: the invariants
-// hold on every run.
+// overloaded rates and on a trace whose mix shifts in phases, with small
+// and large batch budgets: the invariants hold on every run (the roles at
+// every placement included, Arrow §5.2). On the phased trace every
+// role-moving arm moves, and burst spill (Algorithm 1 placing a prompt on
+// an idle decode engine) happens on the arms that place by Algorithm 1.
 func TestInvariantsAcrossArms(t *testing.T) {
-	arms := append(core.StaticArms(4), "aggregated", "hybrid:1P3M", "hybrid:2P2M", "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray")
-	for _, rate := range []float64{0.5, 4, 30} {
-		for _, batch := range []Batch{DefaultBatch, {ChunkTokens: 512, BudgetTokens: 1024, MaxSeqs: 8}} {
-			for _, arm := range arms {
-				t.Run(fmt.Sprintf("%s/rate=%v/budget=%d", arm, rate, batch.BudgetTokens), func(t *testing.T) {
-					cfg := refConfig(4)
-					cfg.Batch = batch
-					reqs := randomTrace(uint64(rate*100), 300, rate)
-					st, _ := runChecked(t, cfg, arm, reqs)
-					if st.Offered != 300 {
-						t.Fatalf("offered %d", st.Offered)
-					}
-				})
+	arms, moving := invariantArms(t)
+	spilled := 0
+	for _, tr := range []string{"random", "phased"} {
+		for _, rate := range []float64{0.5, 4, 30} {
+			if tr == "phased" && rate != 4 {
+				continue
+			}
+			for _, batch := range []Batch{DefaultBatch, {ChunkTokens: 512, BudgetTokens: 1024, MaxSeqs: 8}} {
+				for _, arm := range arms {
+					t.Run(fmt.Sprintf("%s/%s/rate=%v/budget=%d", arm, tr, rate, batch.BudgetTokens), func(t *testing.T) {
+						cfg := refConfig(4)
+						cfg.Batch = batch
+						reqs := randomTrace(uint64(rate*100), 300, rate)
+						if tr == "phased" {
+							reqs = phasedTrace(7, 400, rate)
+						}
+						c, st := runChecker(t, cfg, arm, reqs)
+						if st.Offered != len(reqs) {
+							t.Fatalf("offered %d", st.Offered)
+						}
+						if strings.HasPrefix(arm, "adaptive") || strings.HasSuffix(arm, "/alg1") {
+							spilled += c.Spilled
+						}
+						if tr == "phased" && moving[arm] && st.Moves == 0 {
+							t.Errorf("%+v: no role move on a trace whose mix shifts in phases", st)
+						}
+					})
+				}
 			}
 		}
+	}
+	if spilled == 0 {
+		t.Error("no prompt spilled on adaptive or a /alg1 arm in any run: expected burst spill to be exercised")
 	}
 }
 
@@ -303,7 +311,7 @@ func TestAdaptiveMovesSeveralEnginesOnALargeFleet(t *testing.T) {
 	}
 	c, st := runChecker(t, cfg, "adaptive", reqs)
 	most := 0
-	for _, n := range c.moves {
+	for _, n := range c.Moves {
 		most = max(most, n)
 	}
 	if most < 2 {

@@ -562,6 +562,25 @@ func (s *Sim) scheduleTick(t event.Time) {
 // schedules the tick it asks for.
 func (s *Sim) applyCore() {
 	rd := s.core.Ready()
+	// The core's records go out in the core's order with its decisions:
+	// a role move (and the records before it, the decision that explains
+	// it) before the placements made after it, so that a journal read in
+	// order knows each engine's role at every placement (an inline flip's
+	// placement follows its flip; live's owner writes the records first).
+	next := 0
+	records := func(move bool) {
+		for next < len(rd.Records) {
+			r := rd.Records[next]
+			next++
+			if r.Kind == event.KindRoleMove && !r.Opening() {
+				s.stats.Moves++
+			}
+			s.emit(&r)
+			if move && r.Kind == event.KindRoleMove && !r.Opening() {
+				return
+			}
+		}
+	}
 	for _, d := range rd.Decisions {
 		switch d.Kind {
 		case core.PlacePrefill:
@@ -587,15 +606,12 @@ func (s *Sim) applyCore() {
 			s.stats.Expired++
 		case core.Move:
 			// A role is only a label for new placements (Arrow §5.2):
-			// the engine keeps running what it holds.
+			// the engine keeps running what it holds. Its record (and
+			// those before it) now.
+			records(true)
 		}
 	}
-	for _, r := range rd.Records {
-		if r.Kind == event.KindRoleMove && !r.Opening() {
-			s.stats.Moves++
-		}
-		s.emit(&r)
-	}
+	records(false)
 	s.scheduleTick(rd.NextTick)
 }
 

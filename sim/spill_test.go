@@ -32,21 +32,21 @@ func TestBurstSpillInSimulation(t *testing.T) {
 	cfg := refConfig(4)
 	reqs := burstTrace(30, 16, 8000, 30*event.Second)
 	c, st := runChecker(t, cfg, "adaptive", reqs)
-	rows := c.fold.Rows()
+	rows := c.Fold.Rows()
 	n := 0
 	for _, r := range rows {
 		if r.Spilled {
 			n++
 		}
 	}
-	if c.spilled == 0 || n != c.spilled {
-		t.Fatalf("%d spilled admits, %d spilled rows: expected some, and the same", c.spilled, n)
+	if c.Spilled == 0 || n != c.Spilled {
+		t.Fatalf("%d spilled admits, %d spilled rows: expected some, and the same", c.Spilled, n)
 	}
 	off := core.DefaultAdaptive
 	off.Spill = core.SpillConfig{}
 	co, so := runCheckerWith(t, cfg, &core.Adaptive{Cfg: off}, reqs)
-	if co.spilled != 0 {
-		t.Fatalf("%d spilled with spill off", co.spilled)
+	if co.Spilled != 0 {
+		t.Fatalf("%d spilled with spill off", co.Spilled)
 	}
 	q := func(rows []event.Row) (k int) {
 		for i := range rows {
@@ -56,7 +56,7 @@ func TestBurstSpillInSimulation(t *testing.T) {
 		}
 		return k
 	}
-	on, without := q(rows), q(co.fold.Rows())
+	on, without := q(rows), q(co.Fold.Rows())
 	t.Logf("spilled %d of %d; qualified %d with spill, %d without (finished %d, %d)", n, len(reqs), on, without, st.Finished, so.Finished)
 	if on <= without {
 		t.Fatalf("qualified %d with spill, %d without: expected more with", on, without)

@@ -76,6 +76,14 @@ type Sink interface {
 	Close() error
 }
 
+// TokenSink is a Sink that also takes every output token's time, as
+// sim.Config.TokenHook gives it (a test's invariant checker): token k of
+// request req at at.
+type TokenSink interface {
+	Sink
+	Token(req event.RequestID, k int, at event.Time)
+}
+
 // PartialSink is a Sink that can record that its run stopped early
 // (journal.Writer is one).
 type PartialSink interface {
@@ -627,6 +635,9 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 			// run made before it stopped. A run that failed is no whole
 			// run either.
 			rec = event.Tee{fold, moves, sink, tee[2]}
+			if ts, ok := sink.(TokenSink); ok {
+				cfg.TokenHook = ts.Token
+			}
 			defer func() {
 				var cerr error
 				if ps, ok := sink.(PartialSink); ok && interrupted {
