@@ -1034,8 +1034,9 @@ func (a *Adaptive) move(c *View, p, q, n int, e DemandEstimate, why string, deci
 	}
 	moved := 0
 	for _, mover := range pickMovers(c, to, abs(dir)) {
-		c.Move(mover, to, c.now, event.CauseController, why)
-		moved++
+		if c.Move(mover, to, c.now, event.CauseController, why) {
+			moved++
+		}
 	}
 	if moved == 0 {
 		decide("stay", "no instance can move")

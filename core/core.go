@@ -747,11 +747,12 @@ func (v *View) roll() {
 // cause and reason. Resident work stays where it is (Arrow §5.2: a role is
 // only a label for new placements). The engine takes no placements before
 // readyAt (at least now). A pinned instance is never moved, nor one already
-// in role to; Move reports whether it moved.
+// in role to, nor, while an engine is down, the last online engine of its
+// phase role (lastOnline); Move reports whether it moved.
 func (v *View) Move(inst event.Instance, to event.Role, readyAt event.Time, cause event.Cause, reason string) bool {
 	in := &v.inst[inst]
 	from := in.Role
-	if from == to || in.Pinned {
+	if from == to || in.Pinned || v.lastOnline(inst) {
 		return false
 	}
 	in.Role = to
@@ -767,6 +768,29 @@ func (v *View) Move(inst event.Instance, to event.Role, readyAt event.Time, caus
 		Ref: event.Seconds(in.PrefillWork), Text: reason,
 	})
 	return true
+}
+
+// lastOnline reports whether inst is the last online engine of its phase
+// role (prefill or decode) while some engine is down: moving it would
+// leave the role with no engine that answers, which no controller may do
+// (a controller's split counts the down engines in their roles; only
+// covering the role, core/faults.go, moves engines for the down ones).
+// With every engine up, a role's engines that are offline (moving) come
+// back by themselves, and the controllers' own rules hold.
+func (v *View) lastOnline(inst event.Instance) bool {
+	in := &v.inst[inst]
+	if (in.Role != event.RolePrefill && in.Role != event.RoleDecode) || !in.Online(v.now) {
+		return false
+	}
+	down := false
+	for i := range v.inst {
+		o := &v.inst[i]
+		down = down || o.Down
+		if i != int(inst) && o.Role == in.Role && o.Online(v.now) {
+			return false
+		}
+	}
+	return down
 }
 
 // SetRole sets inst's opening role without recording a move; only

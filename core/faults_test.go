@@ -99,3 +99,39 @@ func TestReplace(t *testing.T) {
 		t.Fatalf("decisions %+v: expected a failure, unavailable", rd.Decisions)
 	}
 }
+
+// While engines are down, no controller move takes the last online
+// engine of a role: the split it scores counts the down engines in their
+// roles, so it would leave the role with none that answers (a review saw
+// adaptive move the one online decode engine, the cover of two down ones,
+// back to prefill). With every engine up the same move is taken.
+func TestNoMoveEmptiesARole(t *testing.T) {
+	c := faultCore(t, "static:2P2D", 4)
+	c.EngineDown(1, 2, event.CauseEngineDown)
+	c.EngineDown(2, 3, event.CauseEngineDown)
+	c.Ready()
+	v := c.View()
+	cover := event.NoInstance
+	for i := 0; i < 2; i++ {
+		if v.inst[i].Role == event.RoleDecode {
+			cover = event.Instance(i)
+		}
+	}
+	if cover == event.NoInstance {
+		t.Fatal("no prefill engine covered the down decode engines")
+	}
+	v.now = 3
+	if v.Move(cover, event.RolePrefill, 3, event.CauseController, "test") {
+		t.Fatal("moved the last online decode engine while both others are down")
+	}
+	if n := len(c.Ready().Records); n != 0 {
+		t.Fatalf("%d records for a move refused: expected none", n)
+	}
+	// Once one decode engine is back, the cover may go.
+	c.EngineUp(4, 2, 1)
+	c.Ready()
+	v.now = 5
+	if !v.Move(cover, event.RolePrefill, 5, event.CauseController, "test") {
+		t.Fatal("refused a move with another decode engine online")
+	}
+}
