@@ -2,6 +2,7 @@ package live
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -197,6 +198,76 @@ func TestPrefillRetryAndReadmission(t *testing.T) {
 	rows := checkJournal(t, r.jr.records())
 	if o := outcomes(rows); o["finish/length"] != 10 || len(rows) != 15 {
 		t.Fatalf("outcomes %v: expected the 10 requests finished", o)
+	}
+}
+
+// An ejected engine that heals as the same process (a stall that clears)
+// is readmitted, in its generation, once it has answered every probe for
+// SameProcessHold; ejected again, it must answer twice as long.
+func TestSameProcessReadmittedAfterHold(t *testing.T) {
+	var broken atomic.Bool // e0 answers inference requests 502
+	var mu sync.Mutex
+	var logs []string
+	r := startRig(t, rigOpts{n: 3, arm: "static:2P1D", stub: stub.Options{TimeScale: zero()},
+		configure: func(c *Config) {
+			c.SweepInterval = -1
+			c.SameProcessHold = 150 * time.Millisecond
+			c.Logf = func(format string, args ...any) {
+				mu.Lock()
+				logs = append(logs, fmt.Sprintf(format, args...))
+				mu.Unlock()
+			}
+			interpose(t, c, 0, func(w http.ResponseWriter, q *http.Request, b []byte, engine http.Handler) {
+				if broken.Load() && strings.HasPrefix(q.URL.Path, "/v1/") {
+					http.Error(w, `{"error":{"message":"bad gateway","type":"BadGateway","param":null,"code":502}}`, http.StatusBadGateway)
+					return
+				}
+				engine.ServeHTTP(w, q)
+			})
+		}})
+	logged := func(part string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range logs {
+			if strings.Contains(l, part) {
+				return true
+			}
+		}
+		return false
+	}
+	for round, hold := range []string{"150ms", "300ms"} {
+		broken.Store(true)
+		for i := 0; i < 6; i++ {
+			resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"round `+strconv.Itoa(round)+` `+strconv.Itoa(i)+`","max_tokens":4}`, nil)
+			io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("round %d request %d: status %d, expected its prefill re-placed", round, i, resp.StatusCode)
+			}
+		}
+		if st, _ := r.router.State(); !st.Engines[0].Down {
+			t.Fatalf("round %d: e0 not ejected", round)
+		}
+		broken.Store(false)
+		waitFor(t, "e0 readmitted as the same process", func() bool {
+			st, _ := r.router.State()
+			return !st.Engines[0].Down
+		})
+		if st, _ := r.router.State(); st.Engines[0].Generation != 0 {
+			t.Fatalf("round %d: e0 readmitted as generation %d: expected its own, 0", round, st.Engines[0].Generation)
+		}
+		if !logged("readmitted if it answers every probe for " + hold) {
+			t.Fatalf("round %d: no hold of %s logged: %q", round, hold, logs)
+		}
+	}
+	r.stop()
+	var health []string
+	for _, rec := range r.jr.records() {
+		if rec.Kind == event.KindHealth && rec.Inst == 0 {
+			health = append(health, rec.Text+"/"+strconv.FormatInt(rec.Tokens, 10))
+		}
+	}
+	if strings.Join(health, ",") != "down/0,up/0,down/0,up/0" {
+		t.Errorf("health records of e0: %v, expected down and up twice, generation 0", health)
 	}
 }
 

@@ -26,10 +26,12 @@ import (
 //     flooded engine times out but answers /health; a wedged one does not).
 //   - Any answer (a 200, or a 4xx: the request's fault) closes the count.
 //   - An ejected engine is probed every ProbeInterval; it is readmitted
-//     (EngineUp under the next generation) only when /health answers 200
+//     (EngineUp under the next generation) when /health answers 200
 //     and its process_start_time_seconds differs from the one seen
 //     before: a new process. An engine that exposes no start time is
-//     readmitted on /health alone.
+//     readmitted on /health alone. The process that failed is readmitted
+//     (in its generation) once it has answered every probe for
+//     SameProcessHold, doubled for each earlier readmission of it.
 //   - Every SweepInterval, engines with no leg in flight and no answer
 //     since the last sweep are probed the same way; a sweep that finds a
 //     new process start on an engine that was never ejected (it restarted
@@ -51,6 +53,7 @@ type breaker struct {
 	sweeping  bool    // a sweep probe is running
 	spared    bool    // at the threshold but kept in: the last engine up (logged once)
 	startSeen float64 // process_start_time_seconds last read (0: unknown)
+	sameBack  int     // readmissions of the process startSeen names
 	gen       uint64  // the generation last reported to the core
 	busy      atomic.Int64
 	lastOK    atomic.Int64 // router-clock ns of the last answer
@@ -157,8 +160,8 @@ func (r *Router) failed(e *engine, kind string) {
 // claimEjection opens e's breaker unless e is the last engine up: that
 // one stays in with its failures counted (as the reference router never
 // ejects its last engine), so that a blip on the router's own network
-// cannot eject every engine for good (an ejected engine comes back only
-// as a new process). One decision at a time, so two engines failing
+// cannot eject every engine at once (an ejected engine comes back as a
+// new process, or after SameProcessHold). One decision at a time, so two engines failing
 // together cannot both take the last place.
 func (r *Router) claimEjection(e *engine) bool {
 	r.ejectMu.Lock()
@@ -234,7 +237,7 @@ func (r *Router) readmit(e *engine) {
 	}
 	t := time.NewTicker(r.cfg.ProbeInterval)
 	defer t.Stop()
-	same := false
+	var healthySince time.Time // the same process answering since (zero: not answering)
 	for {
 		select {
 		case <-r.stopped:
@@ -243,20 +246,44 @@ func (r *Router) readmit(e *engine) {
 		}
 		ok, start := r.probeHealth(e)
 		if !ok {
+			healthySince = time.Time{}
 			continue
 		}
 		e.br.mu.Lock()
 		fresh := (start == 0 && e.br.startSeen == 0) || (start != 0 && start != e.br.startSeen)
 		if !fresh {
-			e.br.mu.Unlock()
-			if !same {
-				same = true
-				r.logf("narwhal-bench: engine %s answers /health but runs the same process (started %.3f): it stays out until it restarts", e.name, start)
+			hold := r.cfg.SameProcessHold << min(e.br.sameBack, 4)
+			if r.cfg.SameProcessHold < 0 {
+				e.br.mu.Unlock()
+				if healthySince.IsZero() {
+					healthySince = time.Now()
+					r.logf("narwhal-bench: engine %s answers /health but runs the same process (started %.3f): it stays out until it restarts", e.name, start)
+				}
+				continue
 			}
-			continue
+			if healthySince.IsZero() {
+				e.br.mu.Unlock()
+				healthySince = time.Now()
+				r.logf("narwhal-bench: engine %s answers /health but runs the same process (started %.3f): readmitted if it answers every probe for %v, or when it restarts", e.name, start, hold)
+				continue
+			}
+			if time.Since(healthySince) < hold {
+				e.br.mu.Unlock()
+				continue
+			}
+			e.br.sameBack++
+			gen := e.br.gen
+			e.br.fails, e.br.open = 0, false
+			e.br.mu.Unlock()
+			e.br.lastOK.Store(int64(r.now()))
+			r.met.readmits.WithLabelValues(e.name).Inc()
+			r.logf("narwhal-bench: engine %s readmitted, the same process (generation %d), after answering for %v", e.name, gen, hold)
+			r.send(msg{kind: msgEngine, inst: e.idx, up: true, gen: gen})
+			return
 		}
 		if start != 0 {
 			e.br.startSeen = start
+			e.br.sameBack = 0
 		}
 		e.br.gen++
 		gen := e.br.gen

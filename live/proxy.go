@@ -396,13 +396,30 @@ type leg struct {
 }
 
 func (l *leg) post(ctx context.Context, e *engine, body []byte) (*http.Response, error) {
-	hq, err := http.NewRequestWithContext(ctx, http.MethodPost, e.base+l.path, bytes.NewReader(body))
+	hq, err := engineRequest(ctx, e.base+l.path, body, l.xid, fmt.Sprintf("%s-%d", l.xid, l.r.ids.Add(1)))
+	if err != nil {
+		return nil, err
+	}
+	return l.r.client.Do(hq)
+}
+
+// engineRequest is a leg's POST to an engine. It carries an idempotency
+// key, so that Go's transport sends it again, once, on a new connection
+// when a reused one turns out closed before any answer: an engine closes
+// a connection idle past its keep-alive, and a request written onto it
+// meanwhile (a race, or every request written while the engine was
+// paused) was never read. Without the key the leg failed and counted
+// against a healthy engine. The key is the leg's own (key), never
+// another leg's, for a server that keeps keys.
+func engineRequest(ctx context.Context, url string, body []byte, xid, key string) (*http.Request, error) {
+	hq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	hq.Header.Set("Content-Type", "application/json")
-	hq.Header.Set(HeaderRequestID, l.xid)
-	return l.r.client.Do(hq)
+	hq.Header.Set(HeaderRequestID, xid)
+	hq.Header.Set("Idempotency-Key", key)
+	return hq, nil
 }
 
 // fail ends the request with cause, answering the client when it is still
@@ -553,7 +570,7 @@ func (l *leg) engineStatus(e *engine, status int, hdr http.Header, body []byte, 
 		case status == http.StatusServiceUnavailable:
 			// The engine answered that it will not serve now (busy,
 			// draining, asleep): it is there, and not broken. Counting it
-			// would eject it until its process restarts.
+			// would eject it for a hold at least (live/health.go).
 		case stage == "decode" && l.pe != nil && l.pe != e:
 			l.r.blame(l.pe, e)
 		default:

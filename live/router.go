@@ -108,6 +108,14 @@ type Config struct {
 	// SweepInterval is how often idle engines are probed (default 5 s;
 	// negative: never).
 	SweepInterval time.Duration
+	// SameProcessHold is how long an ejected engine must answer /health,
+	// still as the process that failed, before it is readmitted (default
+	// 30 s; doubled for each later readmission of that process, up to 16
+	// times; negative: never, it must restart). A stall that clears (a
+	// paused process, a driver hiccup) costs the engine this long, not the
+	// rest of the run; an engine that keeps failing is kept out longer
+	// each time.
+	SameProcessHold time.Duration
 	// Logf receives the router's operational log lines (ejections,
 	// readmissions); nil discards them.
 	Logf func(format string, args ...any)
@@ -148,6 +156,9 @@ func (c *Config) defaults() {
 	def(&c.ProbeTimeout, 2*time.Second)
 	if c.SweepInterval == 0 {
 		c.SweepInterval = 5 * time.Second
+	}
+	if c.SameProcessHold == 0 {
+		c.SameProcessHold = 30 * time.Second
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 8 << 20
