@@ -2,9 +2,11 @@ package stub
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"strconv"
@@ -162,7 +164,31 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	defer cancel()
 	prefillLeg := req.KVTransfer.WantsRemoteDecode() && !req.Stream
 	kind := cmdPrefill
+	// firstWithKV: the prompt's KV is here (pulled, or this engine's own
+	// pinned handoff): its first token comes with it, and it decodes on.
+	firstWithKV := func() {
+		now := time.Now()
+		s.metrics.token(l, 1, now)
+		l.tokens, l.last = 1, now
+		if l.want == 1 {
+			// Its one token came with the KV: never in the batch, it is
+			// scheduled, and done, when the KV is here.
+			l.done = true
+			l.scheduled, l.firstHere = now, now
+		} else {
+			kind = cmdDecode
+		}
+	}
 	switch {
+	case req.KVTransfer == nil && s.handoffs.holdsPrompt(promptKey(req), time.Now()):
+		// An ordinary request for a prompt this engine prefilled for a
+		// decode elsewhere and still pins: the router placed its decode
+		// here (the protocol's "same engine": no kv_transfer_params).
+		// vLLM with prefix caching (its default) finds those blocks in
+		// its cache; the stub continues from them, as the simulator's
+		// local decode does. The pin stays until its lease ends (vLLM
+		// holds it until its abort timeout).
+		firstWithKV()
 	case req.KVTransfer.CanPull():
 		kv := req.KVTransfer
 		s.pulling.Add(1)
@@ -186,17 +212,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 			s.pulling.Add(-1)
 			return
 		}
-		now := time.Now()
-		s.metrics.token(l, 1, now)
-		l.tokens, l.last = 1, now
-		if l.want == 1 {
-			// Its one token came with the KV: never in the batch, it is
-			// scheduled, and done, when the KV is here.
-			l.done = true
-			l.scheduled, l.firstHere = now, now
-		} else {
-			kind = cmdDecode
-		}
+		firstWithKV()
 	case req.KVTransfer.WantsRemotePrefill():
 		s.logf("stub %s: request %s: invalid KVTransferParams: recomputing the prompt", s.id, rid)
 	}
@@ -347,7 +363,7 @@ func (o *output) whole() {
 	}
 	resp := o.response([]api.Choice{ch}, o.usage())
 	if o.prefillLeg && !o.s.getFaults().NoHandoff {
-		resp.KVTransferParams = o.s.pinHandoff(o.id(), o.l.prompt)
+		resp.KVTransferParams = o.s.pinHandoff(o.id(), o.l.prompt, promptKey(o.req))
 	}
 	b, _ := json.Marshal(resp)
 	if resp.KVTransferParams == nil {
@@ -360,11 +376,11 @@ func (o *output) whole() {
 }
 
 // pinHandoff pins the prompt's KV and returns the handoff (protocol §3).
-func (s *Server) pinHandoff(requestID string, tokens int) json.RawMessage {
+func (s *Server) pinHandoff(requestID string, tokens int, prompt uint64) json.RawMessage {
 	// vLLM appends a suffix to the client's id; the decode leg must use
 	// the id the handoff names.
 	internal := fmt.Sprintf("%s-%08x", requestID, s.nextID.Add(1))
-	blocks := s.handoffs.pin(internal, tokens, time.Now())
+	blocks := s.handoffs.pin(internal, tokens, prompt, time.Now())
 	host, port := s.sideChannel()
 	p := api.KVTransferParams{
 		DoRemotePrefill: api.Ptr(true), DoRemoteDecode: api.Ptr(false),
@@ -408,4 +424,23 @@ func (s *Server) serveKV(w http.ResponseWriter, r *http.Request, op func(id stri
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// promptKey names a request's prompt (its token ids, or its text, and its
+// token count), so that a request can find the handoff its own prefill
+// pinned on this engine.
+func promptKey(r *api.Request) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(r.PromptTokens()))
+	h.Write(b[:])
+	if r.PromptIDs != nil {
+		for _, id := range r.PromptIDs {
+			binary.LittleEndian.PutUint64(b[:], uint64(id))
+			h.Write(b[:])
+		}
+	} else {
+		h.Write([]byte(r.Text()))
+	}
+	return h.Sum64()
 }

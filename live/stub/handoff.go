@@ -46,6 +46,9 @@ type handoffs struct {
 	// item whose entry's expiry changed since is stale and skipped.
 	queue []expiry
 	head  int
+	// byPrompt names the held handoff of each prompt (promptKey), for a
+	// request that continues here from its own prefill (takeLocal).
+	byPrompt map[uint64]string
 }
 
 type expiry struct {
@@ -61,6 +64,7 @@ func (h *handoffs) expireAt(id string, e *handoff, at time.Time) {
 
 type handoff struct {
 	tokens  int
+	prompt  uint64 // promptKey of its request
 	expires time.Time
 	state   uint8 // held, taken, expired
 }
@@ -72,19 +76,29 @@ const (
 )
 
 func newHandoffs(lease time.Duration, kv timing.KV, epoch time.Time) *handoffs {
-	return &handoffs{lease: lease, kv: kv, epoch: epoch, entries: map[string]*handoff{}}
+	return &handoffs{lease: lease, kv: kv, epoch: epoch, entries: map[string]*handoff{}, byPrompt: map[uint64]string{}}
 }
 
-// pin holds tokens of KV for request id and returns its block ids.
-func (h *handoffs) pin(id string, tokens int, now time.Time) [][]int {
+// unlist forgets id as its prompt's held handoff. h.mu is held.
+func (h *handoffs) unlist(id string, e *handoff) {
+	if h.byPrompt[e.prompt] == id {
+		delete(h.byPrompt, e.prompt)
+	}
+}
+
+// pin holds tokens of KV for request id, whose prompt is prompt
+// (promptKey), and returns its block ids.
+func (h *handoffs) pin(id string, tokens int, prompt uint64, now time.Time) [][]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sweep(now)
 	if old, ok := h.entries[id]; ok && old.state == held {
 		h.pinned -= int64(old.tokens)
+		h.unlist(id, old)
 	}
-	e := &handoff{tokens: tokens}
+	e := &handoff{tokens: tokens, prompt: prompt}
 	h.entries[id] = e
+	h.byPrompt[prompt] = id
 	h.expireAt(id, e, now.Add(h.lease))
 	h.pinned += int64(tokens)
 	n := (tokens + BlockTokens - 1) / BlockTokens
@@ -123,11 +137,28 @@ func (h *handoffs) take(id string, now time.Time) (tokens int, delay float64, er
 		return 0, 0, err
 	}
 	e.state = taken
+	h.unlist(id, e)
 	h.expireAt(id, e, now.Add(h.lease))
 	h.pinned -= int64(e.tokens)
 	at := event.Time(now.Sub(h.epoch))
 	ready := h.link.Transfer(h.kv, at, int64(e.tokens))
 	return e.tokens, (ready - at).Seconds(), nil
+}
+
+// holdsPrompt reports whether this engine pins a handoff of prompt
+// (promptKey): a request for that prompt finds its KV here, as vLLM's
+// prefix cache finds the pinned blocks (shared, not claimed: the pin
+// stays for the decode it was made for, until taken or expired).
+func (h *handoffs) holdsPrompt(prompt uint64, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep(now)
+	id, ok := h.byPrompt[prompt]
+	if !ok {
+		return false
+	}
+	_, err := h.held(id, now)
+	return err == nil
 }
 
 // renew extends a held handoff's lease from now.
@@ -155,6 +186,7 @@ func (h *handoffs) sweep(now time.Time) {
 		}
 		if e.state == held {
 			e.state = expired
+			h.unlist(q.id, e)
 			h.pinned -= int64(e.tokens)
 			h.expireAt(q.id, e, now.Add(h.lease))
 			continue
@@ -180,6 +212,7 @@ func (h *handoffs) clear() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.entries = map[string]*handoff{}
+	h.byPrompt = map[uint64]string{}
 	h.queue, h.head = nil, 0
 	h.pinned = 0
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/narwhal-bench/narwhal-bench/engine"
 	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
 
@@ -235,5 +237,42 @@ func TestFaults(t *testing.T) {
 	// The other engine is unaffected.
 	if r := post(t, f.Servers()[1].URL()+"/v1/completions", `{"prompt":"x","max_tokens":2}`); r.status != 200 {
 		t.Errorf("other engine: %d", r.status)
+	}
+}
+
+// The router's local decode (an engine turned decode takes the decode of
+// a prompt it just prefilled for a handoff: an ordinary request, the
+// protocol's "same engine") continues from the KV the engine pins, as
+// vLLM's prefix cache finds those blocks and the simulator's local decode
+// joins at once: the prompt is not prefilled again. Another prompt is;
+// the pin stays for the decode it was made for.
+func TestLocalDecodeFromPinnedKV(t *testing.T) {
+	pc := engine.PrefixCache{BlockTokens: 16, CapacityTokens: 100_000}
+	s := startFleet(t, 1, Options{PrefixCache: &pc}).Servers()[0]
+	queries := func() string {
+		m := regexp.MustCompile(`(?m)^vllm:prefix_cache_queries_total\{[^}]*\} (\S+)$`).FindStringSubmatch(scrape(t, s.URL()))
+		if m == nil {
+			t.Fatal("/metrics lacks vllm:prefix_cache_queries_total")
+		}
+		return m[1]
+	}
+	prefill(t, s.URL(), "r1")
+	if q := queries(); q != "11" {
+		t.Fatalf("after the prefill leg: %s prompt tokens looked up, want 11", q)
+	}
+	r := post(t, s.URL()+"/v1/completions", client, "X-Request-Id", "r1")
+	if evs := events(t, r.body); r.status != 200 || len(evs) != 7 || evs[6].Usage.CompletionTokens != 6 {
+		t.Fatalf("local decode: %d %s", r.status, r.body)
+	}
+	if q := queries(); q != "11" {
+		t.Fatalf("after the local decode: %s prompt tokens looked up, want 11 (no second prefill)", q)
+	}
+	if s.PinnedTokens() != 11 {
+		t.Errorf("pinned %d after the local decode, want 11 (the pin stays until taken or expired)", s.PinnedTokens())
+	}
+	other := strings.Replace(client, "for the handoff test", "for another test", 1)
+	post(t, s.URL()+"/v1/completions", other, "X-Request-Id", "r2")
+	if q := queries(); q == "11" {
+		t.Error("another prompt was not prefilled")
 	}
 }
