@@ -164,7 +164,7 @@ func (c *Comparison) Write(w io.Writer, f Format) error {
 		if p.RunB != p.Run {
 			name += " / " + p.RunB
 		}
-		fmt.Fprintf(&b, "\n%s (arm %s, %s req/s)\n", name, p.Arm, trimRate(p.Rate))
+		fmt.Fprintf(&b, "\n%s (arm %s, %s req/s)\n", name, p.Arm, fmtRate(p.Rate))
 		for _, side := range []struct{ name, why string }{{"A", p.PartialA}, {"B", p.PartialB}} {
 			if side.why != "" {
 				fmt.Fprintf(&b, "PARTIAL: %s's run is not whole (%s): requests that had not ended count as not completed\n", side.name, side.why)
@@ -199,7 +199,3 @@ func num(v float64) string {
 	return fmt.Sprintf("%.4g", v)
 }
 
-func trimRate(r float64) string {
-	s := strings.TrimRight(fmt.Sprintf("%.2f", r), "0")
-	return strings.TrimSuffix(s, ".")
-}

@@ -88,9 +88,11 @@ func WriteTable(w io.Writer, r *Result) error {
 	return err
 }
 
-// fmtRate prints a rate with two decimals, or three significant digits
-// below 1 req/s (0.165, 0.0125), so that a slow trace's grid columns stay
-// apart; trailing zeros go.
+// FormatRate prints a rate as sim's and live's tables do: two decimals,
+// or three significant digits below 1 req/s (0.165, 0.0125), so that a
+// slow trace's grid columns stay apart; trailing zeros go.
+func FormatRate(r float64) string { return fmtRate(r) }
+
 func fmtRate(r float64) string {
 	dec := 2
 	if r > 0 && r < 1 {

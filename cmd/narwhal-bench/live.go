@@ -783,11 +783,8 @@ func pair(q loadgen.Quantiles) string {
 	return fmt.Sprintf("%.3g/%.3g", q.P50, q.P99)
 }
 
-func fmtRate(r float64) string {
-	s := strconv.FormatFloat(r, 'f', 2, 64)
-	s = strings.TrimRight(s, "0")
-	return strings.TrimSuffix(s, ".")
-}
+// fmtRate is the rate as the run's sim-style table above prints it.
+func fmtRate(r float64) string { return sweep.FormatRate(r) }
 
 // liveConfigHash fingerprints what determines a live run: the fleet's
 // engines, the run's metadata (arm, rate, seed, trace, SLOs, target) and

@@ -325,7 +325,7 @@ func TestLiveEveryRequestFailed(t *testing.T) {
 	}))
 	defer srv.Close()
 	code, out, errs := runCLI(t, "live", "--target", srv.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50")
-	if code != 1 || !strings.Contains(errs, "no request succeeded (3 errors: HTTP 500: engine core dead (3))") || !strings.Contains(out, "errors at 50 req/s: HTTP 500: engine core dead (3)") {
+	if code != 1 || !strings.Contains(errs, "no request succeeded (3 errors: HTTP 500: engine core dead (3))") || !strings.Contains(out, "errors at 50.0 req/s: HTTP 500: engine core dead (3)") {
 		t.Fatalf("exit %d, stdout %s, stderr %s: want exit 1 naming the errors", code, out, errs)
 	}
 }
