@@ -198,4 +198,3 @@ func num(v float64) string {
 	}
 	return fmt.Sprintf("%.4g", v)
 }
-
