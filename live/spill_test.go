@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -22,12 +21,24 @@ import (
 // /metrics counts the spill.
 func TestBurstSpillLive(t *testing.T) {
 	spec := testFleetWith(t, 2, "{a: 0, b: 1.0e-3, c: 0.0005, slope: 1.0e-7, intercept: 0.002}", "{ttft: 1s, tpot: 100ms}")
-	scale := 0.1 // the stubs run the profile ten times faster than the core prices it
+	// The stubs take the profile's time: the first prompt's 0.6 s prefill
+	// is still running when the next two arrive, whatever the machine's
+	// load.
+	scale := 1.0
 	ctrl := &core.Scheduled{Arm: "spill-test", Steps: []core.ScheduleStep{{At: 0, Prefill: 1}}}
 	r := startRigSpec(t, spec, rigOpts{ctrl: ctrl, stub: stub.Options{TimeScale: &scale}})
 	prompt := strings.TrimSpace(strings.Repeat("word ", 600))
+	admitted := func() int {
+		n := 0
+		for _, rec := range r.jr.records() {
+			if rec.Kind == event.KindAdmit {
+				n++
+			}
+		}
+		return n
+	}
 	var wg sync.WaitGroup
-	for range 3 {
+	for k := range 3 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -35,7 +46,8 @@ func TestBurstSpillLive(t *testing.T) {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		}()
-		time.Sleep(5 * time.Millisecond) // arrival order 1, 2, 3; each admitted before the next
+		// Arrival order 1, 2, 3: each admitted before the next is sent.
+		waitFor(t, "the prompt admitted", func() bool { return admitted() > k })
 	}
 	wg.Wait()
 	if v := metricValue(t, r, "narwhal_spilled_prompts_total"); v != 1 {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -331,45 +330,58 @@ func TestLiveEveryRequestFailed(t *testing.T) {
 }
 
 // TestLiveBursts: live takes sim's burstiness knobs; with --batch-mean,
-// requests reach the target in batches sent at one instant.
+// requests are scheduled in batches at one instant, and each is sent: the
+// client CSV's scheduled times (the plan, not the machine's timing, so a
+// loaded machine cannot blur or fake a burst) group into batches of 5 or
+// more, where Poisson arrivals have none.
 func TestLiveBursts(t *testing.T) {
-	var mu sync.Mutex
-	var at []time.Time
+	var got atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
-		mu.Lock()
-		at = append(at, time.Now())
-		mu.Unlock()
+		got.Add(1)
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
 	}))
 	defer srv.Close()
-	// largest is the most requests that arrived within 3 ms of the one
-	// before.
+	// largest is the most requests scheduled at one instant.
 	largest := func(extra ...string) int {
-		mu.Lock()
-		at = nil
-		mu.Unlock()
-		args := append([]string{"live", "--target", srv.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "24", "--rate", "10"}, extra...)
+		got.Store(0)
+		dir := t.TempDir()
+		args := append([]string{"live", "--target", srv.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "24", "--rate", "10",
+			"--journal", dir, "--no-parquet"}, extra...)
 		if code, out, errs := runCLI(t, args...); code != 0 {
 			t.Fatalf("%v: exit %d\n%s\n%s", extra, code, out, errs)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
-		best, run := 1, 1
-		for i := 1; i < len(at); i++ {
-			if at[i].Sub(at[i-1]) < 3*time.Millisecond {
-				run++
-			} else {
-				run = 1
-			}
-			best = max(best, run)
+		if got.Load() != 24 {
+			t.Fatalf("%v: the target got %d requests, expected 24", extra, got.Load())
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "client", "*.csv"))
+		if len(files) != 1 {
+			t.Fatalf("%v: client CSVs %v, expected one", extra, files)
+		}
+		f, err := os.Open(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		rows, err := csv.NewReader(f).ReadAll()
+		if err != nil || len(rows) != 25 {
+			t.Fatalf("%v: client CSV: %v, %d rows", extra, err, len(rows))
+		}
+		col := slices.Index(rows[0], "scheduled_ns")
+		if col < 0 {
+			t.Fatalf("client CSV header %v: no scheduled_ns", rows[0])
+		}
+		at := map[string]int{}
+		best := 0
+		for _, r := range rows[1:] {
+			at[r[col]]++
+			best = max(best, at[r[col]])
 		}
 		return best
 	}
 	poisson, batched := largest(), largest("--batch-mean", "8")
-	if batched < 5 || poisson >= batched {
-		t.Fatalf("largest burst: %d with Poisson arrivals, %d in batches of mean 8: expected batches of 5 or more", poisson, batched)
+	if poisson != 1 || batched < 5 {
+		t.Fatalf("largest burst: %d with Poisson arrivals, %d in batches of mean 8: expected 1 and batches of 5 or more", poisson, batched)
 	}
 }
 
