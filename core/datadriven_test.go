@@ -44,30 +44,25 @@ func TestScripts(t *testing.T) {
 				c = initCore(t, d)
 				out = drain(c)
 			case "arrive":
-				c.Arrive(at(t, d), Request{ID: reqID(t, d), InputTokens: intArg(t, d, "in", 0)})
-				out = drain(c)
+				out = fact(c.Arrive(at(t, d), Request{ID: reqID(t, d), InputTokens: intArg(t, d, "in", 0)})) + drain(c)
 			case "prefill-done":
 				r := Request{ID: reqID(t, d), InputTokens: intArg(t, d, "in", 0),
 					PrefillInst: event.Instance(intArg(t, d, "inst", 0))}
 				if intArg(t, d, "out", 2) <= 1 {
 					r.NoDecode, r.OutputTokens = true, 1
 				}
-				c.PrefillDone(at(t, d), r)
-				out = drain(c)
+				out = fact(c.PrefillDone(at(t, d), r)) + drain(c)
 			case "finished":
 				r := Request{ID: reqID(t, d), InputTokens: intArg(t, d, "in", 0),
 					ContextTokens: int64(intArg(t, d, "ctx", 0)), OutputTokens: intArg(t, d, "out", 10),
 					TTFT: event.Seconds(floatArg(t, d, "ttft", 0.1)), TPOT: event.Seconds(floatArg(t, d, "tpot", 0.01))}
-				c.Finished(at(t, d), event.Instance(intArg(t, d, "inst", 0)), r)
-				out = drain(c)
+				out = fact(c.Finished(at(t, d), event.Instance(intArg(t, d, "inst", 0)), r)) + drain(c)
 			case "observe":
-				c.Observe(at(t, d), event.Instance(intArg(t, d, "inst", 0)), Observation{
+				out = fact(c.Observe(at(t, d), event.Instance(intArg(t, d, "inst", 0)), Observation{
 					DecodeIters: int64(intArg(t, d, "iters", 0)), DecodeSeconds: floatArg(t, d, "secs", 0),
-					DecodeTokens: int64(intArg(t, d, "tokens", 0))})
-				out = drain(c)
+					DecodeTokens: int64(intArg(t, d, "tokens", 0))})) + drain(c)
 			case "tick":
-				c.Tick(at(t, d))
-				out = drain(c)
+				out = fact(c.Tick(at(t, d))) + drain(c)
 			case "state":
 				out = state(c)
 			case "cost":
@@ -145,6 +140,16 @@ func initCore(t *testing.T, d *datadriven.TestData) *Core {
 }
 
 // drain prints the decisions and records since the last fact.
+// fact is the output line of a fact the core refused ("" when it took
+// it): a script whose fact is refused says so in its golden output, never
+// silently.
+func fact(err error) string {
+	if err != nil {
+		return "error: " + err.Error() + "\n"
+	}
+	return ""
+}
+
 func drain(c *Core) string {
 	var b strings.Builder
 	rd := c.Ready()
