@@ -21,7 +21,8 @@ func TestFleetTotalsFollowFacts(t *testing.T) {
 // down and up, re-placements, observations, ticks) drive 40-instance
 // fleets under every controller that places with Algorithm 1, with every
 // indexed placement, and every burst spill's choice of idle decode engine,
-// checked against the scan (checkIndex panics on a difference).
+// checked against the scan (checkIndex panics on a difference): Arrow
+// §5.3's Algorithm 1 picks by its lexicographic cost pairs either way.
 func TestPlacementIndexMatchesScan(t *testing.T) {
 	checkIndex = true
 	defer func() { checkIndex = false }()

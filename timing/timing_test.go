@@ -24,7 +24,8 @@ func TestPrefillReferenceValues(t *testing.T) {
 	}
 }
 
-// Chunking never changes what a prompt costs: the spans of any cut sum to T(n).
+// Arrow §3.1: chunking never changes what a prompt costs: the spans of any
+// cut sum to T(n).
 func TestPrefillSpanSumsToProfile(t *testing.T) {
 	p := Reference
 	n := 7500
@@ -122,7 +123,8 @@ func TestProfileValidate(t *testing.T) {
 	}
 }
 
-// A flat KV transfer costs its latency whatever the size and never queues.
+// Arrow §5.4: a flat KV transfer costs its latency whatever the size and
+// never queues.
 func TestKVFlat(t *testing.T) {
 	var l Link
 	for i := 0; i < 3; i++ {
