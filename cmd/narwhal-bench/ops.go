@@ -334,7 +334,8 @@ func joinHA(ctx context.Context, c *cli.Command, spec *fleet.Spec, cfg *live.Con
 	var epoch uint64
 	for first := true; ; first = false {
 		if node, err = ha.Dial(ctx, ha.Config{Endpoints: eps, Prefix: prefix, Name: addr, Lease: lease,
-			TLS: tlsCfg, Username: user, Password: password}); err != nil {
+			TLS: tlsCfg, Username: user, Password: password,
+			Logf: func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }}); err != nil {
 			if first || ctx.Err() != nil {
 				return nil, err // etcd unreachable at start: say so
 			}

@@ -68,6 +68,9 @@ type Config struct {
 	// auth enable); both or neither. With neither, an etcd that checks
 	// client certificates takes the certificate's common name as the user.
 	Username, Password string
+	// Logf, when set, receives the node's operational lines (the state's
+	// publication failing, and working again); nil discards them.
+	Logf func(format string, args ...any)
 }
 
 // TLSConfig builds Config.TLS from PEM files: caFile holds the roots that
@@ -447,17 +450,50 @@ func (n *Node) Leader(ctx context.Context) string {
 	return string(resp.Kvs[0].Value)
 }
 
+// publishHealth follows the leader's publications: a standby that takes
+// over resumes the last state published, so a leader that cannot publish
+// says so, once, and again when it can, and an operator knows how stale a
+// takeover would be.
+type publishHealth struct{ failing time.Time } // zero: publishing works
+
+// note takes one publication's outcome at now and returns the line to
+// log ("" for none).
+func (p *publishHealth) note(err error, now time.Time) string {
+	switch {
+	case err != nil && p.failing.IsZero():
+		p.failing = now
+		return fmt.Sprintf("narwhal-bench: ha: publishing the router's state failed (%v): a standby taking over now resumes the state last published", err)
+	case err == nil && !p.failing.IsZero():
+		line := fmt.Sprintf("narwhal-bench: ha: publishing the router's state works again, after %v", now.Sub(p.failing).Round(time.Millisecond))
+		p.failing = time.Time{}
+		return line
+	}
+	return ""
+}
+
+func (n *Node) logf(format string, args ...any) {
+	if n.cfg.Logf != nil {
+		n.cfg.Logf(format, args...)
+	}
+}
+
 // PublishEvery publishes the router's state every period until ctx ends
 // or the lease is lost; it publishes once at once, so a standby that takes
 // over a moment later resumes this leader's opening split.
 func (n *Node) PublishEvery(ctx context.Context, rt *live.Router, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
+	var health publishHealth
 	for {
 		if s, ok := rt.State(); ok {
 			pctx, cancel := context.WithTimeout(ctx, period)
-			_ = n.Publish(pctx, s)
+			err := n.Publish(pctx, s)
 			cancel()
+			if ctx.Err() == nil {
+				if line := health.note(err, time.Now()); line != "" {
+					n.logf("%s", line)
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -3,6 +3,7 @@ package ha
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -468,6 +469,31 @@ func TestTLSConfigFiles(t *testing.T) {
 	} {
 		if _, err := TLSConfig(c.ca, c.cert, c.key); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("TLSConfig(%q, %q, %q): %v, expected %q", c.ca, c.cert, c.key, err, c.want)
+		}
+	}
+}
+
+// A leader that cannot publish its state says so once, and once more when
+// it can again, with how long it could not.
+func TestPublishHealthLines(t *testing.T) {
+	var p publishHealth
+	t0 := time.Unix(1000, 0)
+	boom := errors.New("etcd: request timed out")
+	steps := []struct {
+		err  error
+		at   time.Duration
+		want string
+	}{
+		{nil, 0, ""},
+		{boom, time.Second, "publishing the router's state failed (etcd: request timed out)"},
+		{boom, 2 * time.Second, ""},
+		{nil, 3500 * time.Millisecond, "works again, after 2.5s"},
+		{nil, 4 * time.Second, ""},
+	}
+	for i, s := range steps {
+		line := p.note(s.err, t0.Add(s.at))
+		if (s.want == "") != (line == "") || !strings.Contains(line, s.want) {
+			t.Errorf("step %d: %q, expected %q", i, line, s.want)
 		}
 	}
 }
