@@ -207,7 +207,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				fmt.Fprintf(stderr, "narwhal-bench: note: %s is reachable beyond this machine and --tenants is not set: anyone who reaches it may send requests and read /state (engine URLs), /metrics and /journal (docs/security.md)\n", ln.Addr())
 			}
 			if w != nil {
-				go flushEvery(ctx, w, time.Second)
+				go flushEvery(rctx, w, time.Second) // until the router stops, before the journal closes
 			}
 			if node != nil {
 				go node.PublishEvery(rctx, rt, 250*time.Millisecond)
