@@ -111,7 +111,7 @@ const (
 	CauseLength // the answer reached its output cap
 	CauseCancel // the client cancelled
 	// Refusal causes.
-	CauseNoCapacity // no instance can take the request
+	CauseNoCapacity // reserved: no driver writes it (kept: journals store causes by number, so removing it would renumber the rest)
 	CauseOverload   // the queue bound was reached (HTTP 529)
 	CausePrompt     // the prompt alone cannot meet the TTFT SLO
 	// Expiry causes.

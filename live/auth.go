@@ -245,7 +245,7 @@ func NewGate(tf *TenantsFile, keys [][]byte, limit int) *Gate {
 	return g
 }
 
-// Caps returns each tenant's in-flight cap by name (tests, bundle).
+// Caps returns each tenant's in-flight cap by name (only tests call it).
 func (g *Gate) Caps() map[string]int {
 	m := map[string]int{}
 	for _, t := range g.tenants {

@@ -1,7 +1,8 @@
 // Package report scores runs from their records alone: which requests
 // qualified under the SLOs, attainment, the sustained rate of a sweep,
-// splits over time, thrash and adaptation lag (score.go, adapt.go), and
-// the narwhal-report command's report (docs/report.md).
+// splits over time, thrash and adaptation lag (the rules live in package
+// score; score.go here keeps their names), and the narwhal-report
+// command's report (docs/report.md).
 //
 // Load reads a journal root, one run, or a Parquet export, one run at a
 // time, into a Report: per run, outcomes and the four disjoint groups,
