@@ -181,6 +181,9 @@ func TestPrefillRetryAndReadmission(t *testing.T) {
 	if !st.Engines[0].Down || st.Engines[1].Down || st.Engines[2].Down {
 		t.Fatalf("engines down %v %v %v: expected only e0 ejected", st.Engines[0].Down, st.Engines[1].Down, st.Engines[2].Down)
 	}
+	if st.Split["prefill"] != 2 || st.SplitOnline["prefill"] != 1 || st.SplitOnline["decode"] != 1 {
+		t.Fatalf("split %v, online %v: expected two prefill engines, one of them online, and the decode engine", st.Split, st.SplitOnline)
+	}
 	// Healed but the same process: it stays out.
 	broken.Store(false)
 	time.Sleep(300 * time.Millisecond) // six probe intervals

@@ -11,8 +11,11 @@ type State struct {
 	Arm string `json:"arm"`
 	// NowSeconds is the router clock (seconds since start).
 	NowSeconds float64 `json:"now_s"`
-	// Split counts engines per role ("prefill", "decode", "mixed", "none").
-	Split map[string]int `json:"split"`
+	// Split counts engines per role ("prefill", "decode", "mixed", "none"),
+	// down ones included (a role is a label); SplitOnline counts those of
+	// each role that take placements now (up, not starting a role).
+	Split       map[string]int `json:"split"`
+	SplitOnline map[string]int `json:"split_online"`
 	// Moves counts role moves since start (opening roles excluded).
 	Moves   int           `json:"moves"`
 	Counts  Counts        `json:"counts"`
@@ -48,7 +51,8 @@ type EngineState struct {
 
 func (o *owner) snapshot(now event.Time) State {
 	v := o.core.View()
-	s := State{Arm: o.core.Controller().Name(), NowSeconds: now.Seconds(), Split: map[string]int{}, Moves: o.moves, Counts: o.counts}
+	s := State{Arm: o.core.Controller().Name(), NowSeconds: now.Seconds(), Split: map[string]int{}, SplitOnline: map[string]int{},
+		Moves: o.moves, Counts: o.counts}
 	// Each engine's resident decode context as the relays count it now:
 	// the core's own figure is as of its last observation, which an arm
 	// that never ticks (a static split) takes only at placements. (Read
@@ -58,6 +62,9 @@ func (o *owner) snapshot(now event.Time) State {
 	for i, e := range o.r.engines {
 		in := v.Instance(event.Instance(i))
 		s.Split[in.Role.String()]++
+		if in.Online(now) {
+			s.SplitOnline[in.Role.String()]++
+		}
 		es := EngineState{Name: e.name, URL: e.base, Role: in.Role.String(), Online: in.Online(now), Down: in.Down,
 			Generation: in.Generation, PrefillLegs: in.PrefillCount, PrefillTokens: in.PrefillTokens,
 			DecodeLegs: in.DecodeCount, DecodeTokens: decodeCtx[i], MeanIntervalSeconds: in.MeanInterval}
