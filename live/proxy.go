@@ -537,7 +537,11 @@ func (l *leg) twoLegs(pe *engine) verdict {
 			l.fail(event.KindFail, event.CauseEngineError, nil)
 		} else {
 			l.sent = true // the owner ended it
-			api.WriteError(l.w, api.Unavailable("no engine can take the decode now", time.Second))
+			if l.r.halted() {
+				api.WriteError(l.w, haltedError()) // its stop, not the engines
+			} else {
+				api.WriteError(l.w, api.Unavailable("no engine can take the decode now", time.Second))
+			}
 		}
 		return verdict{}
 	}
