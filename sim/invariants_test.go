@@ -34,11 +34,7 @@ func (c *checker) finish(reqs []Request, st Stats) {
 func offered(reqs []Request) []simcheck.Offered {
 	out := make([]simcheck.Offered, len(reqs))
 	for i, r := range reqs {
-		want := r.OutputTokens
-		if r.OutputCap > 0 && want > r.OutputCap {
-			want = r.OutputCap
-		}
-		out[i] = simcheck.Offered{At: r.At, Output: want}
+		out[i] = simcheck.OfferedAt(r.At, r.OutputTokens, r.OutputCap)
 	}
 	return out
 }

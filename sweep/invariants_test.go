@@ -111,11 +111,7 @@ func TestSweepRunsHoldInvariants(t *testing.T) {
 	}
 	want := make([]simcheck.Offered, len(gen))
 	for i, q := range gen {
-		out := q.OutputTokens
-		if q.OutputCap > 0 && out > q.OutputCap {
-			out = q.OutputCap
-		}
-		want[i] = simcheck.Offered{At: q.At, Output: out}
+		want[i] = simcheck.OfferedAt(q.At, q.OutputTokens, q.OutputCap)
 	}
 	for _, r := range res.Runs {
 		c := cs.c[RunName(r.Arm, r.Rate)]

@@ -163,6 +163,16 @@ type Offered struct {
 	Output int
 }
 
+// OfferedAt is a request arriving at at whose answer has output tokens,
+// cut at outputCap when that is set (> 0): what a finished request ends
+// with.
+func OfferedAt(at event.Time, output, outputCap int) Offered {
+	if outputCap > 0 && output > outputCap {
+		output = outputCap
+	}
+	return Offered{At: at, Output: output}
+}
+
 // Outcomes is what the driver counted.
 type Outcomes struct {
 	Offered, Finished, Refused, Failed, Expired, Preemptions int
