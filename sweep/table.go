@@ -34,18 +34,27 @@ func WriteTable(w io.Writer, r *Result) error {
 	for _, a := range r.Arms {
 		width = max(width, len(a))
 	}
+	// Columns keep at least one space between them, however long a rate
+	// or a sustained rate reads (">= 126.67, grid top").
 	head := fmt.Sprintf("%-*s", width+2, "arm")
-	for _, rate := range r.Rates {
-		head += fmt.Sprintf("%7s", fmtRate(rate))
+	cols := make([]int, len(r.Rates))
+	for i, rate := range r.Rates {
+		cols[i] = max(7, len(fmtRate(rate))+1)
+		head += fmt.Sprintf("%*s", cols[i], fmtRate(rate))
 	}
-	head += fmt.Sprintf("%19s%10s", "sustained", "crossing")
+	sw := len("sustained")
+	for _, a := range r.Arms {
+		sw = max(sw, len(fmtSustainedTop(r.Sustained[a], r.SustainedGridTop[a])))
+	}
+	sw = max(19, sw+1)
+	head += fmt.Sprintf("%*s%10s", sw, "sustained", "crossing")
 	b.WriteString(head + "\n" + strings.Repeat("-", len(head)) + "\n")
 	for ai, a := range r.Arms {
 		fmt.Fprintf(&b, "%-*s", width+2, a)
 		for ri := range r.Rates {
-			fmt.Fprintf(&b, "%6s%%", fmtPercent(r.Runs[ai*len(r.Rates)+ri].Attainment))
+			fmt.Fprintf(&b, "%*s%%", cols[ri]-1, fmtPercent(r.Runs[ai*len(r.Rates)+ri].Attainment))
 		}
-		fmt.Fprintf(&b, "%19s%10s\n", fmtSustainedTop(r.Sustained[a], r.SustainedGridTop[a]), fmtCrossing(r.SustainedCrossing[a]))
+		fmt.Fprintf(&b, "%*s%10s\n", sw, fmtSustainedTop(r.Sustained[a], r.SustainedGridTop[a]), fmtCrossing(r.SustainedCrossing[a]))
 	}
 	best, bestArm := 0.0, ""
 	for _, a := range r.Arms {

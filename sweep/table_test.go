@@ -45,3 +45,24 @@ func TestFmtPercent(t *testing.T) {
 		}
 	}
 }
+
+// Columns never run together: a long rate or a sustained rate at the
+// grid's top ("100%>= 126.67, grid top" read as one word) keeps a space.
+func TestTableColumnsApart(t *testing.T) {
+	top := 126.67
+	r := Result{Trace: "t", Fleet: "f", Instances: 2, Rates: []float64{10000, top},
+		Runs: []Run{{Arm: "adaptive", Rate: 10000, Attainment: 1}, {Arm: "adaptive", Rate: top, Attainment: 1}}, Arms: []string{"adaptive"},
+		Sustained: map[string]*float64{"adaptive": &top}, SustainedGridTop: map[string]bool{"adaptive": true}}
+	var b strings.Builder
+	if err := WriteTable(&b, &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, glued := range []string{"%>=", "10000.0126", "%100%"} {
+		if strings.Contains(b.String(), glued) {
+			t.Errorf("columns run together (%q):\n%s", glued, b.String())
+		}
+	}
+	if !strings.Contains(b.String(), "100% >= 126.67, grid top") {
+		t.Errorf("no space between the last cell and the sustained rate:\n%s", b.String())
+	}
+}
