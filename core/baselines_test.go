@@ -211,3 +211,16 @@ func TestBaselineParameters(t *testing.T) {
 		}
 	}
 }
+
+// An arm that moves engines between the phases is refused on one engine
+// when it is read (it failed at its run's start), naming the arm.
+func TestMovingArmsNeedTwo(t *testing.T) {
+	for _, arm := range []string{"adaptive", "arrow", "planner", "coldswap", "dynamo", "ray", "ray:start=0s"} {
+		if _, err := NewController(arm, 1); err == nil || !strings.Contains(err.Error(), `arm "`+arm+`": 1 instance: expected at least 2`) {
+			t.Errorf("%s on one engine: %v", arm, err)
+		}
+	}
+	if _, err := NewController("aggregated", 1); err != nil {
+		t.Errorf("aggregated on one engine: %v", err)
+	}
+}

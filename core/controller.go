@@ -58,6 +58,13 @@ func NewController(arm string, n int) (Controller, error) {
 		}
 		return &Hybrid{Prefill: p}, nil
 	}
+	switch name, _, _ := strings.Cut(arm, ":"); name {
+	case "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray":
+		if n < 2 {
+			// Said here, when the arm is read, not when its run starts.
+			return nil, fmt.Errorf("arm %q: %d instance: expected at least 2 (it moves engines between prefill and decode; on one engine run aggregated)", arm, n)
+		}
+	}
 	if name, params, ok := strings.Cut(arm, ":"); ok && (name == "dynamo" || name == "ray") {
 		return baselineWith(arm, name, params)
 	}

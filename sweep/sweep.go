@@ -736,7 +736,7 @@ feed:
 func CheckArm(arm string, n int) error {
 	if arm == "oracle" || arm == "phase-oracle" {
 		if n < 2 {
-			return fmt.Errorf("arm oracle: %d instance: expected at least 2", n)
+			return fmt.Errorf("arm %q: %d instance: expected at least 2 (its search is over splits of prefill and decode; on one engine run aggregated)", arm, n)
 		}
 		return nil
 	}
