@@ -218,8 +218,8 @@ func checkScale(tr *traces.Trace, rate, base float64, limit int) error {
 	scale := rate / base
 	if tr.Spec != nil {
 		if n := tr.Spec.ExpectedRequests(scale); !(n <= float64(limit)) {
-			return fmt.Errorf("%.4g req/s (%.4gx the trace's mean rate of %.4g req/s) would generate about %.4g requests: expected at most %d (a lower rate)",
-				rate, scale, base, n, limit)
+			return fmt.Errorf("%.4g req/s (%.4gx the trace's mean rate of %.4g req/s) would generate about %.4g requests: expected at most %d (a lower rate; or, for a streamed run, a trace file whose own rates are that high, which may expect up to %d: docs/trace-format.md)",
+				rate, scale, base, n, limit, traces.MaxStreamRequests)
 		} else if n < 1 {
 			// A run offering nothing would print 0% and "none", as if
 			// every request had missed.
