@@ -102,6 +102,18 @@ func refineSplits(n, best, spacing int, tried func(p int) bool) (next []int, nex
 	return next, spacing
 }
 
+// DefaultStaticArms are the static splits a sweep runs when no arms are
+// named: every split of a fleet of up to ExhaustiveSplits+1 instances, the
+// searches' grid of ExhaustiveSplits splits on a larger one (fleet1024
+// would otherwise run 1,023 static arms).
+func DefaultStaticArms(n int) []string {
+	var out []string
+	for _, p := range splitGrid(n) {
+		out = append(out, fmt.Sprintf("static:%dP%dD", p, n-p))
+	}
+	return out
+}
+
 // gridSpacing is splitGrid(n)'s step (1 when it tries every split).
 func gridSpacing(n int) int {
 	if n-1 <= ExhaustiveSplits {

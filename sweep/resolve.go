@@ -145,7 +145,7 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	}
 	cfg.Arms = o.Arms
 	if len(cfg.Arms) == 0 {
-		cfg.Arms = append(core.StaticArms(fl.Size()), "aggregated")
+		cfg.Arms = append(DefaultStaticArms(fl.Size()), "aggregated")
 	}
 	seen := map[string]bool{}
 	for i, a := range cfg.Arms {

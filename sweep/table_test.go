@@ -66,3 +66,15 @@ func TestTableColumnsApart(t *testing.T) {
 		t.Errorf("no space between the last cell and the sustained rate:\n%s", b.String())
 	}
 }
+
+// With no arms named, a small fleet runs every static split; a large one
+// the searches' grid (fleet1024 ran 1,023 static arms).
+func TestDefaultStaticArms(t *testing.T) {
+	if got := DefaultStaticArms(8); len(got) != 7 || got[0] != "static:1P7D" || got[6] != "static:7P1D" {
+		t.Errorf("8 engines: %v", got)
+	}
+	got := DefaultStaticArms(1024)
+	if len(got) != ExhaustiveSplits || got[0] != "static:1P1023D" || got[len(got)-1] != "static:1023P1D" {
+		t.Errorf("1024 engines: %d arms, %v ... %v: expected %d from 1P to 1023P", len(got), got[0], got[len(got)-1], ExhaustiveSplits)
+	}
+}

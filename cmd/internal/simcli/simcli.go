@@ -247,7 +247,7 @@ func ProgressBar(stderr io.Writer) func(done, total int) {
 // ArmsUsage is --arms' help: one line per arm.
 func ArmsUsage() string {
 	var b strings.Builder
-	b.WriteString("comma-separated arms (default: every static split and aggregated):")
+	b.WriteString("comma-separated arms (default: every static split, 32 spread evenly on a fleet over 33 engines, and aggregated):")
 	for _, h := range sweep.ArmHelp {
 		fmt.Fprintf(&b, "\n      %-12s %s", h.Arm, h.Help)
 	}
