@@ -18,6 +18,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/internal/simcheck"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
 )
 
@@ -171,61 +172,70 @@ func (r *rig) stop() {
 }
 
 // checkJournal folds the journal and checks the invariants every run must
-// hold: records in time order, sequence numbers dense, every request that
-// arrived ended exactly once, and no prefill placed on an engine that did
-// not hold the prefill (or mixed) role then (but a prompt burst spill ran
-// on a decode engine, which then decodes it), no decode on a prefill one.
-// It returns the rows.
+// hold, with the simulator's checker (internal/simcheck: one event model,
+// one set of rules): records in time order (the owner goroutine stamps
+// every record with the router's monotonic clock and journals in that
+// order, so the clock never goes back across the whole journal, not only
+// per request), sequence numbers dense, every request that arrived ended
+// exactly once, no decode leg placed before its prompt's first token
+// (prefill_done), no prefill placed on an engine that did not hold the
+// prefill (or mixed) role then (but a prompt burst spill runs on a decode
+// engine), no decode on an engine whose role then takes no decode unless
+// the request's prompt ran there on an engine that took decode since
+// (roles label new placements; resident work finishes where it is). And
+// the live rules on top: a spilled prompt decodes where it ran, and a
+// request's first token comes no earlier than its arrival. The live
+// journal has no per-token records (the router relays tokens, it does not
+// journal them): token order and counts are checked at the client
+// (TestInvariantsEveryArm). It returns the rows.
 func checkJournal(t testing.TB, recs []event.Record) []event.Row {
 	t.Helper()
-	var f event.Fold
-	role := map[event.Instance]event.Role{}
-	spilled := map[event.RequestID]bool{}
-	var last event.Time
+	_, rows := checkJournalWith(t, recs)
+	return rows
+}
+
+// checkJournalWith is checkJournal, returning its checker too (whose
+// Finish checks the run against what the client offered).
+func checkJournalWith(t testing.TB, recs []event.Record) (*simcheck.Checker, []event.Row) {
+	t.Helper()
+	c := simcheck.New(t)
+	c.SkipTokens = true // no token records in a live journal
+	spilledOn := map[event.RequestID]event.Instance{}
 	for i := range recs {
 		r := &recs[i]
-		if r.Seq != uint64(i+1) {
-			t.Fatalf("record %d has seq %d: expected dense sequence numbers", i, r.Seq)
-		}
-		if r.At < last {
-			t.Fatalf("record %d (%s) at %v before the previous one at %v: the clock went back", i, r.Kind, r.At, last)
-		}
-		last = r.At
+		c.Record(r)
 		switch r.Kind {
-		case event.KindRoleMove:
-			role[r.Inst] = r.To
 		case event.KindAdmit:
-			ro := role[r.Inst]
-			switch {
-			case r.Cause == event.CauseSpilled:
-				// Burst spill: a decode engine absorbs the prompt.
-				if ro != event.RoleDecode {
-					t.Errorf("request %d's prompt spilled to %d in role %s: expected a decode engine", r.Req, r.Inst, ro)
-				}
-				spilled[r.Req] = true
-			case ro != event.RolePrefill && ro != event.RoleMixed:
-				t.Errorf("request %d's prefill placed on %d in role %s", r.Req, r.Inst, ro)
+			if r.Cause == event.CauseSpilled {
+				spilledOn[r.Req] = r.Inst
+			} else {
+				delete(spilledOn, r.Req) // re-placed (live/retry.go)
 			}
 		case event.KindDecodeStart:
-			if ro := role[r.Inst]; ro == event.RolePrefill && r.Inst != r.Peer {
-				t.Errorf("request %d's decode placed on %d in role %s", r.Req, r.Inst, ro)
-			}
-			if spilled[r.Req] && r.Inst != r.Peer {
-				t.Errorf("request %d's prompt spilled to %d but its decode placed on %d: expected the same engine", r.Req, r.Peer, r.Inst)
+			if on, ok := spilledOn[r.Req]; ok && r.Inst != on {
+				t.Errorf("request %d's prompt spilled to %d but its decode placed on %d: expected the same engine", r.Req, on, r.Inst)
 			}
 		}
-		f.Record(r)
 	}
-	rows := f.Rows()
-	if err := f.Err(); err != nil {
+	if err := c.Fold.Err(); err != nil {
 		t.Fatalf("journal: %v", err)
 	}
+	if c.Errs() > 0 {
+		t.FailNow()
+	}
+	rows := c.Fold.Rows()
 	for _, row := range rows {
 		if row.Terminal == event.KindNone {
 			t.Errorf("request %d never ended", row.Req)
 		}
+		if row.FirstToken != event.Never && (row.FirstToken < row.Arrival || row.FirstToken < row.Admit) {
+			t.Errorf("request %d: first token at %v before its arrival at %v or its admission at %v", row.Req, row.FirstToken, row.Arrival, row.Admit)
+		}
+		if row.End != event.Never && row.FirstToken != event.Never && row.End < row.FirstToken {
+			t.Errorf("request %d: ended at %v before its first token at %v", row.Req, row.End, row.FirstToken)
+		}
 	}
-	return rows
+	return c, rows
 }
 
 // outcomes counts rows by terminal kind and cause ("finish/stop").

@@ -5,6 +5,7 @@
 package simcheck
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -23,6 +24,12 @@ import (
 // leg placed where its prompt ran (no KV moves: Inst == Peer) is allowed
 // on an engine that was moved away from a decode-taking role after the
 // prompt was placed there; never on one that held only prefill since.
+// And a pool with no engine left falls back to the fleet (Arrow §5.5;
+// core.coverRole, core's argmin): a leg placed outside its phase's roles
+// is allowed only while no engine holding a role that takes that phase is
+// up (health records) and not avoided by the request (a re-placed request
+// avoids the engine its failed leg ran on until its decode is placed: a
+// retry decision record).
 //
 // Feed it every record (it is an event.Recorder) and every token (Token,
 // sim.Config.TokenHook), then call Finish.
@@ -54,13 +61,21 @@ type Checker struct {
 	// SkipTokens leaves out the token checks (a driver without a token
 	// hook).
 	SkipTokens bool
+	// down is each engine that a health record said went down (until one
+	// says it is up); avoid the engine each re-placed request avoids.
+	down  map[event.Instance]bool
+	avoid map[event.RequestID]event.Instance
+	// Fallbacks counts legs placed outside their phase's roles because no
+	// engine of those roles was up (the pool fell back to the fleet).
+	Fallbacks int
 }
 
 // New returns a checker reporting to t.
 func New(t testing.TB) *Checker {
 	return &Checker{t: t, tokens: map[event.RequestID][]event.Time{}, first: map[event.RequestID]event.Time{},
 		Moves: map[event.Time]int{}, roles: map[event.Instance]event.Role{},
-		prefillOn: map[event.RequestID]event.Instance{}, stayOK: map[event.RequestID]bool{}}
+		prefillOn: map[event.RequestID]event.Instance{}, stayOK: map[event.RequestID]bool{},
+		down: map[event.Instance]bool{}, avoid: map[event.RequestID]event.Instance{}}
 }
 
 // Errs is how many invariant violations the checker found.
@@ -75,6 +90,19 @@ func (c *Checker) errorf(format string, args ...any) {
 
 func takesPrompts(r event.Role) bool { return r == event.RolePrefill || r == event.RoleMixed }
 func takesDecode(r event.Role) bool  { return r == event.RoleDecode || r == event.RoleMixed }
+
+// fellBack reports whether no engine whose role takes a phase (takes) is
+// up and not avoided by req: the phase's pool is empty, and core places
+// the leg on any engine up (Arrow §5.5).
+func (c *Checker) fellBack(req event.RequestID, takes func(event.Role) bool) bool {
+	a, avoided := c.avoid[req]
+	for in, ro := range c.roles {
+		if takes(ro) && !c.down[in] && (!avoided || in != a) {
+			return false
+		}
+	}
+	return true
+}
 
 // Record implements event.Recorder.
 func (c *Checker) Record(r *event.Record) {
@@ -110,11 +138,16 @@ func (c *Checker) Record(r *event.Record) {
 			if ro != event.RoleDecode {
 				c.errorf("request %d: prompt spilled to %d in role %s at %v: expected a decode engine", r.Req, r.Inst, ro, r.At)
 			}
+		case !takesPrompts(ro) && c.fellBack(r.Req, takesPrompts):
+			c.Fallbacks++
 		case !takesPrompts(ro):
 			c.errorf("request %d: prompt placed on %d in role %s at %v: expected a prefill or mixed engine", r.Req, r.Inst, ro, r.At)
 		}
 		c.prefillOn[r.Req] = r.Inst
 		c.stayOK[r.Req] = takesDecode(ro)
+		// A re-placed request's decode waits for its new prompt's first
+		// token.
+		delete(c.first, r.Req)
 	case event.KindPreempt:
 		c.Preempts++
 		if f, ok := c.first[r.Req]; !ok || r.At < f {
@@ -127,18 +160,33 @@ func (c *Checker) Record(r *event.Record) {
 			c.errorf("request %d: decode placed at %v before its first token (%v, %v)", r.Req, r.At, f, ok)
 		}
 		if ro := c.roles[r.Inst]; !takesDecode(ro) {
-			if r.Inst != r.Peer || !c.stayOK[r.Req] {
-				c.errorf("request %d: decode placed on %d (prompt on %d) in role %s at %v: expected a decode or mixed engine", r.Req, r.Inst, r.Peer, ro, r.At)
-			} else {
+			switch {
+			case r.Inst == r.Peer && c.stayOK[r.Req]:
 				c.Stays++
+			case c.fellBack(r.Req, takesDecode):
+				c.Fallbacks++
+			default:
+				c.errorf("request %d: decode placed on %d (prompt on %d) in role %s at %v: expected a decode or mixed engine", r.Req, r.Inst, r.Peer, ro, r.At)
 			}
 		}
 		delete(c.prefillOn, r.Req)
 		delete(c.stayOK, r.Req)
+		delete(c.avoid, r.Req)
+	case event.KindHealth:
+		c.down[r.Inst] = r.Cause != event.CauseEngineUp
+	case event.KindDecision:
+		var d struct {
+			Retry event.RequestID `json:"retry"`
+			From  event.Instance  `json:"from"`
+		}
+		if json.Unmarshal([]byte(r.Text), &d) == nil && d.Retry > 0 {
+			c.avoid[d.Retry] = d.From
+		}
 	}
 	if r.Kind.Terminal() {
 		delete(c.prefillOn, r.Req)
 		delete(c.stayOK, r.Req)
+		delete(c.avoid, r.Req)
 	}
 	c.Fold.Record(r)
 }
