@@ -136,11 +136,28 @@ func TestInvariantsEveryArm(t *testing.T) {
 			t.Logf("arm %s not run live: %s", name, spec.why)
 			continue
 		}
-		t.Run(spec.arm, func(t *testing.T) { runInvariantArm(t, spec.arm, spec.mustMove, spec.why) })
+		t.Run(spec.arm, func(t *testing.T) {
+			// Every run must keep every invariant. Whether a moving arm
+			// moves within a few seconds of wall-clock load depends on the
+			// machine's timing too: it gets three runs to make a move.
+			for try := 1; ; try++ {
+				moves := runInvariantArm(t, spec.arm, spec.why)
+				if !spec.mustMove || moves > 0 || t.Failed() {
+					return
+				}
+				if try == 3 {
+					t.Errorf("%s made no move in %d runs under a load whose mix shifts", spec.arm, try)
+					return
+				}
+				t.Logf("%s made no move in run %d: running again", spec.arm, try)
+			}
+		})
 	}
 }
 
-func runInvariantArm(t *testing.T, arm string, mustMove bool, why string) {
+// runInvariantArm runs arm once on a fresh rig, checks every invariant
+// and returns the moves it made.
+func runInvariantArm(t *testing.T, arm string, why string) int {
 	// Tight SLOs on the test profile: a queue of long prompts misses the
 	// TTFT SLO, a crowd of long answers the TPOT one.
 	fl := testFleetWith(t, invEngines, "{a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}", "{ttft: 100ms, tpot: 3ms}")
@@ -159,14 +176,16 @@ func runInvariantArm(t *testing.T, arm string, mustMove bool, why string) {
 	// (a dialled connection never used holds the server's Shutdown).
 	tr := &http.Transport{MaxIdleConnsPerHost: conc}
 	hc := &http.Client{Transport: tr}
-	sent := make([]*invSent, 2*perPhase)
+	// Three phases (long prompts, long answers, long prompts): a mix that
+	// shifts twice, so a moving arm has two chances to move.
+	sent := make([]*invSent, 3*perPhase)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, conc)
 	for i := range sent {
 		s := &invSent{class: "inv-" + strconv.Itoa(i), stream: i%2 == 1}
 		prompt := long
 		s.want = 2
-		if i >= perPhase {
+		if i/perPhase == 1 {
 			prompt, s.want = short, 48
 		}
 		sent[i] = s
@@ -247,11 +266,10 @@ func runInvariantArm(t *testing.T, arm string, mustMove bool, why string) {
 		t.Errorf("%d moves journaled by the /state snapshot at %v, %d in /state", moves, before, st.Moves+moves)
 	}
 	t.Logf("%s: %d moves, outcomes %v", arm, moves, outcomes(rows))
-	if mustMove && moves == 0 {
-		t.Errorf("%s made no move under a load whose mix shifts", arm)
-	} else if !mustMove && why != "" {
+	if moves == 0 && why != "" {
 		t.Logf("no move asserted: %s", why)
 	}
+	return moves
 }
 
 // invSend sends one request of the every-arm test and notes what the
