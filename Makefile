@@ -146,10 +146,21 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./sweep/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./journal/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadExport$$' -fuzztime $(FUZZTIME) ./journal/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnd$$' -fuzztime $(FUZZTIME) ./journal/
+	$(GO) test -run '^$$' -fuzz '^FuzzManifest$$' -fuzztime $(FUZZTIME) ./journal/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./live/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadChunk$$' -fuzztime $(FUZZTIME) ./live/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseError$$' -fuzztime $(FUZZTIME) ./live/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadEvent$$' -fuzztime $(FUZZTIME) ./live/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandoff$$' -fuzztime $(FUZZTIME) ./live/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadTenants$$' -fuzztime $(FUZZTIME) ./live/
+	$(GO) test -run '^$$' -fuzz '^FuzzStartTime$$' -fuzztime $(FUZZTIME) ./live/
+	$(GO) test -run '^$$' -fuzz '^FuzzUsage$$' -fuzztime $(FUZZTIME) ./live/
+	$(GO) test -run '^$$' -fuzz '^FuzzScheduled$$' -fuzztime $(FUZZTIME) ./live/
+	$(GO) test -run '^$$' -fuzz '^FuzzIdentify$$' -fuzztime $(FUZZTIME) ./live/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeDoc$$' -fuzztime $(FUZZTIME) ./live/ha/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRunMeta$$' -fuzztime $(FUZZTIME) ./event/
+	$(GO) test -run '^$$' -fuzz '^FuzzNewController$$' -fuzztime $(FUZZTIME) ./core/
 
 clean:
 	rm -rf bin

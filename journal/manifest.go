@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // manifestFormat names the export layout; ReadExport refuses any other.
@@ -71,21 +72,9 @@ func checkManifest(dir string) error {
 	if err != nil {
 		return err
 	}
-	var m manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("%s: %w", ManifestFile, err)
-	}
-	if m.Format != manifestFormat {
-		return fmt.Errorf("%s: format %q: this narwhal-bench reads %q", ManifestFile, m.Format, manifestFormat)
-	}
-	listed := map[string]bool{}
-	for _, e := range m.Files {
-		listed[e.Name] = true
-	}
-	for _, name := range TableFiles {
-		if !listed[name] {
-			return fmt.Errorf("%s does not list %s", ManifestFile, name)
-		}
+	m, err := decodeManifest(b)
+	if err != nil {
+		return err
 	}
 	for _, e := range m.Files {
 		if err := checkFile(filepath.Join(dir, e.Name), e); err != nil {
@@ -93,6 +82,33 @@ func checkManifest(dir string) error {
 		}
 	}
 	return nil
+}
+
+// decodeManifest reads manifest.json's bytes: this narwhal-bench's format,
+// listing every table. Every failure names the file.
+func decodeManifest(b []byte) (manifest, error) {
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return manifest{}, fmt.Errorf("%s: %w", ManifestFile, err)
+	}
+	if m.Format != manifestFormat {
+		return manifest{}, fmt.Errorf("%s: format %q: this narwhal-bench reads %q", ManifestFile, m.Format, manifestFormat)
+	}
+	listed := map[string]bool{}
+	for _, e := range m.Files {
+		// Every table lies in the export's own directory: a name that
+		// is empty, or a path, would have checkFile read another file.
+		if e.Name == "" || e.Name == "." || e.Name == ".." || strings.ContainsAny(e.Name, `/\`) {
+			return manifest{}, fmt.Errorf("%s: file %q: expected the plain name of a file in the export's directory", ManifestFile, e.Name)
+		}
+		listed[e.Name] = true
+	}
+	for _, name := range TableFiles {
+		if !listed[name] {
+			return manifest{}, fmt.Errorf("%s does not list %s", ManifestFile, name)
+		}
+	}
+	return m, nil
 }
 
 func checkFile(path string, e manifestEntry) error {

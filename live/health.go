@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -407,7 +408,9 @@ func (r *Router) probeHealth(e *engine) (bool, float64) {
 }
 
 // startTime reads process_start_time_seconds from a Prometheus text
-// exposition (0 when absent).
+// exposition (0 when absent). Only a finite time after the epoch counts:
+// NaN differs from every start seen before (each probe would read as a
+// restart) and neither NaN nor an infinity encodes in GET /state.
 func startTime(rd io.Reader) float64 {
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -426,7 +429,7 @@ func startTime(rd io.Reader) float64 {
 		if len(f) == 0 || !(rest[0] == ' ' || rest[0] == '\t') {
 			continue
 		}
-		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil && v > 0 && !math.IsInf(v, 1) {
 			return v
 		}
 	}

@@ -298,14 +298,12 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		// schedule sends requests late, and they must be journaled as the
 		// misses they are. With --tenants only an admin tenant may send
 		// the header at all.)
-		hi := time.Duration(r.now()) + time.Second
-		if ns, err := strconv.ParseInt(s, 10, 64); err == nil && ns >= 0 && time.Duration(ns) <= hi {
-			f.scheduled = time.Duration(ns)
-		} else {
-			api.WriteError(w, api.Invalid(HeaderScheduled, s, fmt.Sprintf(
-				"nanoseconds of the router clock, from 0 to %d (a second after now)", hi)))
+		at, e := parseScheduled(s, time.Duration(r.now())+time.Second)
+		if e != nil {
+			api.WriteError(w, e)
 			return
 		}
+		f.scheduled = at
 	}
 	if !r.send(msg{kind: msgArrive, f: f}) {
 		api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
@@ -940,8 +938,16 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 	return verdict{}
 }
 
-// nonStreamTokens reads a whole response's completion tokens (usage, else
-// one per non-empty choice) and first finish reason.
+// parseScheduled reads an X-Narwhal-Scheduled-Ns value: nanoseconds of
+// the router clock, from 0 to hi.
+func parseScheduled(s string, hi time.Duration) (time.Duration, *api.Error) {
+	if ns, err := strconv.ParseInt(s, 10, 64); err == nil && ns >= 0 && time.Duration(ns) <= hi {
+		return time.Duration(ns), nil
+	}
+	return 0, api.Invalid(HeaderScheduled, s, fmt.Sprintf(
+		"nanoseconds of the router clock, from 0 to %d (a second after now)", hi))
+}
+
 // promptCached is a whole answer's usage.prompt_tokens_details.cached_tokens
 // (vLLM's with --enable-prompt-tokens-details; 0 when absent).
 func promptCached(body []byte) int {
@@ -958,6 +964,8 @@ func promptCached(body []byte) int {
 	return max(v.Usage.Details.Cached, 0)
 }
 
+// nonStreamTokens reads a whole response's completion tokens (usage, else
+// one per non-empty choice) and first finish reason.
 func nonStreamTokens(body []byte) (int, string) {
 	var v struct {
 		Choices []struct {
@@ -974,8 +982,8 @@ func nonStreamTokens(body []byte) (int, string) {
 	if len(v.Choices) > 0 && v.Choices[0].FinishReason != nil {
 		finish = *v.Choices[0].FinishReason
 	}
-	if v.Usage != nil {
-		return v.Usage.CompletionTokens, finish
+	if v.Usage != nil && v.Usage.CompletionTokens >= 0 {
+		return v.Usage.CompletionTokens, finish // a negative count is none, as api.ReadChunk reads it
 	}
 	return len(v.Choices), finish
 }

@@ -2,6 +2,7 @@ package live
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -36,6 +37,9 @@ func ResumeFrom(s State, names []string) (*Resume, error) {
 	if len(s.Engines) != len(names) {
 		return nil, fmt.Errorf("live: resume: %d engines published for a fleet of %d", len(s.Engines), len(names))
 	}
+	if s.Moves < 0 {
+		return nil, fmt.Errorf("live: resume: moves %d: expected a count of 0 or more", s.Moves)
+	}
 	rs := &Resume{Roles: make([]event.Role, len(names)), Generations: make([]uint64, len(names)),
 		Down: make([]bool, len(names)), Starts: make([]float64, len(names)), Moves: s.Moves}
 	for i, e := range s.Engines {
@@ -45,6 +49,10 @@ func ResumeFrom(s State, names []string) (*Resume, error) {
 		r, err := event.ParseRole(e.Role)
 		if err != nil {
 			return nil, fmt.Errorf("live: resume: engine %s: %w", e.Name, err)
+		}
+		if !(e.ProcessStart >= 0) || math.IsInf(e.ProcessStart, 1) {
+			// (0 is unknown; startTime reads no other.)
+			return nil, fmt.Errorf("live: resume: engine %s: process_start_s %v: expected a time after the epoch, or 0", e.Name, e.ProcessStart)
 		}
 		rs.Roles[i], rs.Generations[i], rs.Down[i], rs.Starts[i] = r, e.Generation, e.Down, e.ProcessStart
 	}

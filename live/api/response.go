@@ -129,13 +129,12 @@ func finishPtr(s string) *string {
 
 // Handoff returns a prefill response's kv_transfer_params, raw: the
 // top-level field, else the first choice's (older builds); nil when
-// neither is there or both are null or empty objects.
+// neither is there or both are null or empty objects. The top-level field
+// is read whatever shape the choices have.
 func Handoff(body []byte) json.RawMessage {
 	var r struct {
 		KV      json.RawMessage `json:"kv_transfer_params"`
-		Choices []struct {
-			KV json.RawMessage `json:"kv_transfer_params"`
-		} `json:"choices"`
+		Choices json.RawMessage `json:"choices"`
 	}
 	if json.Unmarshal(body, &r) != nil {
 		return nil
@@ -143,8 +142,14 @@ func Handoff(body []byte) json.RawMessage {
 	if usable(r.KV) {
 		return r.KV
 	}
-	if len(r.Choices) > 0 && usable(r.Choices[0].KV) {
-		return r.Choices[0].KV
+	var choices []struct {
+		KV json.RawMessage `json:"kv_transfer_params"`
+	}
+	if json.Unmarshal(r.Choices, &choices) != nil {
+		return nil
+	}
+	if len(choices) > 0 && usable(choices[0].KV) {
+		return choices[0].KV
 	}
 	return nil
 }

@@ -434,9 +434,17 @@ func (n *Node) Latest(ctx context.Context) (*Doc, error) {
 	if len(resp.Kvs) == 0 {
 		return nil, nil
 	}
+	return decodeDoc(resp.Kvs[0].Value)
+}
+
+// decodeDoc reads a published Doc.
+func decodeDoc(b []byte) (*Doc, error) {
 	var d Doc
-	if err := json.Unmarshal(resp.Kvs[0].Value, &d); err != nil || d.Version != DocVersion {
-		return nil, fmt.Errorf("ha: published state: version %d, %v: expected version %d", d.Version, err, DocVersion)
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("ha: published state: %w", err)
+	}
+	if d.Version != DocVersion {
+		return nil, fmt.Errorf("ha: published state: version %d: expected version %d", d.Version, DocVersion)
 	}
 	return &d, nil
 }
