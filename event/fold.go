@@ -57,8 +57,12 @@ func (r *Row) TPOT() Time {
 // (Each streams them instead). A run's driver that needs only outcomes
 // folds with StreamFold, which keeps the requests in flight alone.
 type Fold struct {
-	rows  [][]foldRow // chunks of foldChunk rows; request i is rows[i/foldChunk][i%foldChunk]
-	n     int         // rows folded
+	rows [][]foldRow // chunks of foldChunk rows; request i is rows[i/foldChunk][i%foldChunk]
+	n    int         // rows folded
+	// gone is how many rows Release let go (a multiple of foldChunk):
+	// their chunks are nil, and a record for one of them is a record
+	// after its end.
+	gone  int
 	ct    classTable
 	texts map[int]texts // reference and response texts by row, when any
 	out   []Row         // the rows last built by Rows
@@ -102,6 +106,11 @@ func (f *Fold) Record(rec *Record) {
 	}
 	f.built = false
 	i := int(rec.Req - 1)
+	if i < f.gone {
+		// Released: it had ended (Release takes ended rows only).
+		f.fail(fmt.Errorf("request %d: %s at %v after it ended", rec.Req, rec.Kind, rec.At))
+		return
+	}
 	if i >= f.n {
 		f.extend(i + 1)
 	}
@@ -130,6 +139,11 @@ func (f *Fold) row(i int) *foldRow { return &f.rows[i/foldChunk][i%foldChunk] }
 func (f *Fold) extend(n int) {
 	for len(f.rows)*foldChunk < n {
 		f.rows = append(f.rows, make([]foldRow, foldChunk))
+	}
+	for k := f.n / foldChunk; k*foldChunk < n; k++ {
+		if f.rows[k] == nil { // released before a Reset
+			f.rows[k] = make([]foldRow, foldChunk)
+		}
 	}
 	for j := f.n; j < n; j++ {
 		*f.row(j) = newFoldRow()
@@ -238,9 +252,31 @@ func (f *Fold) fail(err error) {
 	}
 }
 
+// Release lets the rows below n go, whole chunks of them, to bound the
+// memory of a consumer that streams rows out as they end (the Parquet
+// export): every row below n must have ended and been taken. Rows, Each
+// and RowAt then serve only rows from Released on; a later record for a
+// released row is a violation (Err), as any record after a request's end
+// is.
+func (f *Fold) Release(n int) {
+	for n = min(n, f.n); f.gone+foldChunk <= n; f.gone += foldChunk {
+		k := f.gone / foldChunk
+		f.rows[k] = nil
+		for i := f.gone; i < f.gone+foldChunk; i++ {
+			delete(f.texts, i)
+		}
+	}
+}
+
+// Released is how many rows Release let go: RowAt serves rows from it on.
+func (f *Fold) Released() int { return f.gone }
+
 // Rows returns the folded rows, indexed by RequestID-1. The slice is the
 // fold's own until the next Record or Reset.
 func (f *Fold) Rows() []Row {
+	if f.gone > 0 {
+		panic("event: Fold.Rows after Release")
+	}
 	if f.built {
 		return f.out
 	}
@@ -257,14 +293,16 @@ func (f *Fold) Rows() []Row {
 
 // Ended reports whether row i (RequestID i+1) has ended: it is final, and
 // a streaming consumer may take it with RowAt.
-func (f *Fold) Ended(i int) bool { return i >= 0 && i < f.n && f.row(i).terminal != KindNone }
+func (f *Fold) Ended(i int) bool {
+	return i >= 0 && (i < f.gone || i < f.n && f.row(i).terminal != KindNone)
+}
 
 // Each calls fn with each folded row in RequestID order, without building
 // the whole slice (for streaming a large run out); it stops at fn's first
 // error. The row is reused between calls.
 func (f *Fold) Each(fn func(*Row) error) error {
 	var o Row
-	for i := range f.n {
+	for i := f.gone; i < f.n; i++ {
 		f.RowAt(i, &o)
 		if err := fn(&o); err != nil {
 			return err
@@ -290,7 +328,7 @@ func (f *Fold) Err() error {
 	if f.err != nil {
 		return f.err
 	}
-	for i := range f.n {
+	for i := f.gone; i < f.n; i++ { // released rows had ended
 		r := f.row(i)
 		if r.arrival == Never {
 			return fmt.Errorf("request %d: records but no arrival", i+1)
@@ -310,7 +348,7 @@ func (f *Fold) Violation() error {
 	if f.err != nil {
 		return f.err
 	}
-	for i := range f.n {
+	for i := f.gone; i < f.n; i++ {
 		if f.row(i).arrival == Never {
 			return fmt.Errorf("request %d: records but no arrival", i+1)
 		}
@@ -320,7 +358,7 @@ func (f *Fold) Violation() error {
 
 // Reset empties the fold for reuse, keeping its memory.
 func (f *Fold) Reset() {
-	f.n = 0
+	f.n, f.gone = 0, 0
 	f.out = f.out[:0]
 	f.built = false
 	f.texts = nil

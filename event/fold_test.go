@@ -163,3 +163,40 @@ func TestFoldChunks(t *testing.T) {
 		f.Reset()
 	}
 }
+
+// Release lets whole chunks of ended rows go: the rows after them read as
+// before, a record for a released request is a violation, and after a
+// Reset the fold is whole again.
+func TestFoldRelease(t *testing.T) {
+	var f Fold
+	n := 2*foldChunk + 100
+	for i := 1; i <= n; i++ {
+		f.Record(&Record{At: Time(i), Kind: KindArrival, Req: RequestID(i), Tokens: int64(i)})
+		f.Record(&Record{At: Time(i + 1), Kind: KindFinish, Req: RequestID(i), Tokens: 2})
+		f.Release(i) // every row below i has ended
+	}
+	if f.Released() != 2*foldChunk {
+		t.Fatalf("released %d: expected whole chunks, %d", f.Released(), 2*foldChunk)
+	}
+	if err := f.Err(); err != nil || f.Len() != n || !f.Ended(0) {
+		t.Fatalf("%d rows, %v", f.Len(), err)
+	}
+	var o Row
+	f.RowAt(n-1, &o)
+	seen := 0
+	if err := f.Each(func(r *Row) error { seen++; return nil }); err != nil || seen != 100 || o.InputTokens != int64(n) {
+		t.Fatalf("Each saw %d rows (%v), the last row %+v: expected the 100 kept", seen, err, o)
+	}
+	f.Record(&Record{At: Time(n + 5), Kind: KindFinish, Req: 3, Tokens: 2})
+	if err := f.Err(); err == nil || !strings.Contains(err.Error(), "request 3: finish") || !strings.Contains(err.Error(), "after it ended") {
+		t.Fatalf("a record for a released request: %v", err)
+	}
+	f.Reset()
+	for i := 1; i <= n; i++ {
+		f.Record(&Record{At: Time(i), Kind: KindArrival, Req: RequestID(i)})
+		f.Record(&Record{At: Time(i + 1), Kind: KindFinish, Req: RequestID(i)})
+	}
+	if err := f.Err(); err != nil || len(f.Rows()) != n || f.Rows()[5].End != 7 {
+		t.Fatalf("after Reset: %v, %d rows", err, len(f.Rows()))
+	}
+}

@@ -174,7 +174,7 @@ func interrupted(ctx context.Context) error {
 
 // rowGroupRows caps a row group; a run's rows start a new row group, so
 // small runs give one row group each.
-const rowGroupRows = 1 << 20
+const rowGroupRows = 1 << 17
 
 // chunkRows is how many rows are converted before each parquet Write.
 const chunkRows = 8192
@@ -331,8 +331,10 @@ func Export(root, outDir string) (ExportStats, error) {
 // zstd-compressed Parquet files in outDir, replacing files of the same
 // names, and then manifest.json, which lists each table's size and SHA-256
 // sum. docs/parquet.md describes the columns. Runs are exported in sorted
-// order, one at a time, so memory holds one run's request rows (see Fold)
-// and the output is byte-identical for the same journals. A run that is not
+// order, one at a time; a run's request rows go out in RequestID order as
+// they end and are then let go (Fold.Release), so memory holds the rows
+// of the requests open at once, and the output is byte-identical for the
+// same journals. A run that is not
 // whole (see Open; allowed with o.Partial), that is damaged, or whose
 // records do not fold cleanly fails the export with an error naming the
 // run; no table is replaced then.
@@ -502,6 +504,10 @@ func (e *exporter) run(dir string) (err error) {
 		switch rec.Kind {
 		case event.KindFinish, event.KindRefuse, event.KindExpire, event.KindFail:
 			send(false)
+			// Rows sent are copied out: the fold lets them go, so memory
+			// holds the rows not yet ended (and those after them), not the
+			// run's every row.
+			e.fold.Release(next)
 		}
 		switch rec.Kind {
 		case event.KindRoleMove:

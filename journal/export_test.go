@@ -234,3 +234,37 @@ func TestExportEmptyRun(t *testing.T) {
 		t.Fatalf("runs = %+v, %v", runs, err)
 	}
 }
+
+// A run of several fold chunks (the export lets each chunk of written rows
+// go as it goes: event.Fold.Release) exports every row, equal to the
+// whole fold's.
+func TestExportRowsAcrossChunks(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "static-3P5D_r2.4")
+	writeSynth(t, dir, testMeta("static:3P5D", 2.4), 40000, 3, Options{})
+	out := t.TempDir()
+	if _, err := Export(root, out); err != nil {
+		t.Fatal(err)
+	}
+	got, err := parquet.ReadFile[requestRow](filepath.Join(out, RequestsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rows, err := Fold(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rows) || len(rows) != 40000 {
+		t.Fatalf("requests.parquet: %d rows, the fold %d: expected 40000", len(got), len(rows))
+	}
+	for i := range rows {
+		if want := requestRowOf(filepath.Base(dir), r.Meta(), sloOf(r.Meta()), &rows[i]); !reflect.DeepEqual(got[i], want) {
+			t.Fatalf("row %d: %+v, want %+v", i, got[i], want)
+		}
+	}
+}
