@@ -433,7 +433,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	// gives the same prompts at one rate): a target's prefix cache must
 	// not serve a later rate from an earlier one's prompts.
 	cfg.Salt = math.Float64bits(rate)
-	cfg.Progress = progressBar(stderr)
+	cfg.Progress = progressBar("narwhal-bench", stderr)
 	var (
 		res   *loadgen.Result
 		fold  event.Fold

@@ -359,6 +359,7 @@ func (cr *comboRun) run() (*sweep.Result, string, error) {
 	}
 	cfg := cr.cfg
 	cfg.Context = cr.ctx
+	cfg.Progress = progressBar("narwhal-bench", stderr)
 	cfg.Journal = func(name string, meta event.RunMeta) (sweep.Sink, error) {
 		return journal.Create(filepath.Join(dir, "runs", name), meta, journal.Options{})
 	}

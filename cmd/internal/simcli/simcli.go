@@ -124,7 +124,7 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 			if err != nil {
 				return err
 			}
-			cfg.Progress = ProgressBar(stderr)
+			cfg.Progress = ProgressBar(c.Root().Name, stderr)
 			cfg.Context = ctx
 			dir := c.String("journal")
 			if dir != "" && cfg.Refine > 0 {
@@ -217,15 +217,16 @@ func Config(c *cli.Command) (sweep.Config, error) {
 }
 
 // ProgressBar returns a progress callback that draws on stderr when it is
-// a terminal and the sweep has run for over a second; otherwise it is
-// silent.
-func ProgressBar(stderr io.Writer) func(done, total int) {
+// a terminal and the sweep has run for over a second. When stderr is a
+// file or a pipe (a batch job's log) it writes a line as steps end, at
+// most one a minute, from the first minute on; a short sweep says nothing.
+func ProgressBar(name string, stderr io.Writer) func(done, total int) {
 	f, ok := stderr.(*os.File)
 	if !ok {
 		return nil
 	}
 	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return nil
+		return progressLines(f, name, time.Now, time.Minute)
 	}
 	start := time.Now()
 	var mu sync.Mutex
@@ -311,4 +312,22 @@ func WithUsageErrors(cmd *cli.Command) *cli.Command {
 		WithUsageErrors(sub)
 	}
 	return cmd
+}
+
+// progressLines is the progress callback off a terminal: a line as a step
+// ends, once every period at most, none in the first period.
+func progressLines(w io.Writer, name string, now func() time.Time, period time.Duration) func(done, total int) {
+	start := now()
+	last := start
+	var mu sync.Mutex
+	return func(done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		t := now()
+		if t.Sub(last) < period || done == total {
+			return
+		}
+		last = t
+		fmt.Fprintf(w, "%s: progress: %d of %d steps done after %v\n", name, done, total, t.Sub(start).Round(time.Second))
+	}
 }
