@@ -208,8 +208,29 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 			return cfg, nil, optErr(name, err)
 		}
 	}
-	return cfg, tr.Notes(), nil
+	notes = tr.Notes()
+	if seen["oracle"] || seen["phase-oracle"] {
+		// The searches replay the trace many times over, holding it whole:
+		// at production scale they take far longer than the other arms,
+		// with no output until a run ends. Said before they start.
+		most := 0.0
+		for _, r := range cfg.Rates {
+			n := float64(tr.Imported())
+			if tr.Spec != nil {
+				n = tr.Spec.ExpectedRequests(r / base)
+			}
+			most = max(most, n)
+		}
+		if most > OracleNoteRequests || fl.Size() > 256 {
+			notes = append(notes, fmt.Sprintf("the oracle's searches replay the trace many times, holding it whole: about %.3g requests at the highest rate on %d engines may take tens of minutes to hours and gigabytes (docs/sim.md's figures: 460,000 requests on fleet1024, 85 s and 683 MB)", most, fl.Size()))
+		}
+	}
+	return cfg, notes, nil
 }
+
+// OracleNoteRequests is the requests at one rate above which a sweep with
+// the oracle says, before it starts, how long its searches may take.
+const OracleNoteRequests = 2_000_000
 
 // checkScale refuses a rate the trace cannot be generated at, in the
 // user's terms (the rate, the trace's mean rate), before any run starts.

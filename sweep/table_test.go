@@ -78,3 +78,30 @@ func TestDefaultStaticArms(t *testing.T) {
 		t.Errorf("1024 engines: %d arms, %v ... %v: expected %d from 1P to 1023P", len(got), got[0], got[len(got)-1], ExhaustiveSplits)
 	}
 }
+
+// A sweep with the oracle on a production-size trace or fleet says, before
+// it starts, that the searches may take long; a small one says nothing.
+func TestOracleScaleNote(t *testing.T) {
+	for _, c := range []struct {
+		trace, fleet, arms, rates string
+		note                      bool
+	}{
+		{"demo", "", "oracle", "1x", false},
+		{"demo", "", "adaptive", "1x", false},
+		{"day", "fleet512", "oracle,adaptive", "8x", true},
+		{"day", "fleet512", "adaptive", "8x", false},
+		{"steady", "fleet512", "phase-oracle", "1x", true},
+	} {
+		_, notes, err := Resolve(Options{Trace: c.trace, Fleet: c.fleet, Arms: strings.Split(c.arms, ","), Rates: c.rates})
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		said := false
+		for _, n := range notes {
+			said = said || strings.Contains(n, "the oracle's searches replay the trace many times")
+		}
+		if said != c.note {
+			t.Errorf("%+v: notes %q", c, notes)
+		}
+	}
+}

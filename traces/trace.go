@@ -541,6 +541,9 @@ func (t *Trace) scaledBounds(scale float64) ([]event.Time, error) {
 	return b, nil
 }
 
+// Imported is how many requests an imported trace holds (0 for a spec).
+func (t *Trace) Imported() int { return t.n }
+
 // SeedMatters reports whether the seed changes the trace's requests: a
 // synthetic trace draws them from it; an imported one is data, whose
 // seed draws only the batches laid over it (WithBurst).
