@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -394,30 +396,50 @@ type leg struct {
 }
 
 func (l *leg) post(ctx context.Context, e *engine, body []byte) (*http.Response, error) {
-	hq, err := engineRequest(ctx, e.base+l.path, body, l.xid, fmt.Sprintf("%s-%d", l.xid, l.r.ids.Add(1)))
-	if err != nil {
-		return nil, err
-	}
-	return l.r.client.Do(hq)
+	return postEngine(ctx, l.r.client, e.base+l.path, body, l.xid)
 }
 
-// engineRequest is a leg's POST to an engine. It carries an idempotency
-// key, so that Go's transport sends it again, once, on a new connection
-// when a reused one turns out closed before any answer: an engine closes
-// a connection idle past its keep-alive, and a request written onto it
-// meanwhile (a race, or every request written while the engine was
-// paused) was never read. Without the key the leg failed and counted
-// against a healthy engine. The key is the leg's own (key), never
-// another leg's, for a server that keeps keys.
-func engineRequest(ctx context.Context, url string, body []byte, xid, key string) (*http.Request, error) {
-	hq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
+// staleWindow is how soon after its write an EOF on a reused connection
+// still reads as the engine closing that connection idle, not as an
+// engine that took the request and then went away.
+const staleWindow = 250 * time.Millisecond
+
+// postEngine sends a leg's POST to an engine. An engine closes a pooled
+// connection idle past its keep-alive (vLLM's 5 s), and a request written
+// onto it as it closes, or every request written while the engine was
+// paused, was never read; Go's transport does not send a POST again, so
+// the leg would fail and count against a healthy engine. postEngine sends
+// it again, once, on a new connection, when the connection was reused, no
+// answer came, and the failure says the request was not read: a reset
+// (the engine's kernel resets a connection closed with unread data in
+// it), or an EOF within staleWindow of the write (a close racing the
+// write). An engine that read the request and then went away ends with
+// an EOF later, and is not sent it again: a prefill is never run twice
+// unseen.
+func postEngine(ctx context.Context, client *http.Client, url string, body []byte, xid string) (*http.Response, error) {
+	for try := 0; ; try++ {
+		hq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		hq.Header.Set("Content-Type", "application/json")
+		hq.Header.Set(HeaderRequestID, xid)
+		var reused atomic.Bool
+		var wrote atomic.Int64
+		hq = hq.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn:      func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
+			WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
+		}))
+		resp, err := client.Do(hq)
+		if err == nil || try > 0 || !reused.Load() || ctx.Err() != nil {
+			return resp, err
+		}
+		stale := errors.Is(err, syscall.ECONNRESET) ||
+			(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && wrote.Load() != 0 && time.Since(time.Unix(0, wrote.Load())) < staleWindow
+		if !stale {
+			return resp, err
+		}
 	}
-	hq.Header.Set("Content-Type", "application/json")
-	hq.Header.Set(HeaderRequestID, xid)
-	hq.Header.Set("Idempotency-Key", key)
-	return hq, nil
 }
 
 // fail ends the request with cause, answering the client when it is still

@@ -6,24 +6,21 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
-// An engine leg written onto a pooled connection that the engine then
-// closes without reading it (its keep-alive ran out while the request was
-// on the way, or the engine was paused) is sent again on a new connection,
-// not failed against a healthy engine. The engine here answers the first
-// request of each connection and closes the connection on the second, as
-// an idle timeout racing a reuse does.
-func TestLegRetriedOnStaleConnection(t *testing.T) {
+// staleEngine serves the first request of each connection; on the next
+// one it does what close says (after reading the request or not), so a
+// reused connection ends without an answer.
+func staleEngine(t *testing.T, close func(c net.Conn, br *bufio.Reader)) (url string, conns, reads *atomic.Int64) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	var conns atomic.Int64
+	t.Cleanup(func() { ln.Close() })
+	conns, reads = new(atomic.Int64), new(atomic.Int64)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -35,37 +32,81 @@ func TestLegRetriedOnStaleConnection(t *testing.T) {
 				defer c.Close()
 				br := bufio.NewReader(c)
 				for n := 0; ; n++ {
+					if n > 0 {
+						close(c, br)
+						return
+					}
 					q, err := http.ReadRequest(br)
 					if err != nil {
 						return
 					}
 					io.Copy(io.Discard, q.Body)
-					if n > 0 {
-						return // closed without an answer
-					}
+					reads.Add(1)
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
 				}
 			}(c)
 		}
 	}()
+	return "http://" + ln.Addr().String() + "/v1/completions", conns, reads
+}
+
+// An engine leg written onto a pooled connection that the engine closes
+// without reading it (an idle close racing the reuse, or a paused engine
+// resuming) is sent again on a new connection, not failed against a
+// healthy engine; one the engine read before the connection ended is not
+// (a prefill never runs twice unseen).
+func TestLegRetriedOnStaleConnection(t *testing.T) {
 	client := &http.Client{Transport: NewTransport()}
-	url := "http://" + ln.Addr().String() + "/v1/completions"
+	post := func(url string) error {
+		resp, err := postEngine(context.Background(), client, url, []byte(`{"prompt":"x"}`), "req")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return err
+	}
+	// Closed unread (the request still in the socket: a reset), however
+	// late: sent again.
+	url, conns, reads := staleEngine(t, func(c net.Conn, br *bufio.Reader) {
+		br.Peek(1) // the request is there, unread
+		time.Sleep(2 * staleWindow)
+		c.(*net.TCPConn).SetLinger(0)
+	})
 	for i := 0; i < 3; i++ {
-		hq, err := engineRequest(context.Background(), url, []byte(`{"prompt":"x"}`), "req", "req-"+strings.Repeat("i", i+1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Do(hq)
-		if err != nil {
-			t.Fatalf("request %d: %v: expected it sent again on a new connection", i, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		if err := post(url); err != nil {
+			t.Fatalf("unread, request %d: %v: expected it sent again on a new connection", i, err)
 		}
 	}
-	if n := conns.Load(); n != 3 {
-		t.Errorf("%d connections: expected 3 (each reuse dropped, each request sent again once)", n)
+	if conns.Load() != 3 || reads.Load() != 3 {
+		t.Errorf("unread: %d connections, %d requests read: expected 3 and 3 (each reuse dropped unread, each request sent again once)", conns.Load(), reads.Load())
+	}
+	// Read, then closed at once: the close raced the write; sent again.
+	url, conns, reads = staleEngine(t, func(c net.Conn, br *bufio.Reader) {
+		if q, err := http.ReadRequest(br); err == nil {
+			io.Copy(io.Discard, q.Body)
+		}
+	})
+	for i := 0; i < 2; i++ {
+		if err := post(url); err != nil {
+			t.Fatalf("closed at once, request %d: %v", i, err)
+		}
+	}
+	// Read, then closed long after: the engine took it and went away;
+	// not sent again.
+	url, conns, reads = staleEngine(t, func(c net.Conn, br *bufio.Reader) {
+		if q, err := http.ReadRequest(br); err == nil {
+			io.Copy(io.Discard, q.Body)
+			reads.Add(1)
+		}
+		time.Sleep(4 * staleWindow)
+	})
+	if err := post(url); err != nil {
+		t.Fatal(err)
+	}
+	if err := post(url); err == nil {
+		t.Fatal("a request the engine read before its connection ended was sent again")
+	}
+	if conns.Load() != 1 || reads.Load() != 2 {
+		t.Errorf("read and closed late: %d connections, %d requests read: expected 1 and 2", conns.Load(), reads.Load())
 	}
 }

@@ -14,7 +14,8 @@ import (
 // after which vLLM's server (uvicorn, VLLM_HTTP_TIMEOUT_KEEP_ALIVE) closes
 // one: a request written onto a connection the engine is closing fails
 // with EOF, which Go does not retry for a POST, and the router would count
-// a failure against a healthy engine.
+// a failure against a healthy engine (the router also sends such a leg
+// again itself when the failure shows it was not read: live.postEngine).
 func NewTransport(idlePerHost int) *http.Transport {
 	return &http.Transport{
 		Proxy:               nil,
