@@ -752,7 +752,7 @@ func (v *View) roll() {
 func (v *View) Move(inst event.Instance, to event.Role, readyAt event.Time, cause event.Cause, reason string) bool {
 	in := &v.inst[inst]
 	from := in.Role
-	if from == to || in.Pinned || v.lastOnline(inst) {
+	if from == to || in.Pinned || v.lastOnline(inst, to) {
 		return false
 	}
 	in.Role = to
@@ -770,23 +770,25 @@ func (v *View) Move(inst event.Instance, to event.Role, readyAt event.Time, caus
 	return true
 }
 
-// lastOnline reports whether inst is the last online engine of its phase
-// role (prefill or decode) while some engine is down: moving it would
-// leave the role with no engine that answers, which no controller may do
-// (a controller's split counts the down engines in their roles; only
+// lastOnline reports whether moving inst to role to, while some engine is
+// down, would leave its phase (prefill or decode) with no online engine
+// that serves it: inst is the last online one (a mixed engine serves both
+// phases) and to does not serve that phase. No controller may do that (a
+// controller's split counts the down engines in their roles; only
 // covering the role, core/faults.go, moves engines for the down ones).
 // With every engine up, a role's engines that are offline (moving) come
 // back by themselves, and the controllers' own rules hold.
-func (v *View) lastOnline(inst event.Instance) bool {
+func (v *View) lastOnline(inst event.Instance, to event.Role) bool {
 	in := &v.inst[inst]
-	if (in.Role != event.RolePrefill && in.Role != event.RoleDecode) || !in.Online(v.now) {
+	phase := in.Role
+	if (phase != event.RolePrefill && phase != event.RoleDecode) || to == event.RoleMixed || !in.Online(v.now) {
 		return false
 	}
 	down := false
 	for i := range v.inst {
 		o := &v.inst[i]
 		down = down || o.Down
-		if i != int(inst) && o.Role == in.Role && o.Online(v.now) {
+		if i != int(inst) && (o.Role == phase || o.Role == event.RoleMixed) && o.Online(v.now) {
 			return false
 		}
 	}

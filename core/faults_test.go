@@ -135,3 +135,27 @@ func TestNoMoveEmptiesARole(t *testing.T) {
 		t.Fatal("refused a move with another decode engine online")
 	}
 }
+
+// The guard counts mixed engines as serving both phases, and lets an
+// engine go to mixed, which still serves its phase.
+func TestNoMoveEmptiesARoleMixed(t *testing.T) {
+	c := faultCore(t, "static:2P2D", 4)
+	c.EngineDown(1, 3, event.CauseEngineDown)
+	c.Ready()
+	v := c.View()
+	v.now = 2
+	// Engine 2, the one decode engine online: to mixed is allowed.
+	if !v.Move(2, event.RoleMixed, 2, event.CauseController, "test") {
+		t.Fatal("refused a move to mixed, which still serves decode")
+	}
+	// Now engine 2 (mixed) serves decode: engine 0 may leave prefill for
+	// decode as long as engine 1 still serves prefill.
+	if !v.Move(0, event.RoleDecode, 2, event.CauseController, "test") {
+		t.Fatal("refused a move with another prefill engine online")
+	}
+	// Engine 1 is the last prefill engine but mixed engine 2 serves
+	// prefill too: allowed.
+	if !v.Move(1, event.RoleDecode, 2, event.CauseController, "test") {
+		t.Fatal("refused a move while a mixed engine serves the phase")
+	}
+}

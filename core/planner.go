@@ -353,10 +353,9 @@ func (s *Scheduled) Tick(c *View) bool {
 				to = event.RoleDecode
 			}
 			m := pickMover(c, to)
-			if m == event.NoInstance {
-				break
+			if m == event.NoInstance || !c.Move(m, to, c.now, event.CauseController, fmt.Sprintf("schedule: %dP from %v", want, c.now)) {
+				break // nothing can move (a refused move would be picked again)
 			}
-			c.Move(m, to, c.now, event.CauseController, fmt.Sprintf("schedule: %dP from %v", want, c.now))
 		}
 	}
 	return false
