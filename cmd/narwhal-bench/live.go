@@ -231,7 +231,7 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 		if strings.Contains(strings.ToLower(rs), "inf") {
 			// vllm bench serve's --request-rate inf sends every request
 			// at once; here a run's rate is what the report charts.
-			return nil, fmt.Errorf("--%s %q: expected a finite rate; for vllm bench serve's --request-rate inf (every request at once, held back by --max-concurrency), give a rate far above the fleet's, such as --rate 10000 --max-concurrency 64", flag, rs)
+			return nil, fmt.Errorf("--%s %q: expected a finite rate; for vllm bench serve's --request-rate inf (every request at once, held back by --max-concurrency), give a rate far above the fleet's with a request count (vllm's --num-prompts), such as --rate 10000 --max-concurrency 64 --limit 1000: the rate scales the trace, so without --limit it plans as many requests as the trace holds at that rate", flag, rs)
 		}
 		return nil, fmt.Errorf("--%s: %w", flag, err)
 	}
