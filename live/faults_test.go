@@ -214,7 +214,10 @@ func TestSameProcessReadmittedAfterHold(t *testing.T) {
 	r := startRig(t, rigOpts{n: 3, arm: "static:2P1D", stub: stub.Options{TimeScale: zero()},
 		configure: func(c *Config) {
 			c.SweepInterval = -1
-			c.SameProcessHold = 150 * time.Millisecond
+			// /health answers while e0 fails its requests, so the hold
+			// runs from the ejection: long enough for the round's last
+			// requests to be placed elsewhere first, on a busy machine.
+			c.SameProcessHold = time.Second
 			c.Logf = func(format string, args ...any) {
 				mu.Lock()
 				logs = append(logs, fmt.Sprintf(format, args...))
@@ -238,7 +241,7 @@ func TestSameProcessReadmittedAfterHold(t *testing.T) {
 		}
 		return false
 	}
-	for round, hold := range []string{"150ms", "300ms"} {
+	for round, hold := range []string{"1s", "2s"} {
 		broken.Store(true)
 		for i := 0; i < 6; i++ {
 			resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"round `+strconv.Itoa(round)+` `+strconv.Itoa(i)+`","max_tokens":4}`, nil)
