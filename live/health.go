@@ -216,13 +216,14 @@ func (r *Router) timedOut(e *engine) {
 // eject tells the owner e is down and starts its readmission probes.
 func (r *Router) eject(e *engine, kind string) {
 	r.met.ejections.WithLabelValues(e.name).Inc()
-	r.logf("narwhal-bench: engine %s ejected after %d consecutive failures (last: %s); probing it every %v for a new process",
+	r.logf("narwhal-bench: engine %s ejected after %d consecutive failures (last: %s); probing it every %v (readmitted as a new process, or as this one after a hold)",
 		e.name, r.cfg.FailuresToEject, kind, r.cfg.ProbeInterval)
 	r.send(msg{kind: msgEngine, inst: e.idx, up: false})
 	go r.readmit(e)
 }
 
-// readmit probes an ejected engine until it answers as a new process.
+// readmit probes an ejected engine until it answers as a new process, or
+// as the same one for the hold (SameProcessHold).
 func (r *Router) readmit(e *engine) {
 	e.br.mu.Lock()
 	known := e.br.startSeen != 0

@@ -21,7 +21,7 @@ type Resume struct {
 	Generations []uint64
 	// Down marks the engines the previous leader had ejected: they open
 	// down (a health record at time 0) and are readmitted as any ejected
-	// engine is, once they answer as a new process. Nil: none.
+	// engine is (a new process, or the same after a hold). Nil: none.
 	Down []bool
 	// Starts is each engine's process start time as last probed (0:
 	// unknown): the process a readmission, or a restart seen by the
@@ -94,8 +94,8 @@ func (r *Router) resume(c *core.Core) error {
 		if !down {
 			continue
 		}
-		// Still down, as far as anyone knows: no placements until it
-		// answers as a new process (Run starts its readmission probes).
+		// Still down, as far as anyone knows: no placements until its
+		// readmission probes admit it (Run starts them).
 		e := r.engines[i]
 		e.br.mu.Lock()
 		e.br.open, e.br.fails = true, r.cfg.FailuresToEject
