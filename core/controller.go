@@ -138,8 +138,9 @@ func baselineWith(arm, name, params string) (Controller, error) {
 				d.Interval = t
 			}
 		case name == "ray" && k == "target":
-			if x, err = num(); err == nil && x <= 0 {
-				err = fmt.Errorf("%q: expected a number > 0", v)
+			if x, err = num(); err == nil && x < 0.001 {
+				// Lower, ongoing/target overflows int: scaling would go wrong.
+				err = fmt.Errorf("%q: expected a number of at least 0.001", v)
 			}
 			if err == nil {
 				r.TargetOngoing = x
