@@ -11,7 +11,7 @@ import (
 // controller or says why, without a panic. An error names the arm. A
 // static or hybrid split is k >= 1 prefill and n-k >= 1 others; a dynamo
 // or ray arm's parameters stay within docs/baselines.md's ranges (start,
-// busy, upscale >= 0; interval, target > 0; maxongoing a whole number
+// busy, upscale >= 0; interval > 0; target >= 0.001; maxongoing a whole number
 // from 0 to 1e9), the ones the name does not set at their defaults.
 func FuzzNewController(f *testing.F) {
 	for _, arm := range []string{
@@ -55,7 +55,7 @@ func FuzzNewController(f *testing.F) {
 			}
 		case *Ray:
 			r := x.Cfg
-			if r.StartupDelay < 0 || r.UpscaleDelay < 0 || !(r.TargetOngoing > 0) || math.IsInf(r.TargetOngoing, 0) || r.MaxOngoing < 0 || r.MaxOngoing > 1e9 {
+			if r.StartupDelay < 0 || r.UpscaleDelay < 0 || !(r.TargetOngoing >= 0.001) || math.IsInf(r.TargetOngoing, 0) || r.MaxOngoing < 0 || r.MaxOngoing > 1e9 {
 				t.Fatalf("%q: %+v", arm, r)
 			}
 			r.StartupDelay, r.UpscaleDelay, r.TargetOngoing, r.MaxOngoing = DefaultRay.StartupDelay, DefaultRay.UpscaleDelay, DefaultRay.TargetOngoing, DefaultRay.MaxOngoing
