@@ -218,6 +218,9 @@ slo: {ttft: 2s, tpot: 100ms}
 	serve, serveErr := child(t, "serve", "--fleet", fleetFile, "--arm", "static:1P1D", "--listen", with[len("http://"):],
 		"--engine-cacert", filepath.Join(dir, "engine-ca.pem"), "--engine-cert", clientCert, "--engine-key", clientKey)
 	waitHTTP(t, with+"/health", serveErr)
+	if strings.Contains(stderrOf(serve), "no engine URL is https://") {
+		t.Errorf("a note that the engine TLS flags are unused, with https engines:\n%s", stderrOf(serve))
+	}
 	if code, body := ask(with); code != 200 || !strings.Contains(body, `"completion_tokens":4`) {
 		t.Fatalf("through engines with client certificates: %d %s\n%s", code, body, serveErr)
 	}
@@ -233,5 +236,10 @@ slo: {ttft: 2s, tpot: 100ms}
 	waitHTTP(t, without+"/health", errs2)
 	if code, body := ask(without); code == 200 {
 		t.Fatalf("engines that require a client certificate answered a router without one: %s", body)
+	}
+	// The flags with plain http:// engines are said to be unused.
+	code, _, errs := runCLI(t, "serve", "--fleet", "demo", "--engine-cacert", filepath.Join(dir, "engine-ca.pem"), "--listen", "256.0.0.1:1")
+	if code != 2 || !strings.Contains(errs, "no engine URL is https://") {
+		t.Errorf("exit %d: %s: expected the note, then --listen's refusal", code, errs)
 	}
 }
