@@ -250,15 +250,7 @@ func TestExportRowsAcrossChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	rows, err := Fold(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, rows := foldRun(t, dir)
 	if len(got) != len(rows) || len(rows) != 40000 {
 		t.Fatalf("requests.parquet: %d rows, the fold %d: expected 40000", len(got), len(rows))
 	}

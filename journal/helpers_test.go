@@ -169,3 +169,18 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// foldRun opens the run at dir (closed when the test ends) and folds it.
+func foldRun(t testing.TB, dir string) (*Reader, []event.Row) {
+	t.Helper()
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	rows, err := Fold(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, rows
+}

@@ -526,15 +526,7 @@ func TestTables(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	rows, err := Fold(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, rows := foldRun(t, dir)
 	if len(rows) != 2000 {
 		t.Fatalf("Fold: %d rows, want 2000", len(rows))
 	}

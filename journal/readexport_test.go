@@ -27,15 +27,7 @@ func TestReadExportRoundTrip(t *testing.T) {
 		if i >= len(dirs) {
 			t.Fatalf("run %d: only %d journals", i, len(dirs))
 		}
-		r, err := Open(dirs[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		rows, err := Fold(r)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, rows := foldRun(t, dirs[i])
 		moves, err := RoleMoves(r)
 		if err != nil {
 			t.Fatal(err)
