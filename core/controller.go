@@ -229,7 +229,7 @@ func (s *Static) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) 
 	if s.Alg1 {
 		return c.placeSpilling(DefaultSpill, r)
 	}
-	return argmin(c, event.RolePrefill, func(in *Instance) int64 { return in.PrefillTokens }), event.CauseNone
+	return leastLoaded(c, argPrefillTokens), event.CauseNone
 }
 
 // PlaceDecode implements Controller.
@@ -237,7 +237,7 @@ func (s *Static) PlaceDecode(c *View, r Request) event.Instance {
 	if s.Alg1 {
 		return owned{}.PlaceDecode(c, r)
 	}
-	return argmin(c, event.RoleDecode, func(in *Instance) int64 { return in.DecodeTokens })
+	return leastLoaded(c, argDecodeTokens)
 }
 
 // Tick implements Controller.
@@ -264,7 +264,7 @@ func (Aggregated) Init(c *View) error {
 
 // PlacePrefill implements Controller.
 func (Aggregated) PlacePrefill(c *View, r Request) (event.Instance, event.Cause) {
-	return argmin(c, event.RoleMixed, func(in *Instance) int64 { return in.PrefillTokens + in.DecodeTokens }), event.CauseNone
+	return leastLoaded(c, argMixedTokens), event.CauseNone
 }
 
 // PlaceDecode implements Controller.

@@ -260,8 +260,11 @@ type View struct {
 	// applies only while downs is 0 and the clock is past offMax.
 	idx      *placeIndex
 	idxTried bool
-	downs    int
-	offMax   event.Time
+	// aidx is the least-loaded index (argindex.go), built per key on its
+	// first use.
+	aidx   *argIndex
+	downs  int
+	offMax event.Time
 	// affinity remembers, per prefix group, the instance that last took a
 	// prompt of it and the prefix length, when PrefixAware; bounded FIFO.
 	affinity map[int64]affinity

@@ -28,6 +28,17 @@ func (c *Core) Fork(ctrl Controller) *Core {
 		}
 		v.idx = &x
 	}
+	if c.v.aidx != nil {
+		x := *c.v.aidx
+		for k, tr := range x.trees {
+			if tr != nil {
+				t := *tr
+				t.node = slices.Clone(tr.node)
+				x.trees[k] = &t
+			}
+		}
+		v.aidx = &x
+	}
 	v.affinity = maps.Clone(c.v.affinity)
 	v.affRing = slices.Clone(c.v.affRing)
 	v.fleet.of = slices.Clone(c.v.fleet.of)

@@ -157,6 +157,9 @@ func (tr *roleTree) fix(k int) bool {
 // its role or counters changed.
 func (v *View) touch(i event.Instance) {
 	v.fleet.mark(len(v.inst), i)
+	if v.aidx != nil {
+		v.argTouch(i)
+	}
 	if v.idx == nil {
 		return
 	}

@@ -43,6 +43,24 @@ func TestPlacementIndexMatchesScan(t *testing.T) {
 	}
 }
 
+// The least-loaded index (argindex.go) answers as the scan does, on the
+// static splits and aggregated serving, under the same random facts
+// (engines down and up, re-placements, cancellations): checkIndex panics
+// on a difference.
+func TestLeastLoadedIndexMatchesScan(t *testing.T) {
+	checkIndex = true
+	defer func() { checkIndex = false }()
+	for _, arm := range []string{"static:10P30D", "static:30P10D", "aggregated"} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			before := argChecks
+			driveRandom(t, arm, 40, seed, 3000)
+			if argChecks-before < 100 {
+				t.Errorf("%s seed %d: only %d placements used the index", arm, seed, argChecks-before)
+			}
+		}
+	}
+}
+
 type live struct {
 	r     Request
 	stage Stage

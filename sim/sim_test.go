@@ -234,7 +234,19 @@ func TestKVCapacityWaits(t *testing.T) {
 // requests), and reports the wall (and CPU) cost per simulated request: placement
 // and monitoring should cost O(log instances) per event, so the 4,096
 // figure should stay within about 2x the 8 one.
-func BenchmarkAdaptiveFleet(b *testing.B) {
+func BenchmarkAdaptiveFleet(b *testing.B) { benchFleet(b, func(n int) string { return "adaptive" }) }
+
+// BenchmarkStaticFleet is BenchmarkAdaptiveFleet for the even static split
+// and aggregated serving, which place by the least-loaded index
+// (core/argindex.go): O(1) per leg where the scan cost O(instances).
+func BenchmarkStaticFleet(b *testing.B) {
+	b.Run("static", func(b *testing.B) {
+		benchFleet(b, func(n int) string { return fmt.Sprintf("static:%dP%dD", n/2, n-n/2) })
+	})
+	b.Run("aggregated", func(b *testing.B) { benchFleet(b, func(n int) string { return "aggregated" }) })
+}
+
+func benchFleet(b *testing.B, arm func(n int) string) {
 	for _, n := range []int{8, 64, 512, 4096} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			reqs := randomTrace(7, 100000, 0.75*float64(n))
@@ -242,7 +254,7 @@ func BenchmarkAdaptiveFleet(b *testing.B) {
 			b.ResetTimer()
 			cpu := cpuTime()
 			for i := 0; i < b.N; i++ {
-				s, err := New(cfg, mustController(b, "adaptive", n), reqs, nil)
+				s, err := New(cfg, mustController(b, arm(n), n), reqs, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
