@@ -32,6 +32,7 @@ var external = map[string]string{
 	"--client-cert-auth":             "etcd's flag, cited in docs/ha.md",
 	"--prefix":                       "etcdctl role grant-permission's flag, cited in docs/ha.md",
 	"--request-rate":                 "vllm bench serve's flag, cited in docs/live.md",
+	"--num-prompts":                  "vllm bench serve's flag, cited in docs/live.md",
 	"--ssl-keyfile":                  "vllm serve's flag, cited in docs/security.md",
 	"--ssl-certfile":                 "vllm serve's flag, cited in docs/security.md",
 	"--ssl-ca-certs":                 "vllm serve's flag, cited in docs/security.md",
