@@ -23,6 +23,10 @@ type Stats struct {
 	// Preemptions counts decode streams preempted for KV capacity (a
 	// stream preempted twice counts twice).
 	Preemptions int
+	// OverKV counts requests whose prompt and answer need more KV than an
+	// engine holds (Batch.KVCapacityTokens): each runs alone on its
+	// engine, which no vLLM would accept (its max_model_len must fit).
+	OverKV int
 	End         event.Time // virtual time when the run ended
 	Events      int        // heap events processed
 }
@@ -624,6 +628,9 @@ func (s *Sim) arrive() {
 		want: int32(r.OutputTokens), prefill: -1, decode: -1}
 	if r.OutputCap > 0 && r.OutputTokens > r.OutputCap {
 		st.want, st.capped = int32(r.OutputCap), true
+	}
+	if kv := s.cfg.Batch.KVCapacityTokens; kv > 0 && int64(st.input)+int64(st.want) > kv {
+		s.stats.OverKV++
 	}
 	s.open++
 	s.record = event.Record{At: s.now, Kind: event.KindArrival, Req: event.RequestID(i + 1),

@@ -271,3 +271,24 @@ func benchFleet(b *testing.B, arm func(n int) string) {
 		})
 	}
 }
+
+// A request whose prompt and answer need more KV than an engine holds is
+// counted (it runs alone, which no vLLM would accept); the run still ends
+// every request.
+func TestOverKVCounted(t *testing.T) {
+	cfg := refConfig(2)
+	cfg.Batch.KVCapacityTokens = 1500
+	reqs := []Request{
+		{At: 0, InputTokens: 1000, OutputTokens: 50},
+		{At: 0, InputTokens: 1480, OutputTokens: 50},                  // 1530 > 1500
+		{At: 0, InputTokens: 1000, OutputTokens: 900, OutputCap: 400}, // capped: 1400 fits
+	}
+	st, rows := runChecked(t, cfg, "static:1P1D", reqs)
+	if st.OverKV != 1 || len(rows) != 3 {
+		t.Fatalf("OverKV %d over %d rows: expected 1 of 3", st.OverKV, len(rows))
+	}
+	cfg.Batch.KVCapacityTokens = 0
+	if st, _ := runChecked(t, cfg, "static:1P1D", reqs); st.OverKV != 0 {
+		t.Fatalf("OverKV %d without a bound: expected 0", st.OverKV)
+	}
+}

@@ -148,6 +148,9 @@ type Run struct {
 	// recompute preemption; one stream preempted twice counts twice), as
 	// vLLM's vllm:num_preemptions.
 	Preemptions int `json:"preemptions"`
+	// OverKV counts requests whose prompt and answer need more KV than an
+	// engine holds (sim.Stats.OverKV; absent when none).
+	OverKV int `json:"over_kv,omitempty"`
 	// Spilled counts the prompts burst spill ran on decode engines.
 	Spilled int `json:"spilled"`
 	// MissTTFT and MissTPOT count completed requests that failed on TTFT
@@ -700,7 +703,7 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), Reversals: score.Thrash(splits, score.ReversalWindow),
 		Changes: max(len(score.Changes(splits))-1, 0), Failed: sum.Failed, LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
 		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves, Preemptions: sum.Preemptions, Spilled: sum.Spilled,
-		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT],
+		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT], OverKV: st.OverKV,
 		SimSeconds: st.End.Seconds()}, nil
 }
 
@@ -844,4 +847,30 @@ func guard(f func() error) (err error) {
 		}
 	}()
 	return f()
+}
+
+// KVCapacity is the KV tokens an engine of the sweep's fleet holds (0:
+// no bound).
+func (c Config) KVCapacity() int64 {
+	if b := c.Fleet.Batch; b != nil {
+		return b.KVCapacityTokens
+	}
+	return sim.DefaultBatch.KVCapacityTokens
+}
+
+// OverKVNote says, when a run of res had requests that need more KV than an
+// engine holds, how many at most and what that does ("" when none).
+func OverKVNote(res *Result, capacity int64) string {
+	worst := -1
+	for i, r := range res.Runs {
+		if r.OverKV > 0 && (worst < 0 || r.OverKV > res.Runs[worst].OverKV) {
+			worst = i
+		}
+	}
+	if worst < 0 {
+		return ""
+	}
+	r := res.Runs[worst]
+	return fmt.Sprintf("%d of %d requests (%s at %s req/s; the most of any run) need more KV than an engine holds (prompt and answer over kv_capacity_tokens %d): each runs alone on its engine while others wait, which no vLLM would accept (its max_model_len must fit its KV cache): give the fleet a larger kv_capacity_tokens, or cap the trace's lengths",
+		r.OverKV, r.Offered, r.Arm, fmtRate(r.Rate), capacity)
 }

@@ -105,3 +105,15 @@ func TestOracleScaleNote(t *testing.T) {
 		}
 	}
 }
+
+// The KV note names the run with the most requests over an engine's KV,
+// and says nothing when none is.
+func TestOverKVNote(t *testing.T) {
+	r := Result{Runs: []Run{{Arm: "static:4P4D", Rate: 1, Offered: 100, OverKV: 3}, {Arm: "adaptive", Rate: 2, Offered: 200, OverKV: 7}, {Arm: "x", Rate: 3}}}
+	if n := OverKVNote(&r, 52448); !strings.HasPrefix(n, "7 of 200 requests (adaptive at 2.0 req/s") || !strings.Contains(n, "kv_capacity_tokens 52448") {
+		t.Errorf("note %q", n)
+	}
+	if n := OverKVNote(&Result{Runs: []Run{{Arm: "a", Rate: 1, Offered: 5}}}, 100); n != "" {
+		t.Errorf("note %q with no request over the capacity", n)
+	}
+}

@@ -167,6 +167,9 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 			if err != nil {
 				return err
 			}
+			if note := sweep.OverKVNote(res, cfg.KVCapacity()); note != "" {
+				fmt.Fprintf(stderr, "%s: note: %s\n", c.Root().Name, note)
+			}
 			if dir != "" && !c.Bool("no-parquet") {
 				if err := j.Export(dir, stderr); err != nil {
 					return err
