@@ -1046,6 +1046,13 @@ func (a *Adaptive) move(c *View, p, q, n int, e DemandEstimate, why string, deci
 	a.lastMove, a.lastDir, a.moved, a.byRehearsal = c.now, dir, true, false
 	a.moveMix, a.moveLoad, a.moveSE = e.mixNow(), e.PrefillLoad, e.PrefillSE
 	a.since.n, a.since.ttftOK, a.since.tpotOK = 0, 0, 0
+	if moved < abs(dir) {
+		// Some moves were refused (an engine down: View.lastOnline): the
+		// decision names the split reached, not the one asked for.
+		q = c.Count(event.RolePrefill)
+		target = fmt.Sprintf("%dP%dD", q, n-q)
+		why += fmt.Sprintf(" (%d of %d moves taken: the others would leave a phase with no engine up)", moved, abs(dir))
+	}
 	decide("move "+target, why)
 }
 

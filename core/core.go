@@ -774,28 +774,35 @@ func (v *View) Move(inst event.Instance, to event.Role, readyAt event.Time, caus
 }
 
 // lastOnline reports whether moving inst to role to, while some engine is
-// down, would leave its phase (prefill or decode) with no online engine
-// that serves it: inst is the last online one (a mixed engine serves both
-// phases) and to does not serve that phase. No controller may do that (a
-// controller's split counts the down engines in their roles; only
-// covering the role, core/faults.go, moves engines for the down ones).
-// With every engine up, a role's engines that are offline (moving) come
-// back by themselves, and the controllers' own rules hold.
+// down, would leave a phase (prefill or decode) that inst serves now and
+// to does not with no online engine serving it (a mixed engine serves
+// both). No controller may do that (a controller's split counts the down
+// engines in their roles; only covering the role, core/faults.go, moves
+// engines for the down ones). With every engine up, a role's engines that
+// are offline (moving) come back by themselves, and the controllers' own
+// rules hold.
 func (v *View) lastOnline(inst event.Instance, to event.Role) bool {
 	in := &v.inst[inst]
-	phase := in.Role
-	if (phase != event.RolePrefill && phase != event.RoleDecode) || to == event.RoleMixed || !in.Online(v.now) {
+	if v.downs == 0 || !in.Online(v.now) {
 		return false
 	}
-	down := false
-	for i := range v.inst {
-		o := &v.inst[i]
-		down = down || o.Down
-		if i != int(inst) && (o.Role == phase || o.Role == event.RoleMixed) && o.Online(v.now) {
-			return false
+	serves := func(r, phase event.Role) bool { return r == phase || r == event.RoleMixed }
+	for _, phase := range []event.Role{event.RolePrefill, event.RoleDecode} {
+		if !serves(in.Role, phase) || serves(to, phase) {
+			continue
+		}
+		other := false
+		for i := range v.inst {
+			if o := &v.inst[i]; i != int(inst) && serves(o.Role, phase) && o.Online(v.now) {
+				other = true
+				break
+			}
+		}
+		if !other {
+			return true
 		}
 	}
-	return down
+	return false
 }
 
 // SetRole sets inst's opening role without recording a move; only

@@ -159,3 +159,24 @@ func TestNoMoveEmptiesARoleMixed(t *testing.T) {
 		t.Fatal("refused a move while a mixed engine serves the phase")
 	}
 }
+
+// An engine leaving mixed serving is held to the guard for each phase it
+// stops serving: all-mixed with two engines down, the two online ones may
+// not both go to prefill (decode would have no engine up).
+func TestNoMoveEmptiesARoleFromMixed(t *testing.T) {
+	c := faultCore(t, "aggregated", 4)
+	c.EngineDown(1, 2, event.CauseEngineDown)
+	c.EngineDown(1, 3, event.CauseEngineDown)
+	c.Ready()
+	v := c.View()
+	v.now = 2
+	if !v.Move(0, event.RolePrefill, 2, event.CauseController, "test") {
+		t.Fatal("refused a move while the other mixed engine serves decode")
+	}
+	if v.Move(1, event.RolePrefill, 2, event.CauseController, "test") {
+		t.Fatal("moved the last online engine serving decode to prefill")
+	}
+	if v.inst[1].Role != event.RoleMixed {
+		t.Fatal("engine 1 is no longer mixed")
+	}
+}

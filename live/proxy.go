@@ -399,23 +399,21 @@ func (l *leg) post(ctx context.Context, e *engine, body []byte) (*http.Response,
 	return postEngine(ctx, l.r.client, e.base+l.path, body, l.xid)
 }
 
-// staleWindow is how soon after its write an EOF on a reused connection
-// still reads as the engine closing that connection idle, not as an
-// engine that took the request and then went away.
+// staleWindow is how soon after its write a reset or an EOF on a reused
+// connection still reads as the engine closing that connection idle, not
+// as an engine (or a middlebox) ending a request it had taken.
 const staleWindow = 250 * time.Millisecond
 
 // postEngine sends a leg's POST to an engine. An engine closes a pooled
 // connection idle past its keep-alive (vLLM's 5 s), and a request written
-// onto it as it closes, or every request written while the engine was
-// paused, was never read; Go's transport does not send a POST again, so
-// the leg would fail and count against a healthy engine. postEngine sends
-// it again, once, on a new connection, when the connection was reused, no
-// answer came, and the failure says the request was not read: a reset
-// (the engine's kernel resets a connection closed with unread data in
-// it), or an EOF within staleWindow of the write (a close racing the
-// write). An engine that read the request and then went away ends with
-// an EOF later, and is not sent it again: a prefill is never run twice
-// unseen.
+// onto it as it closes was never read; Go's transport does not send a POST
+// again, so the leg would fail and count against a healthy engine.
+// postEngine sends it again, once, on a new connection, when the
+// connection was reused, not one byte of an answer came, and the failure
+// (a reset or an EOF) came within staleWindow of the write: a close racing
+// the write. Anything later (an engine or a load balancer ending a request
+// it had read, a stall) fails the leg as before: a prefill is not run
+// twice for a late failure.
 func postEngine(ctx context.Context, client *http.Client, url string, body []byte, xid string) (*http.Response, error) {
 	for try := 0; ; try++ {
 		hq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -424,19 +422,19 @@ func postEngine(ctx context.Context, client *http.Client, url string, body []byt
 		}
 		hq.Header.Set("Content-Type", "application/json")
 		hq.Header.Set(HeaderRequestID, xid)
-		var reused atomic.Bool
+		var reused, answered atomic.Bool
 		var wrote atomic.Int64
 		hq = hq.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			GotConn:      func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
-			WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
+			GotConn:              func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
+			WroteRequest:         func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
+			GotFirstResponseByte: func() { answered.Store(true) },
 		}))
 		resp, err := client.Do(hq)
-		if err == nil || try > 0 || !reused.Load() || ctx.Err() != nil {
+		if err == nil || try > 0 || !reused.Load() || answered.Load() || ctx.Err() != nil || wrote.Load() == 0 {
 			return resp, err
 		}
-		stale := errors.Is(err, syscall.ECONNRESET) ||
-			(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && wrote.Load() != 0 && time.Since(time.Unix(0, wrote.Load())) < staleWindow
-		if !stale {
+		closed := errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)
+		if !closed || time.Since(time.Unix(0, wrote.Load())) >= staleWindow {
 			return resp, err
 		}
 	}

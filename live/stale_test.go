@@ -51,10 +51,10 @@ func staleEngine(t *testing.T, close func(c net.Conn, br *bufio.Reader)) (url st
 }
 
 // An engine leg written onto a pooled connection that the engine closes
-// without reading it (an idle close racing the reuse, or a paused engine
-// resuming) is sent again on a new connection, not failed against a
-// healthy engine; one the engine read before the connection ended is not
-// (a prefill never runs twice unseen).
+// as the leg arrives (an idle close racing the reuse) is sent again on a
+// new connection, not failed against a healthy engine; one that fails
+// later, or after any byte of an answer, is not (a prefill is not run
+// twice for a late failure).
 func TestLegRetriedOnStaleConnection(t *testing.T) {
 	client := &http.Client{Transport: NewTransport()}
 	post := func(url string) error {
@@ -65,23 +65,21 @@ func TestLegRetriedOnStaleConnection(t *testing.T) {
 		}
 		return err
 	}
-	// Closed unread (the request still in the socket: a reset), however
-	// late: sent again.
+	// Reset unread as it arrives: sent again.
 	url, conns, reads := staleEngine(t, func(c net.Conn, br *bufio.Reader) {
 		br.Peek(1) // the request is there, unread
-		time.Sleep(2 * staleWindow)
 		c.(*net.TCPConn).SetLinger(0)
 	})
 	for i := 0; i < 3; i++ {
 		if err := post(url); err != nil {
-			t.Fatalf("unread, request %d: %v: expected it sent again on a new connection", i, err)
+			t.Fatalf("reset unread, request %d: %v: expected it sent again on a new connection", i, err)
 		}
 	}
 	if conns.Load() != 3 || reads.Load() != 3 {
-		t.Errorf("unread: %d connections, %d requests read: expected 3 and 3 (each reuse dropped unread, each request sent again once)", conns.Load(), reads.Load())
+		t.Errorf("reset unread: %d connections, %d requests read: expected 3 and 3 (each reuse dropped, each request sent again once)", conns.Load(), reads.Load())
 	}
-	// Read, then closed at once: the close raced the write; sent again.
-	url, conns, reads = staleEngine(t, func(c net.Conn, br *bufio.Reader) {
+	// Closed at once: sent again.
+	url, _, _ = staleEngine(t, func(c net.Conn, br *bufio.Reader) {
 		if q, err := http.ReadRequest(br); err == nil {
 			io.Copy(io.Discard, q.Body)
 		}
@@ -91,22 +89,30 @@ func TestLegRetriedOnStaleConnection(t *testing.T) {
 			t.Fatalf("closed at once, request %d: %v", i, err)
 		}
 	}
-	// Read, then closed long after: the engine took it and went away;
-	// not sent again.
-	url, conns, reads = staleEngine(t, func(c net.Conn, br *bufio.Reader) {
-		if q, err := http.ReadRequest(br); err == nil {
-			io.Copy(io.Discard, q.Body)
-			reads.Add(1)
+	// Read, then ended late, by a close or a reset (an engine or a load
+	// balancer ending a request it had taken); or a partial answer, then
+	// a close: not sent again.
+	for name, end := range map[string]func(c net.Conn){
+		"closed late":    func(c net.Conn) { time.Sleep(4 * staleWindow) },
+		"reset late":     func(c net.Conn) { time.Sleep(4 * staleWindow); c.(*net.TCPConn).SetLinger(0) },
+		"partial answer": func(c net.Conn) { io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: app") },
+	} {
+		var second atomic.Int64 // the reused connection's request, read
+		url, conns, reads := staleEngine(t, func(c net.Conn, br *bufio.Reader) {
+			if q, err := http.ReadRequest(br); err == nil {
+				io.Copy(io.Discard, q.Body)
+				second.Add(1)
+			}
+			end(c)
+		})
+		if err := post(url); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(4 * staleWindow)
-	})
-	if err := post(url); err != nil {
-		t.Fatal(err)
-	}
-	if err := post(url); err == nil {
-		t.Fatal("a request the engine read before its connection ended was sent again")
-	}
-	if conns.Load() != 1 || reads.Load() != 2 {
-		t.Errorf("read and closed late: %d connections, %d requests read: expected 1 and 2", conns.Load(), reads.Load())
+		if err := post(url); err == nil {
+			t.Fatalf("%s: the request was sent again", name)
+		}
+		if conns.Load() != 1 || reads.Load()+second.Load() != 2 {
+			t.Errorf("%s: %d connections, %d requests read: expected 1 and 2", name, conns.Load(), reads.Load()+second.Load())
+		}
 	}
 }
