@@ -24,8 +24,9 @@ type Stats struct {
 	// stream preempted twice counts twice).
 	Preemptions int
 	// OverKV counts requests whose prompt and answer need more KV than an
-	// engine holds (Batch.KVCapacityTokens): each runs alone on its
-	// engine, which no vLLM would accept (its max_model_len must fit).
+	// engine holds (Batch.KVCapacityTokens), counted at arrival: they
+	// crowd out the streams beside them, which no vLLM would accept (its
+	// max_model_len must fit its KV cache).
 	OverKV int
 	End         event.Time // virtual time when the run ended
 	Events      int        // heap events processed

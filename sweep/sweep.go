@@ -871,6 +871,6 @@ func OverKVNote(res *Result, capacity int64) string {
 		return ""
 	}
 	r := res.Runs[worst]
-	return fmt.Sprintf("%d of %d requests (%s at %s req/s; the most of any run) need more KV than an engine holds (prompt and answer over kv_capacity_tokens %d): each runs alone on its engine while others wait, which no vLLM would accept (its max_model_len must fit its KV cache): give the fleet a larger kv_capacity_tokens, or cap the trace's lengths",
+	return fmt.Sprintf("%d of %d requests (%s at %s req/s; the most of any run) need more KV than an engine holds (prompt and answer over kv_capacity_tokens %d): they crowd out the streams beside them, preempted again and again, which no vLLM would accept (its max_model_len must fit its KV cache): give the fleet a larger kv_capacity_tokens, or cap the trace's lengths",
 		r.OverKV, r.Offered, r.Arm, fmtRate(r.Rate), capacity)
 }
