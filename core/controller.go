@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -86,8 +87,20 @@ func NewController(arm string, n int) (Controller, error) {
 	case "oracle", "phase-oracle":
 		return nil, fmt.Errorf("arm %q: the oracle needs a schedule chosen in hindsight; the sweep builds it (core.Scheduled)", arm)
 	}
-	return nil, fmt.Errorf("arm %q: expected one of adaptive, arrow, planner, coldswap, dynamo, ray, oracle, phase-oracle, aggregated, static:kPmD/alg1, static:kPmD, hybrid:kPmM (e.g. static:3P5D; hybrid:1P7M: 1 prefill engine, 7 taking both phases), or dynamo:KEY=V/... and ray:KEY=V/... (baselines with a parameter changed)", arm)
+	return nil, fmt.Errorf("arm %q: expected one of %s (e.g. static:3P5D; hybrid:1P7M: 1 prefill engine, 7 taking both phases), or dynamo:KEY=V/... and ray:KEY=V/... (baselines with a parameter changed)", arm, strings.Join(armKinds, ", "))
 }
+
+// armKinds are the kinds of arm there are, the split counts as k and m
+// (the parameterised baselines, dynamo:KEY=V/... and ray:KEY=V/..., are
+// ArmKinds' last two).
+var armKinds = []string{"adaptive", "arrow", "planner", "coldswap", "dynamo", "ray", "oracle", "phase-oracle",
+	"aggregated", "static:kPmD/alg1", "static:kPmD", "hybrid:kPmM"}
+
+// ArmKinds lists every kind of arm (static:kPmD for the static splits,
+// dynamo:KEY=V for the parameterised Dynamo model, and so on): the one
+// list NewController's error, --help's coverage test and the invariant
+// tests read, so a new kind is covered everywhere or fails a test.
+func ArmKinds() []string { return append(slices.Clone(armKinds), "dynamo:KEY=V", "ray:KEY=V") }
 
 // baselineWith builds dynamo or ray with parameters changed from their
 // defaults, for sensitivity sweeps: "dynamo:start=30s",

@@ -143,22 +143,7 @@ func phasedTrace(seed uint64, n int, rate float64) []Request {
 // TestSweepRunsHoldInvariants with the same checker.
 func invariantArms(t *testing.T) (arms []string, moving map[string]bool) {
 	t.Helper()
-	_, err := core.NewController("no-such-arm", 4)
-	if err == nil {
-		t.Fatal("core accepted no-such-arm")
-	}
-	_, list, ok := strings.Cut(err.Error(), "expected one of ")
-	if !ok {
-		t.Fatalf("core's error %q lists no arms", err)
-	}
-	list, params, _ := strings.Cut(list, " (")
-	kinds := strings.Split(list, ", ")
-	// The parameterised baselines: "dynamo:KEY=V/... and ray:KEY=V/...".
-	for _, f := range strings.Fields(params) {
-		if k, _, ok := strings.Cut(f, ":KEY=V"); ok {
-			kinds = append(kinds, k+":KEY=V")
-		}
-	}
+	kinds := core.ArmKinds()
 	moving = map[string]bool{}
 	for _, k := range kinds {
 		switch k {

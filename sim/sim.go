@@ -28,8 +28,8 @@ type Stats struct {
 	// crowd out the streams beside them, which no vLLM would accept (its
 	// max_model_len must fit its KV cache).
 	OverKV int
-	End         event.Time // virtual time when the run ended
-	Events      int        // heap events processed
+	End    event.Time // virtual time when the run ended
+	Events int        // heap events processed
 }
 
 type evKind uint8
