@@ -13,9 +13,11 @@ import (
 // instances) per counter change, instead of a scan of the fleet. A min
 // segment tree per key, each leaf an instance's key when it holds the role
 // (else none), each node the least key below it and the lowest index
-// holding it: the root is the scan's answer, bit for bit. Used only while
-// it is exact (no instance down or offline, the role not empty); otherwise
-// argmin scans, as the placement index does (index.go).
+// holding it: the root is the scan's answer, bit for bit. An instance
+// offline (a move's ReadyAt ahead) has no leaf until the clock reaches it
+// (settleOffline). Used only while it is exact (no instance down, an
+// online instance in the role); otherwise argmin scans, as the placement
+// index does (index.go).
 
 // argKey names the keys argmin is asked for.
 type argKey uint8
@@ -68,7 +70,9 @@ func (v *View) setLeaf(k argKey, i int) {
 	tr := v.aidx.trees[k]
 	in := &v.inst[i]
 	nd := argNone
-	if in.Role == argRole[k] {
+	if v.now < in.OfflineUntil {
+		v.noteOffline(event.Instance(i)) // written again once it is online
+	} else if in.Role == argRole[k] {
 		nd = argNode{argValue(k, in), int32(i)}
 	}
 	p := tr.size + i
@@ -102,9 +106,10 @@ func (v *View) argTouch(i event.Instance) {
 // does not apply now (a small fleet, an instance down or offline, no
 // instance in the role).
 func (v *View) argIndexed(k argKey) (event.Instance, bool) {
-	if len(v.inst) < indexMin || v.downs > 0 || v.now < v.offMax {
+	if len(v.inst) < indexMin || v.downs > 0 {
 		return event.NoInstance, false
 	}
+	v.settleOffline()
 	if v.aidx == nil {
 		v.aidx = &argIndex{}
 	}

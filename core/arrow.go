@@ -119,6 +119,12 @@ func (c *View) algorithm1(r Request, decode bool, opt placeOptions) event.Instan
 	best, bestOK, ok := c.indexed(r, decode, want)
 	if ok && checkIndex {
 		indexChecks++
+		for i := range c.inst {
+			if c.now < c.inst[i].OfflineUntil {
+				offlineChecks++ // answered with an engine offline
+				break
+			}
+		}
 		b, o := c.scan(r, decode, want)
 		if b != best || o != bestOK {
 			panic(fmt.Sprintf("core: placement index chose %d/%d, the scan %d/%d (request %d, decode %v)", best, bestOK, b, o, r.ID, decode))
@@ -144,6 +150,9 @@ func (c *View) algorithm1(r Request, decode bool, opt placeOptions) event.Instan
 // checkIndex makes every indexed placement also scan and panic on a
 // difference (tests set it).
 var checkIndex bool
+
+// offlineChecks counts those checked while an engine was offline.
+var offlineChecks int
 
 // indexChecks counts the placements checked.
 var indexChecks int

@@ -256,8 +256,8 @@ type View struct {
 	scratch []event.Instance
 	// idx is the placement index (index.go), nil when the fleet does not
 	// qualify; idxTried says it was built or refused. downs counts down
-	// instances and offMax is the latest OfflineUntil ever set: the index
-	// applies only while downs is 0 and the clock is past offMax.
+	// instances: the indexes apply only while it is 0. offMax is the
+	// latest OfflineUntil ever set.
 	idx      *placeIndex
 	idxTried bool
 	// aidx is the least-loaded index (argindex.go), built per key on its
@@ -265,6 +265,10 @@ type View struct {
 	aidx   *argIndex
 	downs  int
 	offMax event.Time
+	// offline lists the instances whose index leaves were written while
+	// they were offline (a move's ReadyAt ahead): settleOffline writes
+	// them again once the clock reaches it.
+	offline []event.Instance
 	// affinity remembers, per prefix group, the instance that last took a
 	// prompt of it and the prefix length, when PrefixAware; bounded FIFO.
 	affinity map[int64]affinity

@@ -39,6 +39,7 @@ func (c *Core) Fork(ctrl Controller) *Core {
 		}
 		v.aidx = &x
 	}
+	v.offline = slices.Clone(c.v.offline)
 	v.affinity = maps.Clone(c.v.affinity)
 	v.affRing = slices.Clone(c.v.affRing)
 	v.fleet.of = slices.Clone(c.v.fleet.of)

@@ -2,6 +2,7 @@ package core
 
 import (
 	"math"
+	"slices"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
@@ -22,9 +23,10 @@ import (
 // so far finds exactly the instance the scan finds (same cost, lowest
 // index among equals), visiting O(log instances) nodes in the usual case.
 // The costs themselves are computed the same way as the scan's, so the
-// choice is bit-for-bit the same. The index is used only while it is
-// exact: no instance down, none still offline after a move, the role's
-// pool not empty; otherwise Algorithm 1 scans.
+// choice is bit-for-bit the same. An instance offline after a move has no
+// leaf until the clock reaches its ReadyAt (settleOffline), as the scan's
+// pool skips it. The index is used only while it is exact: no instance
+// down, the role's pool not empty; otherwise Algorithm 1 scans.
 
 // indexMin is the least fleet size the index is used for: below it a scan
 // is as cheap.
@@ -104,12 +106,19 @@ func (v *View) buildIndex() {
 }
 
 // leaf writes instance i's leaves (without fixing the nodes above) and
-// reports, per tree, whether its leaf changed.
+// reports, per tree, whether its leaf changed. An instance offline (a
+// move's ReadyAt ahead) has none, as the scans skip it, until
+// settleOffline writes it again.
 func (v *View) leaf(i int) (changed [3]bool) {
 	in := &v.inst[i]
 	inf := math.Inf(1)
 	nd := [3]treeNode{{inf, inf, inf}, {inf, inf, inf}, {inf, inf, inf}}
-	switch in.Role {
+	role := in.Role
+	if v.now < in.OfflineUntil {
+		role = event.RoleNone
+		v.noteOffline(event.Instance(i))
+	}
+	switch role {
 	case event.RolePrefill:
 		nd[0] = treeNode{float64(in.DecodeTokens), in.PrefillWork, in.PrefillWork}
 	case event.RoleDecode:
@@ -186,6 +195,29 @@ func (tr *roleTree) up(i int) {
 	}
 }
 
+// noteOffline lists instance i as written offline (once).
+func (v *View) noteOffline(i event.Instance) {
+	if !slices.Contains(v.offline, i) {
+		v.offline = append(v.offline, i)
+	}
+}
+
+// settleOffline writes again the index leaves of the instances written
+// offline whose ReadyAt the clock has reached, so the indexes hold every
+// instance online now and none other (the scans' pools). The list holds
+// the engines moving at once: a few.
+func (v *View) settleOffline() {
+	for k := 0; k < len(v.offline); {
+		i := v.offline[k]
+		if v.now < v.inst[i].OfflineUntil {
+			k++
+			continue
+		}
+		v.offline = slices.Delete(v.offline, k, k+1)
+		v.touch(i)
+	}
+}
+
 // setDown marks instance i down or up, keeping count of down instances.
 func (v *View) setDown(i event.Instance, down bool) {
 	in := &v.inst[i]
@@ -206,7 +238,10 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 		v.buildIndex()
 	}
 	t := treeFor(want)
-	if v.idx == nil || t < 0 || v.downs > 0 || v.now < v.offMax || v.idx.trees[t].members == 0 {
+	if v.idx != nil {
+		v.settleOffline()
+	}
+	if v.idx == nil || t < 0 || v.downs > 0 || v.idx.trees[t].members == 0 {
 		return 0, 0, false
 	}
 	tr := &v.idx.trees[t]
@@ -289,7 +324,10 @@ func (v *View) indexedSpill(span float64) (event.Instance, bool) {
 	if !v.idxTried {
 		v.buildIndex()
 	}
-	if v.idx == nil || v.downs > 0 || v.now < v.offMax {
+	if v.idx != nil {
+		v.settleOffline()
+	}
+	if v.idx == nil || v.downs > 0 {
 		return event.NoInstance, false
 	}
 	tr := &v.idx.trees[spillTree]

@@ -26,6 +26,7 @@ func TestFleetTotalsFollowFacts(t *testing.T) {
 func TestPlacementIndexMatchesScan(t *testing.T) {
 	checkIndex = true
 	defer func() { checkIndex = false }()
+	offline := offlineChecks
 	for _, arm := range []string{"adaptive", "arrow", "planner", "coldswap", "static:10P30D/alg1"} {
 		spills := spillChecks
 		for seed := uint64(1); seed <= 3; seed++ {
@@ -40,6 +41,11 @@ func TestPlacementIndexMatchesScan(t *testing.T) {
 		if spilling := arm == "adaptive" || arm == "static:10P30D/alg1"; spilling && spillChecks-spills < 20 {
 			t.Errorf("%s: only %d spill choices used the index", arm, spillChecks-spills)
 		}
+	}
+	// coldswap's moves take engines offline for minutes: the index
+	// answered then too, the offline engines out of its trees.
+	if offlineChecks-offline < 100 {
+		t.Errorf("only %d placements used the index with an engine offline", offlineChecks-offline)
 	}
 }
 
