@@ -164,6 +164,8 @@ type Instance struct {
 	// (a role move that takes time, such as a cold swap or a worker
 	// start); zero when online.
 	OfflineUntil event.Time
+	// offListed says the instance is in View.offline (index.go).
+	offListed bool
 	// Down: the driver reported the engine down (EngineDown); it takes no
 	// placements until EngineUp.
 	Down bool
@@ -269,6 +271,7 @@ type View struct {
 	// they were offline (a move's ReadyAt ahead): settleOffline writes
 	// them again once the clock reaches it.
 	offline []event.Instance
+	offNext event.Time // the earliest OfflineUntil among them
 	// affinity remembers, per prefix group, the instance that last took a
 	// prompt of it and the prefix length, when PrefixAware; bounded FIFO.
 	affinity map[int64]affinity

@@ -2,7 +2,6 @@ package core
 
 import (
 	"math"
-	"slices"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
@@ -197,23 +196,39 @@ func (tr *roleTree) up(i int) {
 
 // noteOffline lists instance i as written offline (once).
 func (v *View) noteOffline(i event.Instance) {
-	if !slices.Contains(v.offline, i) {
-		v.offline = append(v.offline, i)
+	in := &v.inst[i]
+	if in.offListed {
+		return // its OfflineUntil changed: settleOffline reads it then
 	}
+	in.offListed = true
+	if len(v.offline) == 0 || in.OfflineUntil < v.offNext {
+		v.offNext = in.OfflineUntil
+	}
+	v.offline = append(v.offline, i)
 }
 
 // settleOffline writes again the index leaves of the instances written
 // offline whose ReadyAt the clock has reached, so the indexes hold every
-// instance online now and none other (the scans' pools). The list holds
-// the engines moving at once: a few.
+// instance online now and none other (the scans' pools). It costs nothing
+// until the earliest of them is due, then one pass over the list (a
+// fleet-wide scale-up lists hundreds).
 func (v *View) settleOffline() {
-	for k := 0; k < len(v.offline); {
-		i := v.offline[k]
-		if v.now < v.inst[i].OfflineUntil {
-			k++
-			continue
+	if len(v.offline) == 0 || v.now < v.offNext {
+		return
+	}
+	var due []event.Instance
+	keep, next := v.offline[:0], event.Never
+	for _, i := range v.offline {
+		if in := &v.inst[i]; v.now < in.OfflineUntil {
+			keep = append(keep, i)
+			next = min(next, in.OfflineUntil)
+		} else {
+			in.offListed = false
+			due = append(due, i)
 		}
-		v.offline = slices.Delete(v.offline, k, k+1)
+	}
+	v.offline, v.offNext = keep, next
+	for _, i := range due {
 		v.touch(i)
 	}
 }
