@@ -27,13 +27,13 @@ func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "check",
 		Usage: "validate a fleet file (every error listed); with --probe, check its engines and every prefill->decode KV handoff",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "fleet", Required: true, Usage: "fleet YAML file (or built-in name) whose instances.list[].url name the engines"},
 			&cli.BoolFlag{Name: "probe", Usage: "also check the engines online: /health, /v1/models, one tiny two-leg request per prefill->decode pair"},
 			&cli.StringFlag{Name: "model", Usage: "the model every engine must serve (default: the first engine's first model)"},
 			&cli.IntFlag{Name: "base-port", Usage: "engines at 127.0.0.1:P+i instead of the fleet file's urls"},
 			&cli.StringFlag{Name: "timeout", Value: "30s", Usage: "bound on each probe request"},
-		},
+		}, engineFlags()...),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if c.Args().Len() > 0 {
 				return usageError{fmt.Errorf("check: unexpected argument %q: every input is a flag", c.Args().First())}
@@ -57,8 +57,12 @@ func checkCommand() *cli.Command {
 			if err != nil || timeout <= 0 {
 				return usageError{fmt.Errorf("--timeout %q: expected a positive duration such as 30s", c.String("timeout"))}
 			}
+			tr, err := engineTransport(c, nil) // as serve reaches the engines
+			if err != nil {
+				return err
+			}
 			urls := engineURLs(spec, base)
-			failed := probeFleet(ctx, out, spec.Names(), urls, c.String("model"), timeout)
+			failed := probeFleet(ctx, out, spec.Names(), urls, c.String("model"), timeout, tr)
 			if failed > 0 {
 				return fmt.Errorf("check: %d probe(s) failed", failed)
 			}
@@ -130,8 +134,8 @@ func checkFleet(path string, base int) (*fleet.Spec, []string) {
 
 // probeFleet checks each engine and each ordered pair; it prints two
 // tables and returns how many checks failed.
-func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model string, timeout time.Duration) int {
-	client := &http.Client{Timeout: timeout}
+func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model string, timeout time.Duration, tr http.RoundTripper) int {
+	client := &http.Client{Timeout: timeout, Transport: tr} // nil: Go's default
 	failed := 0
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "engine\turl\treach\tmodel\tverdict")

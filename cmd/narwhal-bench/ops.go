@@ -32,7 +32,7 @@ import (
 // opsFlags are serve's high-availability and security flags
 // (docs/operations.md).
 func opsFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "ha", Usage: "run active-passive with leader election on etcd: etcd://HOST:PORT[,HOST:PORT...] (default: alone)"},
 		&cli.StringFlag{Name: "ha-lease", Value: "2s", Usage: "with --ha: the leader's lease; a standby takes over within about this long after the leader dies"},
 		&cli.StringFlag{Name: "ha-prefix", Usage: "with --ha: etcd key prefix shared by this fleet's routers (default /narwhal-bench/FLEET/)"},
@@ -45,12 +45,47 @@ func opsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tenants", Usage: "tenants file: API keys (from environment variables or files), shares of admission, rates, admin rights"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
-		&cli.StringFlag{Name: "engine-api-key-env", Usage: "send Authorization: Bearer $VAR to the engines on every leg (vLLM --api-key)"},
+	}, engineFlags()...)
+}
+
+// engineFlags reach the engines: their API key and TLS (serve, check).
+func engineFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "engine-api-key-env", Usage: "send Authorization: Bearer $VAR to the engines on every call (vLLM --api-key)"},
 		&cli.StringFlag{Name: "engine-api-key-file", Usage: "as --engine-api-key-env, the key read from this file"},
 		&cli.StringFlag{Name: "engine-cacert", Usage: "verify https:// engines' certificates with this PEM CA bundle (vLLM --ssl-certfile signed by a private CA; default: the system's roots)"},
 		&cli.StringFlag{Name: "engine-cert", Usage: "present this PEM client certificate to https:// engines that require one (vLLM --ssl-ca-certs with --ssl-cert-reqs 2; with --engine-key)"},
 		&cli.StringFlag{Name: "engine-key", Usage: "the PEM private key of --engine-cert"},
 	}
+}
+
+// engineTransport is the transport engineFlags ask for: nil (the caller's
+// default) without any, else base (a new live.NewTransport when nil) with
+// the TLS configuration and the key set on every call. A bad flag is bad
+// input, said before anything starts.
+func engineTransport(c *cli.Command, base *http.Transport) (http.RoundTripper, error) {
+	key, err := secretFlag(c, "engine-api-key")
+	if err != nil {
+		return nil, err
+	}
+	ca, cert, ekey := c.String("engine-cacert"), c.String("engine-cert"), c.String("engine-key")
+	if key == "" && ca == "" && cert == "" && ekey == "" {
+		return nil, nil
+	}
+	if base == nil {
+		base = live.NewTransport()
+	}
+	if ca != "" || cert != "" || ekey != "" {
+		if (cert == "") != (ekey == "") {
+			return nil, usageError{errors.New("--engine-cert and --engine-key: expected both or neither")}
+		}
+		tlsCfg, err := ha.TLSConfig(ca, cert, ekey)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--engine-cacert %q, --engine-cert %q, --engine-key %q: %w: expected PEM files", ca, cert, ekey, err)}
+		}
+		base.TLSClientConfig = tlsCfg
+	}
+	return live.WithEngineKey(base, key), nil
 }
 
 // frontDoor is the handler serve listens with: the tenant gate (when
@@ -198,10 +233,6 @@ func opsSetup(c *cli.Command, cfg *live.Config, stderr io.Writer) (*live.Gate, e
 			return nil, usageError{fmt.Errorf("--tls-cert %s, --tls-key %s: %w: expected a PEM certificate and its private key", cert, key, err)}
 		}
 	}
-	key, err := secretFlag(c, "engine-api-key")
-	if err != nil {
-		return nil, err
-	}
 	if c.String("ha") == "" {
 		for _, f := range haSecurityFlags {
 			if c.String(f) != "" {
@@ -211,27 +242,14 @@ func opsSetup(c *cli.Command, cfg *live.Config, stderr io.Writer) (*live.Gate, e
 	} else if _, _, _, err := haSecurity(c); err != nil {
 		return nil, err // read again when joining; refused here before anything starts
 	}
-	if ca, cert, ekey := c.String("engine-cacert"), c.String("engine-cert"), c.String("engine-key"); ca != "" || cert != "" || ekey != "" {
-		if (cert == "") != (ekey == "") {
-			return nil, usageError{errors.New("--engine-cert and --engine-key: expected both or neither")}
-		}
-		tlsCfg, err := ha.TLSConfig(ca, cert, ekey)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("--engine-cacert %q, --engine-cert %q, --engine-key %q: %w: expected PEM files", ca, cert, ekey, err)}
-		}
-		if cfg.Transport != nil {
-			return nil, errors.New("the engine TLS flags: the router's transport was set already") // a programming error
-		}
-		t := live.NewTransport()
-		t.TLSClientConfig = tlsCfg
-		cfg.Transport = t
+	if cfg.Transport != nil {
+		return nil, errors.New("the engine flags: the router's transport was set already") // a programming error
 	}
-	if key != "" {
-		if cfg.Transport == nil {
-			cfg.Transport = live.NewTransport()
-		}
-		cfg.Transport = live.WithEngineKey(cfg.Transport, key)
+	tr, err := engineTransport(c, nil)
+	if err != nil {
+		return nil, err
 	}
+	cfg.Transport = tr // nil: the router's default
 	path := c.String("tenants")
 	if path == "" {
 		return nil, nil

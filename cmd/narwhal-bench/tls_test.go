@@ -229,6 +229,16 @@ slo: {ttft: 2s, tpot: 100ms}
 	}
 	serve.Process.Signal(syscall.SIGTERM)
 	serve.Wait()
+	// check --probe reaches the engines the same way (both two-leg pairs
+	// through the TLS front), and fails without the client certificate.
+	if code, out, errs := runCLI(t, "check", "--fleet", fleetFile, "--probe", "--timeout", "10s",
+		"--engine-cacert", filepath.Join(dir, "engine-ca.pem"), "--engine-cert", clientCert, "--engine-key", clientKey); code != 0 {
+		t.Fatalf("check --probe with client certificates: exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, _ := runCLI(t, "check", "--fleet", fleetFile, "--probe", "--timeout", "10s",
+		"--engine-cacert", filepath.Join(dir, "engine-ca.pem")); code != 1 {
+		t.Fatalf("check --probe without the client certificate: exit %d, expected 1\n%s", code, out)
+	}
 	// The CA alone: the engines' front refuses the router's handshakes.
 	without := fmt.Sprintf("http://127.0.0.1:%d", base+5)
 	_, errs2 := child(t, "serve", "--fleet", fleetFile, "--arm", "static:1P1D", "--listen", without[len("http://"):],
