@@ -258,15 +258,13 @@ type View struct {
 	scratch []event.Instance
 	// idx is the placement index (index.go), nil when the fleet does not
 	// qualify; idxTried says it was built or refused. downs counts down
-	// instances: the indexes apply only while it is 0. offMax is the
-	// latest OfflineUntil ever set.
+	// instances: the indexes apply only while it is 0.
 	idx      *placeIndex
 	idxTried bool
 	// aidx is the least-loaded index (argindex.go), built per key on its
 	// first use.
-	aidx   *argIndex
-	downs  int
-	offMax event.Time
+	aidx  *argIndex
+	downs int
 	// offline lists the instances whose index leaves were written while
 	// they were offline (a move's ReadyAt ahead): settleOffline writes
 	// them again once the clock reaches it.
@@ -769,7 +767,6 @@ func (v *View) Move(inst event.Instance, to event.Role, readyAt event.Time, caus
 	in.LastMove, in.Moved = v.now, true
 	readyAt = max(readyAt, v.now)
 	in.OfflineUntil = readyAt
-	v.offMax = max(v.offMax, readyAt)
 	v.touch(inst)
 	v.out = append(v.out, Decision{Kind: Move, Inst: inst, From: from, To: to, Cause: cause, ReadyAt: readyAt})
 	v.records = append(v.records, event.Record{

@@ -21,6 +21,22 @@ func faultCore(t *testing.T, arm string, n int) *Core {
 	return c
 }
 
+// downView is a fleet of n engines under arm with the engines down taken
+// down at time 1, its view's clock at 2, for moves tried directly.
+func downView(t *testing.T, arm string, n int, down ...event.Instance) *View {
+	t.Helper()
+	c := faultCore(t, arm, n)
+	for _, i := range down {
+		if err := c.EngineDown(1, i, event.CauseEngineDown); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Ready()
+	v := c.View()
+	v.now = 2
+	return v
+}
+
 // The last online engine of a role going down moves another engine into
 // the role (cause engine_down) when the other phase can spare one, and
 // journals why not otherwise; with nothing online, arrivals fail
@@ -139,11 +155,7 @@ func TestNoMoveEmptiesARole(t *testing.T) {
 // The guard counts mixed engines as serving both phases, and lets an
 // engine go to mixed, which still serves its phase.
 func TestNoMoveEmptiesARoleMixed(t *testing.T) {
-	c := faultCore(t, "static:2P2D", 4)
-	c.EngineDown(1, 3, event.CauseEngineDown)
-	c.Ready()
-	v := c.View()
-	v.now = 2
+	v := downView(t, "static:2P2D", 4, 3)
 	// Engine 2, the one decode engine online: to mixed is allowed.
 	if !v.Move(2, event.RoleMixed, 2, event.CauseController, "test") {
 		t.Fatal("refused a move to mixed, which still serves decode")
@@ -164,12 +176,7 @@ func TestNoMoveEmptiesARoleMixed(t *testing.T) {
 // stops serving: all-mixed with two engines down, the two online ones may
 // not both go to prefill (decode would have no engine up).
 func TestNoMoveEmptiesARoleFromMixed(t *testing.T) {
-	c := faultCore(t, "aggregated", 4)
-	c.EngineDown(1, 2, event.CauseEngineDown)
-	c.EngineDown(1, 3, event.CauseEngineDown)
-	c.Ready()
-	v := c.View()
-	v.now = 2
+	v := downView(t, "aggregated", 4, 2, 3)
 	if !v.Move(0, event.RolePrefill, 2, event.CauseController, "test") {
 		t.Fatal("refused a move while the other mixed engine serves decode")
 	}
