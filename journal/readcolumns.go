@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/parquet-go/parquet-go"
@@ -93,14 +94,16 @@ func (rc *requestColumns) peekRun() (string, bool, error) {
 }
 
 // appendRun decodes the next row group into rows (appended) and returns
-// them; partial accepts requests that never ended.
-func (rc *requestColumns) appendRun(rows []event.Row, run string, partial bool) ([]event.Row, error) {
+// them; first is the number of the run's rows before this group (its
+// first request is first+1); partial accepts requests that never ended.
+func (rc *requestColumns) appendRun(rows []event.Row, first int, run string, partial bool) ([]event.Row, error) {
 	rg := rc.rgs[rc.next]
 	rc.next++
 	base := len(rows)
 	n := int(rg.NumRows())
-	rows = append(rows, make([]event.Row, n)...)
+	rows = slices.Grow(rows, n)[:base+n]
 	r := rows[base:]
+	clear(r)
 	ints := []struct {
 		name string
 		set  func(*event.Row, int64)
@@ -165,7 +168,7 @@ func (rc *requestColumns) appendRun(rows []event.Row, run string, partial bool) 
 		}
 	}
 	for i := range r {
-		if want := event.RequestID(base + i + 1); r[i].Req != want {
+		if want := event.RequestID(first + i + 1); r[i].Req != want {
 			return rows, fmt.Errorf("run %s: request %d where %d was expected (rows must be dense and in order)", run, r[i].Req, want)
 		}
 	}

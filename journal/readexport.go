@@ -66,7 +66,35 @@ func ReadExport(dir string, fn func(run *ExportedRun) error) error {
 // order, or a name the event package does not know, is an error naming the
 // file too. It never panics on bad input: a panic inside the Parquet
 // reader comes back as an error.
-func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) error) (err error) {
+func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) error) error {
+	var all []event.Row
+	return ReadExportEach(dir, o, func(run *ExportedRun, rows RunRows) error {
+		clear(all)
+		all = all[:0]
+		if err := rows(func(chunk []event.Row) error {
+			all = append(all, chunk...)
+			return nil
+		}); err != nil {
+			return err
+		}
+		run.Rows = all
+		return fn(run)
+	})
+}
+
+// RunRows passes one run's request rows to yield, a row group at a time
+// (up to 2^17 rows), in request order; the slice is reused once yield
+// returns. It returns yield's first error, or, once the run's last row
+// group is read, an error if the rows are fewer or more than runs.parquet
+// says were offered: a damaged export is never read as a smaller run. It
+// may be called once.
+type RunRows func(yield func(rows []event.Row) error) error
+
+// ReadExportEach is ReadExportWith without holding a run's rows: fn gets
+// each run (its Rows nil) and rows, which streams them, so memory holds a
+// row group, not a run. A run whose rows fn did not read is still checked
+// before the next run.
+func ReadExportEach(dir string, o ReadExportOptions, fn func(run *ExportedRun, rows RunRows) error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("export %s: reading Parquet: %v", dir, v)
@@ -110,6 +138,7 @@ func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) e
 	}
 	defer reqs.close()
 	var run ExportedRun
+	var buf []event.Row
 	for i := range runs {
 		rr := &runs[i]
 		if rr.Partial != "" && !o.Partial {
@@ -126,26 +155,43 @@ func ReadExportWith(dir string, o ReadExportOptions, fn func(run *ExportedRun) e
 			LagP50: rr.LagP50s, LagP90: rr.LagP90s, LagP99: rr.LagP99s, Degraded: rr.Degraded,
 			PrefixCache: rr.PrefixCache}
 		run.Moves = moves[rr.Run]
-		clear(run.Rows)
-		run.Rows = run.Rows[:0]
-		for {
-			name, ok, err := reqs.peekRun()
-			if err != nil {
-				return fmt.Errorf("export %s: %s: %w", dir, RequestsFile, err)
+		read := false
+		rows := func(yield func([]event.Row) error) error {
+			if read {
+				return fmt.Errorf("export %s: run %s: its rows were already read", dir, rr.Run)
 			}
-			if !ok || name != rr.Run {
-				break
+			read = true
+			n := 0
+			for {
+				name, ok, err := reqs.peekRun()
+				if err != nil {
+					return fmt.Errorf("export %s: %s: %w", dir, RequestsFile, err)
+				}
+				if !ok || name != rr.Run {
+					break
+				}
+				if buf, err = reqs.appendRun(buf[:0], n, rr.Run, rr.Partial != ""); err != nil {
+					return fmt.Errorf("export %s: %s: run %s: %w", dir, RequestsFile, rr.Run, err)
+				}
+				n += len(buf)
+				if err := yield(buf); err != nil {
+					return err
+				}
 			}
-			if run.Rows, err = reqs.appendRun(run.Rows, rr.Run, rr.Partial != ""); err != nil {
-				return fmt.Errorf("export %s: %s: run %s: %w", dir, RequestsFile, rr.Run, err)
+			clear(buf) // drop the texts' references
+			if int64(n) != rr.Offered {
+				return fmt.Errorf("export %s: run %s: %s says %d offered, %s holds %d rows for it (or its rows are out of order)",
+					dir, rr.Run, RunsFile, rr.Offered, RequestsFile, n)
 			}
+			return nil
 		}
-		if int64(len(run.Rows)) != rr.Offered {
-			return fmt.Errorf("export %s: run %s: %s says %d offered, %s holds %d rows for it (or its rows are out of order)",
-				dir, rr.Run, RunsFile, rr.Offered, RequestsFile, len(run.Rows))
-		}
-		if err := fn(&run); err != nil {
+		if err := fn(&run, rows); err != nil {
 			return err
+		}
+		if !read { // the run's rows are checked, and passed, all the same
+			if err := rows(func([]event.Row) error { return nil }); err != nil {
+				return err
+			}
 		}
 	}
 	if name, ok, err := reqs.peekRun(); err != nil {

@@ -121,3 +121,52 @@ func TestReadExportWithoutLaterColumns(t *testing.T) {
 		t.Fatalf("ReadExport: %v after %d runs", err, n)
 	}
 }
+
+// ReadExportEach streams a run's rows; a run whose rows fn skips is
+// checked and passed over, the next run read whole; rows read twice, or
+// a yield's error, end the read with that error.
+func TestReadExportEach(t *testing.T) {
+	root := writeSynthRoot(t)
+	out := t.TempDir()
+	if _, err := Export(root, out); err != nil {
+		t.Fatal(err)
+	}
+	dirs, _ := Runs(root)
+	if len(dirs) < 2 {
+		t.Fatalf("%d runs: the test needs two", len(dirs))
+	}
+	i := 0
+	err := ReadExportEach(out, ReadExportOptions{}, func(run *ExportedRun, rows RunRows) error {
+		defer func() { i++ }()
+		if run.Rows != nil {
+			t.Errorf("run %s: Rows set", run.Name)
+		}
+		if i%2 == 0 {
+			return nil // skipped: the reader checks the rows and moves on
+		}
+		var got []event.Row
+		if err := rows(func(chunk []event.Row) error {
+			got = append(got, chunk...)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if _, want := foldRun(t, dirs[i]); !reflect.DeepEqual(got, want) {
+			t.Errorf("run %s: rows differ from the journal's", run.Name)
+		}
+		if err := rows(func([]event.Row) error { return nil }); err == nil || !strings.Contains(err.Error(), "already read") {
+			t.Errorf("rows read twice: %v, want an error", err)
+		}
+		return nil
+	})
+	if err != nil || i != len(dirs) {
+		t.Fatalf("ReadExportEach: %v after %d runs", err, i)
+	}
+	stop := os.ErrClosed
+	err = ReadExportEach(out, ReadExportOptions{}, func(run *ExportedRun, rows RunRows) error {
+		return rows(func([]event.Row) error { return stop })
+	})
+	if err != stop {
+		t.Fatalf("yield's error: got %v", err)
+	}
+}

@@ -59,14 +59,140 @@ type qualityAcc struct {
 }
 
 // add scores one run's rows (one per offered request) and its role-move
-// records. rows are not kept.
-func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, moves []event.Record) error {
+// records, as begin, row and end do.
+func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, moves []event.Record) {
+	a := b.begin(name, partial, m)
+	for i := range rows {
+		b.row(a, &rows[i])
+	}
+	b.end(a, moves)
+}
+
+// runAcc scores one run a row at a time, so a run's rows need never be
+// held at once: its percentiles keep three numbers a request, its plots
+// the work bins and a sample.
+type runAcc struct {
+	rr      RunReport
+	pl      runPlot
+	slo     event.SLO
+	sum     Summary
+	refused [256]int
+	expired [256]int
+	failed  [256]int
+	quality map[string]*qualityAcc
+}
+
+// begin starts scoring a run; its rows follow in request order (row),
+// then end.
+func (b *builder) begin(name, partial string, m event.RunMeta) *runAcc {
 	slo := b.sloOf(m)
-	rr := RunReport{Run: name, Partial: partial, Arm: m.Arm, Rate: m.Rate, Trace: m.Trace, Fleet: m.Fleet, Instances: m.Instances, GPUs: m.GPUs,
-		TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(), Offered: len(rows),
-		Degraded: m.Degraded, LoadLagP99: m.LagP99}
+	a := &runAcc{slo: slo,
+		rr: RunReport{Run: name, Partial: partial, Arm: m.Arm, Rate: m.Rate, Trace: m.Trace, Fleet: m.Fleet, Instances: m.Instances, GPUs: m.GPUs,
+			TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(), Degraded: m.Degraded, LoadLagP99: m.LagP99},
+		pl: runPlot{first: event.Never, end: 0, binWidth: WorkBin},
+	}
+	b.ttft, b.tpot, b.wait = b.ttft[:0], b.tpot[:0], b.wait[:0]
+	return a
+}
+
+// row scores one more offered request. Rows must come in request order:
+// the quality sums add in that order, so the report is the same whichever
+// way the run was read.
+func (b *builder) row(a *runAcc, r *event.Row) {
+	a.sum.Add(r, a.slo)
+	pl := &a.pl
+	switch r.Terminal {
+	case event.KindFinish:
+		if t := r.TTFT(); t != event.Never {
+			b.ttft = append(b.ttft, int64(t))
+		}
+		if t := r.TPOT(); t != event.Never {
+			b.tpot = append(b.tpot, int64(t))
+		}
+	case event.KindRefuse:
+		a.refused[r.Cause]++
+	case event.KindExpire:
+		a.expired[r.Cause]++
+	case event.KindFail:
+		a.failed[r.Cause]++
+	}
+	if r.Admit != event.Never && r.Arrival != event.Never {
+		b.wait = append(b.wait, int64(r.Admit-r.Arrival))
+	}
+	if r.Scheduled != event.Never && r.Scheduled < pl.first {
+		pl.first = r.Scheduled
+	}
+	if r.End != event.Never && r.End > pl.end {
+		pl.end = r.End
+	}
+	if r.Arrival != event.Never && r.Arrival > pl.lastArr {
+		pl.lastArr = r.Arrival
+		for pl.lastArr/pl.binWidth >= maxBins {
+			pl.widen()
+		}
+	}
+	if r.Arrival != event.Never && r.Arrival >= 0 {
+		k := int(r.Arrival / pl.binWidth)
+		pl.growBins(k + 1)
+		pl.prefill[k] += r.InputTokens
+		pl.decode[k] += r.WantOutput
+	}
+	if r.Reference != "" {
+		b.refs = true
+		if a.quality == nil {
+			a.quality = map[string]*qualityAcc{}
+		}
+		q := a.quality[r.Class]
+		if q == nil {
+			q = &qualityAcc{}
+			a.quality[r.Class] = q
+		}
+		q.refs++
+		if r.Completed() {
+			if r.Response == "" {
+				q.unscored++
+			} else {
+				f := F1(r.Response, r.Reference)
+				q.scored++
+				q.sum += f
+				if event.Qualify(r, a.slo) == event.CheckOK {
+					q.sloSum += f
+				}
+			}
+		}
+	}
+}
+
+// growBins lengthens the work bins to n (zeros).
+func (pl *runPlot) growBins(n int) {
+	for len(pl.prefill) < n {
+		pl.prefill = append(pl.prefill, 0)
+		pl.decode = append(pl.decode, 0)
+	}
+}
+
+// widen doubles the work bins' width, each new bin the sum of two old
+// ones: a bin of width 2w starting at 2kw holds what bins 2k and 2k+1 of
+// width w held, so the bins come out as if the final width had been used
+// from the start.
+func (pl *runPlot) widen() {
+	n := (len(pl.prefill) + 1) / 2
+	for k := 0; k < n; k++ {
+		p, d := pl.prefill[2*k], pl.decode[2*k]
+		if 2*k+1 < len(pl.prefill) {
+			p, d = p+pl.prefill[2*k+1], d+pl.decode[2*k+1]
+		}
+		pl.prefill[k], pl.decode[k] = p, d
+	}
+	pl.prefill, pl.decode = pl.prefill[:n], pl.decode[:n]
+	pl.binWidth *= 2
+}
+
+// end finishes a run begun with begin, with its role-move records.
+func (b *builder) end(a *runAcc, moves []event.Record) {
+	rr, pl, sum := &a.rr, &a.pl, &a.sum
 	// Counts and the four groups come from the one scoring rule.
-	sum := Summarize(rows, slo)
+	rr.Offered = sum.Offered
 	rr.Completed, rr.Refused, rr.Expired, rr.Failed = sum.Completed, sum.Refused, sum.Expired, sum.Failed
 	rr.Preemptions, rr.Spilled = sum.Preemptions, sum.Spilled
 	g := &rr.Groups
@@ -74,81 +200,8 @@ func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, m
 	g.MissTTFT, g.MissTPOT = sum.Misses[event.CheckTTFT], sum.Misses[event.CheckTPOT]
 	g.MissShort, g.MissCancl = sum.Misses[event.CheckTooShort], sum.Misses[event.CheckCancelled]
 	g.Missed = g.MissTTFT + g.MissTPOT + g.MissShort + g.MissCancl
-	pl := runPlot{first: event.Never, end: 0, binWidth: WorkBin}
-	b.ttft, b.tpot, b.wait = b.ttft[:0], b.tpot[:0], b.wait[:0]
-	var refused, expired, failed [256]int
-	var quality map[string]*qualityAcc
-	var lastArrival event.Time
-	for i := range rows {
-		r := &rows[i]
-		if r.Arrival != event.Never && r.Arrival > lastArrival {
-			lastArrival = r.Arrival
-		}
-	}
-	pl.lastArr = lastArrival
-	for lastArrival/pl.binWidth >= maxBins {
-		pl.binWidth *= 2
-	}
-	nb := 0
-	if len(rows) > 0 {
-		nb = int(lastArrival/pl.binWidth) + 1
-	}
-	pl.prefill, pl.decode = make([]int64, nb), make([]int64, nb)
-	for i := range rows {
-		r := &rows[i]
-		switch r.Terminal {
-		case event.KindFinish:
-			if t := r.TTFT(); t != event.Never {
-				b.ttft = append(b.ttft, int64(t))
-			}
-			if t := r.TPOT(); t != event.Never {
-				b.tpot = append(b.tpot, int64(t))
-			}
-		case event.KindRefuse:
-			refused[r.Cause]++
-		case event.KindExpire:
-			expired[r.Cause]++
-		case event.KindFail:
-			failed[r.Cause]++
-		}
-		if r.Admit != event.Never && r.Arrival != event.Never {
-			b.wait = append(b.wait, int64(r.Admit-r.Arrival))
-		}
-		if r.Scheduled != event.Never && r.Scheduled < pl.first {
-			pl.first = r.Scheduled
-		}
-		if r.End != event.Never && r.End > pl.end {
-			pl.end = r.End
-		}
-		if r.Arrival != event.Never && r.Arrival >= 0 {
-			k := int(r.Arrival / pl.binWidth)
-			pl.prefill[k] += r.InputTokens
-			pl.decode[k] += r.WantOutput
-		}
-		if r.Reference != "" {
-			b.refs = true
-			if quality == nil {
-				quality = map[string]*qualityAcc{}
-			}
-			q := quality[r.Class]
-			if q == nil {
-				q = &qualityAcc{}
-				quality[r.Class] = q
-			}
-			q.refs++
-			if r.Completed() {
-				if r.Response == "" {
-					q.unscored++
-				} else {
-					f := F1(r.Response, r.Reference)
-					q.scored++
-					q.sum += f
-					if event.Qualify(r, slo) == event.CheckOK {
-						q.sloSum += f
-					}
-				}
-			}
-		}
+	if rr.Offered > 0 {
+		pl.growBins(int(pl.lastArr/pl.binWidth) + 1) // the last arrival's bin, even when empty
 	}
 	rr.Qualified = rr.Groups.Qualified
 	rr.CompletedShare = share(rr.Completed, rr.Offered)
@@ -156,7 +209,7 @@ func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, m
 	rr.TTFT, pl.ttftCDF = quantiles(b.ttft, true)
 	rr.TPOT, pl.tpotCDF = quantiles(b.tpot, true)
 	rr.QueueWait, _ = quantiles(b.wait, false)
-	rr.Refusals, rr.Expiries, rr.Failures = causeCounts(&refused), causeCounts(&expired), causeCounts(&failed)
+	rr.Refusals, rr.Expiries, rr.Failures = causeCounts(&a.refused), causeCounts(&a.expired), causeCounts(&a.failed)
 
 	if pl.first == event.Never {
 		pl.first = 0
@@ -190,12 +243,11 @@ func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, m
 		// prefill pool: it has a split, and its lag is measured.
 		pl.mixed = false
 	}
-	if quality != nil {
-		rr.Quality = qualityOf(quality)
+	if a.quality != nil {
+		rr.Quality = qualityOf(a.quality)
 	}
-	b.runs = append(b.runs, rr)
-	b.plots = append(b.plots, pl)
-	return nil
+	b.runs = append(b.runs, *rr)
+	b.plots = append(b.plots, *pl)
 }
 
 func share(n, of int) float64 {

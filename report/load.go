@@ -95,10 +95,12 @@ func Detect(dir string) (InputKind, []string, error) {
 }
 
 // Load reads dir (a journal root, one run, or a Parquet export; see
-// Detect) and computes the report. Runs are read one at a time: memory
-// holds one run's folded rows (about 150 bytes a request) plus a few
-// numbers per request for its percentiles, and afterwards only the
-// per-run numbers and the small series the plots draw. A run that cannot
+// Detect) and computes the report. Runs are read one at a time and
+// their rows scored as they are read: memory holds the requests of a
+// journal not yet ended (or one row group of an export) plus three
+// numbers per request for the run's exact percentiles (24 bytes), and
+// afterwards only the per-run numbers and the small series the plots
+// draw. A run that cannot
 // be read, whose schema is newer than this build's, or whose records do
 // not fold cleanly (a request that never ended, as after a crash) is an
 // error naming the run, unless opts.Partial. Damage (a file missing,
@@ -149,7 +151,7 @@ func (b *builder) addDir(dir string) error {
 	}
 	switch kind {
 	case InputParquet:
-		err = journal.ReadExportWith(dir, journal.ReadExportOptions{Partial: opts.Partial}, func(run *journal.ExportedRun) error {
+		err = journal.ReadExportEach(dir, journal.ReadExportOptions{Partial: opts.Partial}, func(run *journal.ExportedRun, rows journal.RunRows) error {
 			if err := b.interrupted(); err != nil {
 				return err
 			}
@@ -158,7 +160,20 @@ func (b *builder) addDir(dir string) error {
 				moves[i] = event.Record{At: m.At, Kind: event.KindRoleMove, Cause: m.Cause, From: m.From, To: m.To,
 					Inst: m.Inst, Peer: event.NoInstance, Tokens: m.ResidentDecodeTokens, Ref: m.ResidentPrefill}
 			}
-			return b.add(run.Name, run.Partial, run.Meta, run.Rows, moves)
+			a := b.begin(run.Name, run.Partial, run.Meta)
+			if err := rows(func(chunk []event.Row) error {
+				if err := b.interrupted(); err != nil {
+					return err
+				}
+				for i := range chunk {
+					b.row(a, &chunk[i])
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			b.end(a, moves)
+			return nil
 		})
 		if err != nil {
 			return err
@@ -237,6 +252,20 @@ func (b *builder) addJournal(dir string, fold *event.Fold) error {
 	defer r.Close()
 	name := journal.RunName(dir)
 	fold.Reset()
+	a := b.begin(name, partial, r.Meta())
+	// A request's row is final once it has ended: rows are scored in
+	// request order as soon as every lower one has ended too, and the fold
+	// lets them go, so memory holds the requests not yet ended (and those
+	// after them), not the run's every row.
+	var row event.Row
+	next := 0
+	score := func(all bool) {
+		for next < fold.Len() && (all || fold.Ended(next)) {
+			fold.RowAt(next, &row)
+			b.row(a, &row)
+			next++
+		}
+	}
 	var moves []event.Record
 	var n int64
 	err = r.Replay(func(rec *event.Record) error {
@@ -246,7 +275,11 @@ func (b *builder) addJournal(dir string, fold *event.Fold) error {
 			}
 		}
 		fold.Record(rec)
-		if rec.Kind == event.KindRoleMove {
+		switch rec.Kind {
+		case event.KindFinish, event.KindRefuse, event.KindExpire, event.KindFail:
+			score(false)
+			fold.Release(next)
+		case event.KindRoleMove:
 			m := *rec
 			m.Text = "" // the reason is not reported; do not keep it
 			moves = append(moves, m)
@@ -270,7 +303,9 @@ func (b *builder) addJournal(dir string, fold *event.Fold) error {
 		}
 		b.whole[key] = dir
 	}
-	return b.add(name, partial, r.Meta(), fold.Rows(), moves)
+	score(true) // every row has ended (Err checked it), or the run is partial
+	b.end(a, moves)
+	return nil
 }
 
 // sortRuns orders runs by arm, then rate, then name.
