@@ -50,6 +50,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--prefix-cache"}, 2, "--prefix-cache: needs --fleet"},
 		{[]string{"serve", "--fleet", "demo", "--engine-cert", "c.pem"}, 2, "--engine-cert and --engine-key: expected both or neither"},
 		{[]string{"serve", "--fleet", "demo", "--engine-cacert", "/nonexistent/ca.pem"}, 2, `--engine-cacert "/nonexistent/ca.pem"`},
+		{[]string{"live", "--fleet", "demo", "--engine-key", "k.pem"}, 2, "--engine-cert and --engine-key: expected both or neither"},
+		{[]string{"live", "--fleet", "demo", "--engine-cacert", "/nonexistent/ca.pem"}, 2, `--engine-cacert "/nonexistent/ca.pem"`},
+		{[]string{"live", "--target", "https://127.0.0.1:1", "--engine-cacert", "ca.pem"}, 2, "--engine-cacert: needs --fleet (the router this process runs reaches the fleet's engines with it"},
+		{[]string{"live", "--fleet", "demo", "--stub", "--engine-api-key-env", "NWB_T_ENGINE"}, 2, "--engine-api-key-env: not with --stub (the stub engines this process starts serve plain http://"},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--rate", "inf", "--max-concurrency", "8"}, 2, `--rate "inf": expected a finite rate; for vllm bench serve's --request-rate inf`},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--rate", "0"}, 2, `--rate: rate "0"`},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--limit", "1"}, 1, "--target http://127.0.0.1:1: GET /v1/models: "},
@@ -454,7 +458,12 @@ func TestSecretFlags(t *testing.T) {
 		t.Setenv("NWB_TEST_BLANK", "   ")
 		code, out, errs := runCLI(t, append([]string{"serve", "--fleet", "demo", "--listen", "127.0.0.1:0"}, c.args...)...)
 		if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(out+errs, "serving") {
-			t.Errorf("%v: exit %d, %q: expected exit 2 with %q", c.args, code, errs, c.want)
+			t.Errorf("serve %v: exit %d, %q: expected exit 2 with %q", c.args, code, errs, c.want)
+		}
+		// live --fleet reads the engine key the same way, before any run.
+		code, out, errs = runCLI(t, append([]string{"live", "--fleet", "demo", "--limit", "1"}, c.args...)...)
+		if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(out+errs, "requests at") {
+			t.Errorf("live %v: exit %d, %q: expected exit 2 with %q", c.args, code, errs, c.want)
 		}
 	}
 }

@@ -41,7 +41,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:  "live",
 		Usage: "replay a trace open loop against the live router on a fleet (--fleet, --stub) or any OpenAI endpoint (--target), scored like sim (docs/live.md)",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "fleet", Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file: the router runs in this process in front of its engines"},
 			&cli.StringFlag{Name: "target", Usage: "drive this OpenAI-compatible base URL instead (a bare vLLM, Dynamo, Ray Serve LLM, a remote serve); journaled on the client side"},
 			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), a trace YAML file, a Mooncake .jsonl or Azure .csv file"},
@@ -72,9 +72,9 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
-		},
+		}, engineFlags()...),
 		Action: func(ctx context.Context, c *cli.Command) error {
-			lc, err := liveConfig(c)
+			lc, err := liveConfig(c, stderr)
 			if err != nil {
 				return usageError{err}
 			}
@@ -111,9 +111,12 @@ type liveRun struct {
 	// that names none): said on stderr, since goodput depends on them.
 	sloFrom string
 	warmup  int // --warmup: requests sent first, unscored (--target)
+	// engines carries the in-process router's engine legs, as serve's
+	// engine flags ask (nil: the router's default).
+	engines http.RoundTripper
 }
 
-func liveConfig(c *cli.Command) (*liveRun, error) {
+func liveConfig(c *cli.Command, stderr io.Writer) (*liveRun, error) {
 	if c.Args().Len() > 0 {
 		return nil, fmt.Errorf("live: unexpected argument %q: every input is a flag", c.Args().First())
 	}
@@ -132,6 +135,10 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 		return nil, errors.New("--prefix-cache: needs --fleet (whether a target's engines cache prefixes is the target's setting)")
 	case lc.target != "" && lc.listen != "":
 		return nil, errors.New("--listen: needs --fleet (it is the address of the router this process runs)")
+	case lc.target != "" && engineFlagGiven(c) != "":
+		return nil, fmt.Errorf("%s: needs --fleet (the router this process runs reaches the fleet's engines with it; a --target reaches its own engines)", engineFlagGiven(c))
+	case lc.stub && engineFlagGiven(c) != "":
+		return nil, fmt.Errorf("%s: not with --stub (the stub engines this process starts serve plain http:// on loopback and ask for no key)", engineFlagGiven(c))
 	}
 	if lc.listen != "" {
 		// Said before any engine starts; each run listens on it in turn.
@@ -183,6 +190,10 @@ func liveConfig(c *cli.Command) (*liveRun, error) {
 		if err := basePortErr(lc.basePort, lc.spec.Size()); err != nil {
 			return nil, err
 		}
+		if lc.engines, err = engineTransport(c, nil); err != nil {
+			return nil, err
+		}
+		noteEngineTLSUnused(c, engineURLs(lc.spec, lc.basePort), stderr)
 		lc.arm = c.String("arm")
 		if lc.arm == "" {
 			lc.arm = "adaptive"
@@ -478,7 +489,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 			return nil, usageError{err}
 		}
 		sweep.AttachRehearser(ctrl, sweep.SimConfig(lc.spec, lc.spec.CoreSLO(), lc.prefixCache))
-		rcfg := live.Config{Fleet: lc.spec, URLs: fl.urls, Controller: ctrl, Recorder: rec}
+		rcfg := live.Config{Fleet: lc.spec, URLs: fl.urls, Controller: ctrl, Recorder: rec, Transport: lc.engines}
 		if lc.prefixCache {
 			pc := lc.spec.PrefixCacheSize()
 			rcfg.PrefixCache = &pc

@@ -48,7 +48,8 @@ func opsFlags() []cli.Flag {
 	}, engineFlags()...)
 }
 
-// engineFlags reach the engines: their API key and TLS (serve, check).
+// engineFlags reach the engines: their API key and TLS (serve, check,
+// live --fleet).
 func engineFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "engine-api-key-env", Usage: "send Authorization: Bearer $VAR to the engines on every call (vLLM --api-key)"},
@@ -86,6 +87,31 @@ func engineTransport(c *cli.Command, base *http.Transport) (http.RoundTripper, e
 		base.TLSClientConfig = tlsCfg
 	}
 	return live.WithEngineKey(base, key), nil
+}
+
+// engineFlagGiven is the first of engineFlags on the command line, as
+// --NAME, or "" when none is.
+func engineFlagGiven(c *cli.Command) string {
+	for _, f := range engineFlags() {
+		if name := f.Names()[0]; c.String(name) != "" {
+			return "--" + name
+		}
+	}
+	return ""
+}
+
+// noteEngineTLSUnused says on stderr that --engine-cacert or --engine-cert
+// was given but none of the engines' urls is https://: they are not used.
+func noteEngineTLSUnused(c *cli.Command, urls []string, stderr io.Writer) {
+	if c.String("engine-cacert") == "" && c.String("engine-cert") == "" {
+		return
+	}
+	for _, u := range urls {
+		if strings.HasPrefix(u, "https://") {
+			return
+		}
+	}
+	fmt.Fprintln(stderr, "narwhal-bench: note: --engine-cacert/--engine-cert given, but no engine URL is https://: they are not used")
 }
 
 // frontDoor is the handler serve listens with: the tenant gate (when

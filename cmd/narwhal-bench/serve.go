@@ -138,18 +138,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 					cfg.URLs[i] = fmt.Sprintf("http://127.0.0.1:%d", base+i)
 				}
 			}
-			if urls := cfg.URLs; c.String("engine-cacert") != "" || c.String("engine-cert") != "" {
-				if urls == nil {
-					urls = spec.URLs()
-				}
-				https := false
-				for _, u := range urls {
-					https = https || strings.HasPrefix(u, "https://")
-				}
-				if !https {
-					fmt.Fprintln(stderr, "narwhal-bench: note: --engine-cacert/--engine-cert given, but no engine URL is https://: they are not used")
-				}
-			}
+			noteEngineTLSUnused(c, engineURLs(spec, base), stderr)
 			// High availability and security (ops.go): listen first, so a
 			// standby answers while it waits for the leadership.
 			ln, err := net.Listen("tcp", c.String("listen"))

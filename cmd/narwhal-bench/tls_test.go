@@ -147,16 +147,19 @@ func TestServeShortTenantKeyNoted(t *testing.T) {
 	}
 }
 
-// The router reaches engines that serve HTTPS and require a client
-// certificate (vLLM --ssl-certfile, --ssl-ca-certs, --ssl-cert-reqs 2)
-// with --engine-cacert, --engine-cert and --engine-key; without its
-// certificate the engines refuse it. The engines are stubs behind a TLS
-// front that checks client certificates; their KV side channel stays
-// their own, as NIXL's is.
-func TestServeEngineMutualTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
+// tlsEngines are two stub engines (a child process) behind a TLS front
+// that requires a client certificate (vLLM --ssl-certfile, --ssl-ca-certs,
+// --ssl-cert-reqs 2): fleet is a fleet file naming the front's https://
+// urls; ca verifies the front's certificate, cert and key are a client
+// certificate it accepts; handshakes counts the handshakes it completed.
+// The stubs' KV side channel stays their own, as NIXL's is.
+type tlsEngines struct {
+	fleet, ca, cert, key string
+	handshakes           *atomic.Int64
+}
+
+func startTLSEngines(t *testing.T) tlsEngines {
+	t.Helper()
 	dir := t.TempDir()
 	engCert, engKey, _ := etcdtest.ServerCert(t, dir, "engine")
 	clientCA, clientCert, clientKey := etcdtest.ClientCert(t, dir, "router-client")
@@ -181,30 +184,43 @@ slo: {ttft: 2s, tpot: 100ms}
 `, name, urls[0], urls[1])), 0o600)
 		return f
 	}
-	base := freePorts(t, 6)
-	_, stubErr := child(t, "stub", "--fleet", fleetOf("plain", fmt.Sprintf("http://127.0.0.1:%d", base+1), fmt.Sprintf("http://127.0.0.1:%d", base+2)),
+	base := freePorts(t, 2)
+	_, stubErr := child(t, "stub", "--fleet", fleetOf("plain", fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)),
 		"--time-scale", "0.01")
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base), stubErr)
 	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+1), stubErr)
-	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base+2), stubErr)
-	var handshakes atomic.Int64
+	e := tlsEngines{ca: filepath.Join(dir, "engine-ca.pem"), cert: clientCert, key: clientKey, handshakes: &atomic.Int64{}}
 	var urls []string
 	for i := 0; i < 2; i++ {
-		target, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", base+1+i))
+		target, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", base+i))
 		proxy := httputil.NewSingleHostReverseProxy(target)
 		proxy.FlushInterval = -1
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+3+i))
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		srv := &http.Server{Handler: proxy, TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair},
 			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients,
-			VerifyConnection: func(tls.ConnectionState) error { handshakes.Add(1); return nil }},
+			VerifyConnection: func(tls.ConnectionState) error { e.handshakes.Add(1); return nil }},
 			ErrorLog: log.New(io.Discard, "", 0)}
 		go srv.ServeTLS(ln, "", "")
 		t.Cleanup(func() { srv.Close() })
-		urls = append(urls, fmt.Sprintf("https://127.0.0.1:%d", base+3+i))
+		urls = append(urls, "https://"+ln.Addr().String())
 	}
-	fleetFile := fleetOf("tls", urls...)
+	e.fleet = fleetOf("tls", urls...)
+	return e
+}
+
+// The router reaches engines that serve HTTPS and require a client
+// certificate with --engine-cacert, --engine-cert and --engine-key;
+// without its certificate the engines refuse it.
+func TestServeEngineMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	e := startTLSEngines(t)
+	fleetFile, ca, clientCert, clientKey, handshakes := e.fleet, e.ca, e.cert, e.key, e.handshakes
+	base := freePorts(t, 2)
 	ask := func(router string) (int, string) {
 		resp, err := http.Post(router+"/v1/completions", "application/json", strings.NewReader(`{"model":"stub","prompt":"hello there","max_tokens":4}`))
 		if err != nil {
@@ -216,7 +232,7 @@ slo: {ttft: 2s, tpot: 100ms}
 	}
 	with := fmt.Sprintf("http://127.0.0.1:%d", base)
 	serve, serveErr := child(t, "serve", "--fleet", fleetFile, "--arm", "static:1P1D", "--listen", with[len("http://"):],
-		"--engine-cacert", filepath.Join(dir, "engine-ca.pem"), "--engine-cert", clientCert, "--engine-key", clientKey)
+		"--engine-cacert", ca, "--engine-cert", clientCert, "--engine-key", clientKey)
 	waitHTTP(t, with+"/health", serveErr)
 	if strings.Contains(stderrOf(serve), "no engine URL is https://") {
 		t.Errorf("a note that the engine TLS flags are unused, with https engines:\n%s", stderrOf(serve))
@@ -232,24 +248,57 @@ slo: {ttft: 2s, tpot: 100ms}
 	// check --probe reaches the engines the same way (both two-leg pairs
 	// through the TLS front), and fails without the client certificate.
 	if code, out, errs := runCLI(t, "check", "--fleet", fleetFile, "--probe", "--timeout", "10s",
-		"--engine-cacert", filepath.Join(dir, "engine-ca.pem"), "--engine-cert", clientCert, "--engine-key", clientKey); code != 0 {
+		"--engine-cacert", ca, "--engine-cert", clientCert, "--engine-key", clientKey); code != 0 {
 		t.Fatalf("check --probe with client certificates: exit %d\n%s\n%s", code, out, errs)
 	}
 	if code, out, _ := runCLI(t, "check", "--fleet", fleetFile, "--probe", "--timeout", "10s",
-		"--engine-cacert", filepath.Join(dir, "engine-ca.pem")); code != 1 {
+		"--engine-cacert", ca); code != 1 {
 		t.Fatalf("check --probe without the client certificate: exit %d, expected 1\n%s", code, out)
 	}
 	// The CA alone: the engines' front refuses the router's handshakes.
-	without := fmt.Sprintf("http://127.0.0.1:%d", base+5)
+	without := fmt.Sprintf("http://127.0.0.1:%d", base+1)
 	_, errs2 := child(t, "serve", "--fleet", fleetFile, "--arm", "static:1P1D", "--listen", without[len("http://"):],
-		"--engine-cacert", filepath.Join(dir, "engine-ca.pem"), "--request-timeout", "5s")
+		"--engine-cacert", ca, "--request-timeout", "5s")
 	waitHTTP(t, without+"/health", errs2)
 	if code, body := ask(without); code == 200 {
 		t.Fatalf("engines that require a client certificate answered a router without one: %s", body)
 	}
 	// The flags with plain http:// engines are said to be unused.
-	code, _, errs := runCLI(t, "serve", "--fleet", "demo", "--engine-cacert", filepath.Join(dir, "engine-ca.pem"), "--listen", "256.0.0.1:1")
+	code, _, errs := runCLI(t, "serve", "--fleet", "demo", "--engine-cacert", ca, "--listen", "256.0.0.1:1")
 	if code != 2 || !strings.Contains(errs, "no engine URL is https://") {
 		t.Errorf("exit %d: %s: expected the note, then --listen's refusal", code, errs)
+	}
+}
+
+// live --fleet runs the router in this process in front of engines that
+// serve HTTPS and require a client certificate: with the engine flags the
+// run goes through; without the client certificate no request succeeds
+// and the run fails (exit 1), saying why.
+func TestLiveEngineMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	e := startTLSEngines(t)
+	_, tracePath := liveFiles(t, "2s")
+	args := []string{"live", "--fleet", e.fleet, "--arm", "static:1P1D", "--trace", tracePath, "--limit", "3", "--request-timeout", "10s"}
+	code, out, errs := runCLI(t, append(args, "--engine-cacert", e.ca, "--engine-cert", e.cert, "--engine-key", e.key)...)
+	if code != 0 || !strings.Contains(out, "3/3") || strings.Contains(out, "errors") {
+		t.Fatalf("live through engines with client certificates: exit %d\n%s\n%s", code, out, errs)
+	}
+	if strings.Contains(errs, "no engine URL is https://") {
+		t.Errorf("a note that the engine TLS flags are unused, with https engines:\n%s", errs)
+	}
+	if e.handshakes.Load() == 0 {
+		t.Fatal("no TLS handshake reached the engines' front")
+	}
+	code, out, errs = runCLI(t, append(args, "--engine-cacert", e.ca)...)
+	if code != 1 || !strings.Contains(errs, "no request succeeded") {
+		t.Fatalf("live without the client certificate: exit %d, expected 1 with no request succeeding\n%s\n%s", code, out, errs)
+	}
+	t.Logf("without the client certificate:\n%s", errs)
+	// The flags with plain http:// engines are said to be unused.
+	code, _, errs = runCLI(t, "live", "--fleet", "demo", "--engine-cacert", e.ca, "--rate", "0")
+	if code != 2 || !strings.Contains(errs, "no engine URL is https://") || !strings.Contains(errs, "--rate") {
+		t.Errorf("exit %d: %s: expected the note, then --rate's refusal", code, errs)
 	}
 }
