@@ -858,19 +858,26 @@ func (c Config) KVCapacity() int64 {
 	return sim.DefaultBatch.KVCapacityTokens
 }
 
-// OverKVNote says, when a run of res had requests that need more KV than an
-// engine holds, how many at most and what that does ("" when none).
-func OverKVNote(res *Result, capacity int64) string {
-	worst := -1
-	for i, r := range res.Runs {
-		if r.OverKV > 0 && (worst < 0 || r.OverKV > res.Runs[worst].OverKV) {
-			worst = i
+// OverKVNote says, when a run of results had requests that need more KV
+// than an engine holds, how many at most and what that does ("" when
+// none). With several results (one per seed) it names the worst run's seed.
+func OverKVNote(capacity int64, results ...*Result) string {
+	var worst *Run
+	var seed uint64
+	for _, res := range results {
+		for i, r := range res.Runs {
+			if r.OverKV > 0 && (worst == nil || r.OverKV > worst.OverKV) {
+				worst, seed = &res.Runs[i], res.Seed
+			}
 		}
 	}
-	if worst < 0 {
+	if worst == nil {
 		return ""
 	}
-	r := res.Runs[worst]
-	return fmt.Sprintf("%d of %d requests (%s at %s req/s; the most of any run) need more KV than an engine holds (prompt and answer over kv_capacity_tokens %d): they crowd out the streams beside them, preempted again and again, which no vLLM would accept (its max_model_len must fit its KV cache): give the fleet a larger kv_capacity_tokens, or cap the trace's lengths",
-		r.OverKV, r.Offered, r.Arm, fmtRate(r.Rate), capacity)
+	at := fmt.Sprintf("%s at %s req/s", worst.Arm, fmtRate(worst.Rate))
+	if len(results) > 1 {
+		at += fmt.Sprintf(", seed %d", seed)
+	}
+	return fmt.Sprintf("%d of %d requests (%s; the most of any run) need more KV than an engine holds (prompt and answer over kv_capacity_tokens %d): they crowd out the streams beside them, preempted again and again, which no vLLM would accept (its max_model_len must fit its KV cache): give the fleet a larger kv_capacity_tokens, or cap the trace's lengths",
+		worst.OverKV, worst.Offered, at, capacity)
 }

@@ -110,10 +110,16 @@ func TestOracleScaleNote(t *testing.T) {
 // and says nothing when none is.
 func TestOverKVNote(t *testing.T) {
 	r := Result{Runs: []Run{{Arm: "static:4P4D", Rate: 1, Offered: 100, OverKV: 3}, {Arm: "adaptive", Rate: 2, Offered: 200, OverKV: 7}, {Arm: "x", Rate: 3}}}
-	if n := OverKVNote(&r, 52448); !strings.HasPrefix(n, "7 of 200 requests (adaptive at 2.0 req/s") || !strings.Contains(n, "kv_capacity_tokens 52448") {
+	if n := OverKVNote(52448, &r); !strings.HasPrefix(n, "7 of 200 requests (adaptive at 2.0 req/s") || !strings.Contains(n, "kv_capacity_tokens 52448") {
 		t.Errorf("note %q", n)
 	}
-	if n := OverKVNote(&Result{Runs: []Run{{Arm: "a", Rate: 1, Offered: 5}}}, 100); n != "" {
+	if n := OverKVNote(100, &Result{Runs: []Run{{Arm: "a", Rate: 1, Offered: 5}}}); n != "" {
 		t.Errorf("note %q with no request over the capacity", n)
+	}
+	// Over seeds (sim --seeds): the worst run of any seed, its seed named.
+	r2 := Result{Seed: 9, Runs: []Run{{Arm: "static:4P4D", Rate: 1, Offered: 100, OverKV: 11}}}
+	r.Seed = 8
+	if n := OverKVNote(52448, &r, &r2); !strings.HasPrefix(n, "11 of 100 requests (static:4P4D at 1.0 req/s, seed 9;") {
+		t.Errorf("note over seeds %q", n)
 	}
 }

@@ -369,6 +369,9 @@ func (cr *comboRun) run() (*sweep.Result, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	if note := sweep.OverKVNote(cfg.KVCapacity(), res); note != "" {
+		fmt.Fprintf(stderr, "%s: note: %s\n", label, note)
+	}
 	if _, err := journal.Export(filepath.Join(dir, "runs"), filepath.Join(dir, "parquet")); err != nil {
 		return nil, "", fmt.Errorf("experiment %s: export: %w", cr.e.Name, err)
 	}

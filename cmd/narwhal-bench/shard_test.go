@@ -281,3 +281,36 @@ func TestSeedsOnImportedTrace(t *testing.T) {
 		t.Errorf("run --seeds 1..2 over an imported trace: exit %d, %s", code, errs)
 	}
 }
+
+// Requests needing more KV than an engine holds are said on stderr by sim
+// alone, sim --seeds (naming the seed) and run, each.
+func TestOverKVNoteEverySweep(t *testing.T) {
+	dir := t.TempDir()
+	fl := filepath.Join(dir, "small-kv.yaml")
+	b, err := os.ReadFile(filepath.Join("testdata", "demo-fifth.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := strings.Replace(string(b), "kv_capacity_tokens: 105888", "kv_capacity_tokens: 3000", 1)
+	if small == string(b) {
+		t.Fatal("testdata/demo-fifth.yaml: no kv_capacity_tokens to shrink")
+	}
+	os.WriteFile(fl, []byte(small), 0o644)
+	const want = "need more KV than an engine holds (prompt and answer over kv_capacity_tokens 3000)"
+	if code, _, errs := runCLI(t, "sim", "--trace", "demo", "--fleet", fl, "--arms", "static:4P4D", "--rates", "1.6"); code != 0 || !strings.Contains(errs, want) {
+		t.Errorf("sim: exit %d, stderr %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "sim", "--trace", "demo", "--fleet", fl, "--arms", "static:4P4D", "--rates", "1.6", "--seeds", "3..4"); code != 0 ||
+		!strings.Contains(errs, want) || !strings.Contains(errs, ", seed ") {
+		t.Errorf("sim --seeds: exit %d, stderr %q", code, errs)
+	}
+	exp := filepath.Join(dir, "exp.yaml")
+	os.WriteFile(exp, []byte("name: e\ntrace: demo\nfleet: "+fl+"\narms: [static:4P4D]\nrates: [\"1.6\"]\nseeds: [1]\n"), 0o644)
+	if code, _, errs := runCLI(t, "run", "--out", filepath.Join(dir, "out"), exp); code != 0 || !strings.Contains(errs, want) {
+		t.Errorf("run: exit %d, stderr %q", code, errs)
+	}
+	// The demo fleet's own capacity holds demo's requests: no note.
+	if code, _, errs := runCLI(t, "sim", "--trace", "demo", "--arms", "static:4P4D", "--rates", "1.6", "--seeds", "2"); code != 0 || strings.Contains(errs, "more KV") {
+		t.Errorf("sim --seeds on demo: exit %d, stderr %q", code, errs)
+	}
+}

@@ -149,6 +149,9 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 				if err != nil {
 					return err
 				}
+				if note := sweep.OverKVNote(cfg.KVCapacity(), m.PerSeed...); note != "" {
+					fmt.Fprintf(stderr, "%s: note: %s\n", c.Root().Name, note)
+				}
 				if c.Bool("json") {
 					return writeJSON(c.Root().Writer, m)
 				}
@@ -167,7 +170,7 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if note := sweep.OverKVNote(res, cfg.KVCapacity()); note != "" {
+			if note := sweep.OverKVNote(cfg.KVCapacity(), res); note != "" {
 				fmt.Fprintf(stderr, "%s: note: %s\n", c.Root().Name, note)
 			}
 			if dir != "" && !c.Bool("no-parquet") {
