@@ -10,8 +10,8 @@ import (
 //
 // Algorithm 1 (arrow.go) scans its pool for the lexicographically least
 // cost, and the least among costs meeting the SLO, first in index order on
-// ties. On a fleet of one timing profile with no prefix affinity, a leg's
-// cost on instance i is a monotone function of two of i's counters:
+// ties. On a fleet of one timing profile, a leg's cost on instance i is a
+// monotone function of two of i's counters:
 //
 //	prefill leg: (DecodeTokens, PrefillWork + T(n))
 //	decode leg:  (PrefillTokens, DecodeTokens + n + 1 - MT)
@@ -26,6 +26,13 @@ import (
 // leaf until the clock reaches its ReadyAt (settleOffline), as the scan's
 // pool skips it. The index is used only while it is exact: no instance
 // down, the role's pool not empty; otherwise Algorithm 1 scans.
+//
+// Prefix caching breaks the monotone cost on one instance only: a prompt
+// is cheaper where its prefix is cached, and the core expects it cached
+// on one instance at most (cachedInst). The index answers as if nothing
+// were cached, and that one instance, priced with its cache, is then
+// weighed against the answer: every other instance's cost is the one the
+// index saw, so the least of the two is the scan's choice.
 
 // indexMin is the least fleet size the index is used for: below it a scan
 // is as cheap.
@@ -70,7 +77,7 @@ func treeFor(r event.Role) int {
 // prefix affinity, enough instances); otherwise v.idx stays nil.
 func (v *View) buildIndex() {
 	v.idxTried = true
-	if len(v.inst) < indexMin || v.affinity != nil {
+	if len(v.inst) < indexMin {
 		return
 	}
 	p0 := v.inst[0].Profile
@@ -278,7 +285,9 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 		if decode {
 			return v.DecodeCost(i, r)
 		}
-		return v.PrefillCost(i, r)
+		// PrefillCost with nothing cached (the one cached instance is
+		// weighed after the walk).
+		return Cost{float64(v.inst[i].DecodeTokens), second(v.inst[i].PrefillWork)}
 	}
 	// The least cost: the root's least pair prices the cheapest leaf
 	// exactly (the cost is monotone in the pair), and a subtree holds a
@@ -299,7 +308,7 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 	best = event.Instance(k - tr.size)
 	bestCost := cost(best)
 	if bestCost[1] <= thresh {
-		return best, best, true // the cheapest meets the SLO
+		return v.weighCached(r, decode, tr, thresh, best, bestCost, best, bestCost) // the cheapest meets the SLO
 	}
 	// The least cost meeting the SLO: skip nodes where no leaf meets it
 	// (least secondary counter) or none is cheaper than the best so far.
@@ -324,6 +333,57 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 		meeting(2*k + 1)
 	}
 	meeting(1)
+	return v.weighCached(r, decode, tr, thresh, best, bestCost, bestOK, bestOKCost)
+}
+
+// cachedInst is the one instance on which cachedOn may find r's prompt
+// cached (its engine's report, else the prefix group's affinity), or
+// NoInstance.
+func (v *View) cachedInst(r Request) event.Instance {
+	switch {
+	case v.affinity == nil:
+		return event.NoInstance
+	case r.CachedTokens > 0:
+		return r.CachedOn
+	case r.PrefixGroup == 0:
+		return event.NoInstance
+	}
+	if a, ok := v.affinity[r.PrefixGroup]; ok {
+		return a.inst
+	}
+	return event.NoInstance
+}
+
+// inTree reports whether instance i has a leaf in tr (it holds the tree's
+// role and is online).
+func (tr *roleTree) inTree(i event.Instance) bool {
+	return i >= 0 && int(i) < tr.size && tr.node[tr.size+int(i)].a != math.Inf(1)
+}
+
+// weighCached finishes indexed: best and bestOK are the index's choices
+// with nothing cached; the instance holding r's prefix, if in the pool, is
+// priced with its cache and takes either place when it is cheaper (or as
+// cheap and earlier in index order), as the scan would find. Decode legs
+// have no cache to weigh.
+func (v *View) weighCached(r Request, decode bool, tr *roleTree, thresh float64, best event.Instance, bestCost Cost, bestOK event.Instance, bestOKCost Cost) (event.Instance, event.Instance, bool) {
+	j := event.NoInstance
+	if !decode {
+		j = v.cachedInst(r)
+	}
+	if j == event.NoInstance || !tr.inTree(j) {
+		return best, bestOK, true
+	}
+	in := &v.inst[j]
+	kj := v.PrefillCost(j, r)
+	if (Cost{float64(in.DecodeTokens), in.PrefillWork + in.Profile.PrefillSpan(0, r.InputTokens)}).Less(kj) {
+		return 0, 0, false // a cache that makes the prompt dearer: the index's premise fails; scan
+	}
+	if j != best && (kj.Less(bestCost) || kj == bestCost && j < best) {
+		best = j
+	}
+	if kj[1] <= thresh && j != bestOK && (bestOK == event.NoInstance || kj.Less(bestOKCost) || kj == bestOKCost && j < bestOK) {
+		bestOK = j
+	}
 	return best, bestOK, true
 }
 
@@ -335,7 +395,8 @@ func (v *View) indexed(r Request, decode bool, want event.Role) (best, bestOK ev
 // O(log instances): the scan it replaces cost a pass over the fleet for
 // every prompt no prefill engine takes in time, which past saturation on
 // 4,096 engines more than doubled the cost of a simulated request.
-func (v *View) indexedSpill(span float64) (event.Instance, bool) {
+func (v *View) indexedSpill(r Request) (event.Instance, bool) {
+	span := v.inst[0].Profile.PrefillSpan(0, r.InputTokens)
 	if !v.idxTried {
 		v.buildIndex()
 	}
@@ -359,5 +420,17 @@ func (v *View) indexedSpill(span float64) (event.Instance, bool) {
 			k++
 		}
 	}
-	return event.Instance(k - tr.size), true
+	best := event.Instance(k - tr.size)
+	// The engine holding r's prefix, priced with its cache, as indexed
+	// weighs it.
+	if j := v.cachedInst(r); j != event.NoInstance && tr.inTree(j) {
+		tj := v.spillTTFT(j, r)
+		if tj > v.inst[j].PrefillWork+span {
+			return event.NoInstance, false // a cache that makes the prompt dearer: scan
+		}
+		if j != best && (tj < target || tj == target && j < best) {
+			best = j
+		}
+	}
+	return best, true
 }

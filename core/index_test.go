@@ -12,7 +12,7 @@ import (
 // counted afresh through random facts (driveRandom checks them each step).
 func TestFleetTotalsFollowFacts(t *testing.T) {
 	for _, arm := range []string{"adaptive", "arrow", "dynamo"} {
-		driveRandom(t, arm, 12, 4, 3000)
+		driveRandom(t, arm, 12, 4, 3000, false)
 	}
 }
 
@@ -31,7 +31,7 @@ func TestPlacementIndexMatchesScan(t *testing.T) {
 		spills := spillChecks
 		for seed := uint64(1); seed <= 3; seed++ {
 			before := indexChecks
-			driveRandom(t, arm, 40, seed, 3000)
+			driveRandom(t, arm, 40, seed, 3000, false)
 			if indexChecks-before < 100 {
 				t.Errorf("%s seed %d: only %d placements used the index", arm, seed, indexChecks-before)
 			}
@@ -40,6 +40,21 @@ func TestPlacementIndexMatchesScan(t *testing.T) {
 		// idle decode engine through the index.
 		if spilling := arm == "adaptive" || arm == "static:10P30D/alg1"; spilling && spillChecks-spills < 20 {
 			t.Errorf("%s: only %d spill choices used the index", arm, spillChecks-spills)
+		}
+	}
+	// With prefix caching the index answers too, the one engine holding a
+	// prompt's prefix weighed after its walk (weighCached), for
+	// placements and burst spill alike.
+	for _, arm := range []string{"adaptive", "arrow", "static:10P30D/alg1"} {
+		spills, before := spillChecks, indexChecks
+		for seed := uint64(1); seed <= 3; seed++ {
+			driveRandom(t, arm, 40, seed, 3000, true)
+		}
+		if indexChecks-before < 300 {
+			t.Errorf("%s with prefix caching: only %d placements used the index", arm, indexChecks-before)
+		}
+		if arm != "arrow" && spillChecks-spills < 20 {
+			t.Errorf("%s with prefix caching: only %d spill choices used the index", arm, spillChecks-spills)
 		}
 	}
 	// coldswap's moves take engines offline for minutes: the index
@@ -59,7 +74,7 @@ func TestLeastLoadedIndexMatchesScan(t *testing.T) {
 	for _, arm := range []string{"static:10P30D", "static:30P10D", "aggregated"} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			before := argChecks
-			driveRandom(t, arm, 40, seed, 3000)
+			driveRandom(t, arm, 40, seed, 3000, false)
 			if argChecks-before < 100 {
 				t.Errorf("%s seed %d: only %d placements used the index", arm, seed, argChecks-before)
 			}
@@ -72,7 +87,10 @@ type live struct {
 	stage Stage
 }
 
-func driveRandom(t *testing.T, arm string, n int, seed uint64, steps int) {
+// driveRandom plays steps random facts on a fleet of n engines under arm;
+// with prefix, prompts share prefixes (a few groups) and the core prices
+// them (PrefixAware), some with an engine's own report of cached tokens.
+func driveRandom(t *testing.T, arm string, n int, seed uint64, steps int, prefix bool) {
 	t.Helper()
 	ctrl, err := NewController(arm, n)
 	if err != nil {
@@ -82,7 +100,7 @@ func driveRandom(t *testing.T, arm string, n int, seed uint64, steps int) {
 	for i := range ps {
 		ps[i] = timing.Reference
 	}
-	c, err := New(Config{Profiles: ps, SLO: event.SLO{TTFT: 2 * event.Second, TPOT: 60 * event.Millisecond}}, ctrl)
+	c, err := New(Config{Profiles: ps, SLO: event.SLO{TTFT: 2 * event.Second, TPOT: 60 * event.Millisecond}, PrefixAware: prefix}, ctrl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +150,15 @@ func driveRandom(t *testing.T, arm string, n int, seed uint64, steps int) {
 		switch k := rng.IntN(100); {
 		case k < 40:
 			r := Request{ID: next, InputTokens: 50 + rng.IntN(8000), PrefillInst: event.NoInstance, DecodeInst: event.NoInstance}
+			if prefix {
+				switch rng.IntN(4) {
+				case 0: // no shared prefix
+				case 1: // an engine's report: cached on one engine
+					r.CachedOn, r.CachedTokens = event.Instance(rng.IntN(n)), rng.IntN(r.InputTokens+1)
+				default: // one of a few shared prefixes, up to the whole prompt
+					r.PrefixGroup, r.PrefixTokens = int64(1+rng.IntN(6)), rng.IntN(r.InputTokens+1)
+				}
+			}
 			next++
 			byID[r.ID] = &live{r: r}
 			ids = append(ids, r.ID)

@@ -47,7 +47,7 @@ func (c *View) spill(cfg SpillConfig, r Request, chosen event.Instance) event.In
 		return event.NoInstance
 	}
 	limit := c.ttftS * cfg.TTFT
-	if j, ok := c.indexedSpill(c.inst[0].Profile.PrefillSpan(0, r.InputTokens)); ok {
+	if j, ok := c.indexedSpill(r); ok {
 		if checkIndex {
 			spillChecks++
 			if s := c.spillScan(limit, r); s != j && (s != event.NoInstance || c.spillTTFT(j, r) <= limit) {
