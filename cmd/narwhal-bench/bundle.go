@@ -30,17 +30,21 @@ func bundleCommand(stderr io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:  "bundle",
 		Usage: "write a redacted diagnostic archive: config, the router's /state and /metrics, a journal summary, versions",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "out", Required: true, Usage: "the archive to write (.tar.gz)"},
 			&cli.StringFlag{Name: "router", Usage: "the router's base URL, to read /state, /metrics and /health"},
 			&cli.StringFlag{Name: "api-key-env", Usage: "an admin tenant's key for the router, from this environment variable"},
 			&cli.StringFlag{Name: "journal", Usage: "a journal directory to summarize (counts, no text)"},
 			&cli.StringSliceFlag{Name: "config", Usage: "a configuration file to include (fleet, tenants), redacted; repeatable"},
 			&cli.StringSliceFlag{Name: "redact-env", Usage: "an environment variable whose value must not appear in the archive (tenant and engine keys); repeatable"},
-		},
+		}, routerClientFlags("--router")...),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if c.Args().Len() > 0 {
 				return usageError{fmt.Errorf("bundle: unexpected argument %q: every input is a flag", c.Args().First())}
+			}
+			tlsCfg, err := routerClientTLS(c, "router", stderr)
+			if err != nil {
+				return err
 			}
 			rd := newRedactor()
 			key := ""
@@ -87,6 +91,11 @@ func bundleCommand(stderr io.Writer) *cli.Command {
 			}
 			if base := strings.TrimRight(c.String("router"), "/"); base != "" {
 				hc := http.Client{Timeout: 10 * time.Second}
+				if tlsCfg != nil {
+					tr := http.DefaultTransport.(*http.Transport).Clone()
+					tr.TLSClientConfig = tlsCfg
+					hc.Transport = tr
+				}
 				for _, route := range []string{"/health", "/state", "/metrics", "/journal"} {
 					q, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+route, nil)
 					if key != "" {

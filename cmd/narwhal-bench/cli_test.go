@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/narwhal-bench/narwhal-bench/internal/cliexit"
+	"github.com/narwhal-bench/narwhal-bench/internal/etcdtest"
 	"github.com/narwhal-bench/narwhal-bench/internal/journaltest"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 )
@@ -29,6 +30,10 @@ func TestExitCodes(t *testing.T) {
 	os.WriteFile(bad, []byte("name: x\nphases: [\n"), 0o644)
 	exp := filepath.Join(dir, "exp.yaml")
 	os.WriteFile(exp, []byte("name: e\ntrace: demo\narms: [static:4P4D]\nrates: [\"1e6\"]\n"), 0o644)
+	crt, key, _ := etcdtest.ServerCert(t, dir, "router")
+	notPEM := filepath.Join(dir, "not.pem")
+	os.WriteFile(notPEM, []byte("not a certificate"), 0o644)
+	tlsServe := []string{"serve", "--fleet", "demo", "--tls-cert", crt, "--tls-key", key, "--tls-client-ca"}
 	cases := []struct {
 		args []string
 		code int
@@ -53,6 +58,13 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"live", "--fleet", "demo", "--engine-key", "k.pem"}, 2, "--engine-cert and --engine-key: expected both or neither"},
 		{[]string{"live", "--fleet", "demo", "--engine-cacert", "/nonexistent/ca.pem"}, 2, `--engine-cacert "/nonexistent/ca.pem"`},
 		{[]string{"live", "--target", "https://127.0.0.1:1", "--engine-cacert", "ca.pem"}, 2, "--engine-cacert: needs --fleet (the router this process runs reaches the fleet's engines with it"},
+		{[]string{"serve", "--fleet", "demo", "--tls-client-ca", "ca.pem"}, 2, "--tls-client-ca: needs --tls-cert and --tls-key (client certificates are asked for in the TLS handshake"},
+		{append(tlsServe, "/nonexistent/ca.pem"), 2, "--tls-client-ca /nonexistent/ca.pem: open /nonexistent/ca.pem: no such file or directory: expected a PEM bundle of the CA certificates"},
+		{append(tlsServe, notPEM), 2, "--tls-client-ca " + notPEM + ": " + notPEM + ": no PEM certificate in it: expected a PEM bundle"},
+		{[]string{"live", "--target", "https://127.0.0.1:1", "--cert", "c.pem"}, 2, "--cert and --key: expected both or neither"},
+		{[]string{"live", "--target", "https://127.0.0.1:1", "--cacert", "/nonexistent/ca.pem"}, 2, `--cacert "/nonexistent/ca.pem", --cert "", --key "": open /nonexistent/ca.pem`},
+		{[]string{"live", "--fleet", "demo", "--cacert", "ca.pem"}, 2, "--cacert: needs --target"},
+		{[]string{"bundle", "--out", filepath.Join(dir, "b.tar.gz"), "--cert", "c.pem", "--key", "k.pem"}, 2, "--cert: needs --router"},
 		{[]string{"live", "--fleet", "demo", "--stub", "--engine-api-key-env", "NWB_T_ENGINE"}, 2, "--engine-api-key-env: not with --stub (the stub engines this process starts serve plain http://"},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--rate", "inf", "--max-concurrency", "8"}, 2, `--rate "inf": expected a finite rate; for vllm bench serve's --request-rate inf`},
 		{[]string{"live", "--target", "http://127.0.0.1:1", "--rate", "0"}, 2, `--rate: rate "0"`},

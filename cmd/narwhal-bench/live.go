@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
@@ -72,7 +73,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "ttft-slo", Usage: "override the TTFT SLO (e.g. 2.1s)"},
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
-		}, engineFlags()...),
+		}, append(engineFlags(), routerClientFlags("--target")...)...),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			lc, err := liveConfig(c, stderr)
 			if err != nil {
@@ -114,6 +115,22 @@ type liveRun struct {
 	// engines carries the in-process router's engine legs, as serve's
 	// engine flags ask (nil: the router's default).
 	engines http.RoundTripper
+	// targetTLS reaches an https:// --target with --cacert, --cert and
+	// --key (nil: Go's defaults).
+	targetTLS *tls.Config
+}
+
+// targetTransport carries one run's requests to the target: a transport of
+// its own per run (as loadgen's default, so that no run reuses another's
+// connections), with --cacert, --cert and --key; nil (loadgen's default)
+// without them.
+func (lc *liveRun) targetTransport() http.RoundTripper {
+	if lc.targetTLS == nil {
+		return nil
+	}
+	tr := loadgen.NewTransport()
+	tr.TLSClientConfig = lc.targetTLS.Clone()
+	return tr
 }
 
 func liveConfig(c *cli.Command, stderr io.Writer) (*liveRun, error) {
@@ -139,6 +156,10 @@ func liveConfig(c *cli.Command, stderr io.Writer) (*liveRun, error) {
 		return nil, fmt.Errorf("%s: needs --fleet (the router this process runs reaches the fleet's engines with it; a --target reaches its own engines)", engineFlagGiven(c))
 	case lc.stub && engineFlagGiven(c) != "":
 		return nil, fmt.Errorf("%s: not with --stub (the stub engines this process starts serve plain http:// on loopback and ask for no key)", engineFlagGiven(c))
+	}
+	var err error
+	if lc.targetTLS, err = routerClientTLS(c, "target", stderr); err != nil {
+		return nil, err
 	}
 	if lc.listen != "" {
 		// Said before any engine starts; each run listens on it in turn.
@@ -310,9 +331,9 @@ func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer) error {
 		plan[i].At = 0
 	}
 	cfg := lc.lg
-	cfg.URL, cfg.Salt = lc.target, 0x7761726d7570 // "warmup"
+	cfg.URL, cfg.Salt, cfg.Transport = lc.target, 0x7761726d7570, lc.targetTransport() // salt: "warmup"
 	if cfg.Model = lc.model; cfg.Model == "" {
-		if cfg.Model, err = firstModel(ctx, lc.target, cfg.APIKey); err != nil {
+		if cfg.Model, err = firstModel(ctx, lc.target, cfg.APIKey, cfg.Transport); err != nil {
 			// The target not answering is a failed run (exit 1), not bad
 			// input: the URL was well formed.
 			return fmt.Errorf("--target %s: %w (or name the model with --model)", lc.target, err)
@@ -453,9 +474,9 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	)
 	tmpDir := ""
 	if lc.target != "" {
-		cfg.URL = lc.target
+		cfg.URL, cfg.Transport = lc.target, lc.targetTransport()
 		if cfg.Model = lc.model; cfg.Model == "" {
-			if cfg.Model, err = firstModel(ctx, lc.target, cfg.APIKey); err != nil {
+			if cfg.Model, err = firstModel(ctx, lc.target, cfg.APIKey, cfg.Transport); err != nil {
 				return nil, fmt.Errorf("--target %s: %w (or name the model with --model)", lc.target, err)
 			}
 		}
@@ -659,8 +680,9 @@ func (lc *liveRun) startFleet(stderr io.Writer) (*stubFleet, error) {
 	return out, nil
 }
 
-// firstModel asks an endpoint which model it serves.
-func firstModel(ctx context.Context, base, key string) (string, error) {
+// firstModel asks an endpoint which model it serves, through rt (nil:
+// Go's default transport).
+func firstModel(ctx context.Context, base, key string, rt http.RoundTripper) (string, error) {
 	base = strings.TrimSuffix(strings.TrimRight(base, "/"), "/v1")
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -671,7 +693,7 @@ func firstModel(ctx context.Context, base, key string) (string, error) {
 	if key != "" {
 		hq.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := http.DefaultClient.Do(hq)
+	resp, err := (&http.Client{Transport: rt}).Do(hq)
 	if err != nil {
 		return "", fmt.Errorf("GET /v1/models: %w", err)
 	}

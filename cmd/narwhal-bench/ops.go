@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +46,7 @@ func opsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tenants", Usage: "tenants file: API keys (from environment variables or files), shares of admission, rates, admin rights"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (with --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "the PEM private key of --tls-cert"},
+		&cli.StringFlag{Name: "tls-client-ca", Usage: "with --tls-cert: require of every client a certificate signed by a CA of this PEM bundle (mutual TLS, as vLLM --ssl-ca-certs with --ssl-cert-reqs 2), /health and /metrics included"},
 	}, engineFlags()...)
 }
 
@@ -76,17 +78,67 @@ func engineTransport(c *cli.Command, base *http.Transport) (http.RoundTripper, e
 	if base == nil {
 		base = live.NewTransport()
 	}
-	if ca != "" || cert != "" || ekey != "" {
-		if (cert == "") != (ekey == "") {
-			return nil, usageError{errors.New("--engine-cert and --engine-key: expected both or neither")}
-		}
-		tlsCfg, err := ha.TLSConfig(ca, cert, ekey)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("--engine-cacert %q, --engine-cert %q, --engine-key %q: %w: expected PEM files", ca, cert, ekey, err)}
-		}
+	tlsCfg, err := clientTLS(c, "engine-cacert", "engine-cert", "engine-key")
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
 		base.TLSClientConfig = tlsCfg
 	}
 	return live.WithEngineKey(base, key), nil
+}
+
+// clientTLS reads a TLS client's flags: caFlag, a PEM CA bundle that
+// verifies the server's certificate (default: the system's roots), and
+// certFlag with keyFlag, a PEM client certificate and its key (both or
+// neither). It returns nil when none is given; a bad one is bad input,
+// naming the flags (engines, etcd, and a router's front door).
+func clientTLS(c *cli.Command, caFlag, certFlag, keyFlag string) (*tls.Config, error) {
+	ca, cert, key := c.String(caFlag), c.String(certFlag), c.String(keyFlag)
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	if (cert == "") != (key == "") {
+		return nil, usageError{fmt.Errorf("--%s and --%s: expected both or neither", certFlag, keyFlag)}
+	}
+	cfg, err := ha.TLSConfig(ca, cert, key)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--%s %q, --%s %q, --%s %q: %w: expected PEM files", caFlag, ca, certFlag, cert, keyFlag, key, err)}
+	}
+	return cfg, nil
+}
+
+// routerClientFlags reach a server over HTTPS, verifying it with a private
+// CA and presenting a client certificate where it requires one (serve
+// --tls-client-ca, vLLM --ssl-cert-reqs 2): live --target, bundle --router.
+func routerClientFlags(with string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "cacert", Usage: "with " + with + ": verify an https:// server's certificate with this PEM CA bundle (default: the system's roots)"},
+		&cli.StringFlag{Name: "cert", Usage: "with " + with + ": present this PEM client certificate to a server that requires one (serve --tls-client-ca; with --key)"},
+		&cli.StringFlag{Name: "key", Usage: "the PEM private key of --cert"},
+	}
+}
+
+// routerClientTLS reads routerClientFlags for the server at urlFlag: nil
+// when none is given. Given without urlFlag they are refused; with a plain
+// http:// URL they are said on stderr to be unused.
+func routerClientTLS(c *cli.Command, urlFlag string, stderr io.Writer) (*tls.Config, error) {
+	u := c.String(urlFlag)
+	if u == "" {
+		for _, f := range []string{"cacert", "cert", "key"} {
+			if c.String(f) != "" {
+				return nil, usageError{fmt.Errorf("--%s: needs --%s (the server it reaches over HTTPS)", f, urlFlag)}
+			}
+		}
+	}
+	cfg, err := clientTLS(c, "cacert", "cert", "key")
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(u, "https://") {
+		fmt.Fprintf(stderr, "narwhal-bench: note: --cacert/--cert given, but --%s %s is not https://: they are not used\n", urlFlag, u)
+	}
+	return cfg, nil
 }
 
 // engineFlagGiven is the first of engineFlags on the command line, as
@@ -226,14 +278,8 @@ var haSecurityFlags = []string{"ha-cacert", "ha-cert", "ha-key", "ha-user", "ha-
 // haSecurity reads haSecurityFlags: the TLS configuration (nil for plain
 // http) and the user and password ("" for none).
 func haSecurity(c *cli.Command) (tlsCfg *tls.Config, user, password string, err error) {
-	ca, cert, key := c.String("ha-cacert"), c.String("ha-cert"), c.String("ha-key")
-	if ca != "" || cert != "" || key != "" {
-		if (cert == "") != (key == "") {
-			return nil, "", "", usageError{errors.New("--ha-cert and --ha-key: expected both or neither")}
-		}
-		if tlsCfg, err = ha.TLSConfig(ca, cert, key); err != nil {
-			return nil, "", "", usageError{fmt.Errorf("--ha-cacert %q, --ha-cert %q, --ha-key %q: %w: expected PEM files", ca, cert, key, err)}
-		}
+	if tlsCfg, err = clientTLS(c, "ha-cacert", "ha-cert", "ha-key"); err != nil {
+		return nil, "", "", err
 	}
 	if password, err = secretFlag(c, "ha-password"); err != nil {
 		return nil, "", "", err
@@ -246,43 +292,37 @@ func haSecurity(c *cli.Command) (tlsCfg *tls.Config, user, password string, err 
 }
 
 // opsSetup reads the security flags: the tenant gate (nil without
-// --tenants) and the engine key. A tenant key under live.MinKeyBytes is
-// said on stderr.
-func opsSetup(c *cli.Command, cfg *live.Config, stderr io.Writer) (*live.Gate, error) {
-	if c.String("tls-cert") != "" != (c.String("tls-key") != "") {
-		return nil, usageError{errors.New("--tls-cert and --tls-key: expected both or neither")}
-	}
-	if cert, key := c.String("tls-cert"), c.String("tls-key"); cert != "" {
-		// Loaded here so that a bad pair stops the start with a message;
-		// http.Server.ServeTLS would only fail in its goroutine.
-		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
-			return nil, usageError{fmt.Errorf("--tls-cert %s, --tls-key %s: %w: expected a PEM certificate and its private key", cert, key, err)}
-		}
+// --tenants), the front door's TLS (nil without --tls-cert) and the engine
+// key. A tenant key under live.MinKeyBytes is said on stderr.
+func opsSetup(c *cli.Command, cfg *live.Config, stderr io.Writer) (*live.Gate, *certReloader, error) {
+	certs, err := frontTLS(c)
+	if err != nil {
+		return nil, nil, err
 	}
 	if c.String("ha") == "" {
 		for _, f := range haSecurityFlags {
 			if c.String(f) != "" {
-				return nil, usageError{fmt.Errorf("--%s: only with --ha", f)}
+				return nil, nil, usageError{fmt.Errorf("--%s: only with --ha", f)}
 			}
 		}
 	} else if _, _, _, err := haSecurity(c); err != nil {
-		return nil, err // read again when joining; refused here before anything starts
+		return nil, nil, err // read again when joining; refused here before anything starts
 	}
 	if cfg.Transport != nil {
-		return nil, errors.New("the engine flags: the router's transport was set already") // a programming error
+		return nil, nil, errors.New("the engine flags: the router's transport was set already") // a programming error
 	}
 	tr, err := engineTransport(c, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.Transport = tr // nil: the router's default
 	path := c.String("tenants")
 	if path == "" {
-		return nil, nil
+		return nil, certs, nil
 	}
 	tf, keys, err := live.LoadTenants(path)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--tenants: %w", err)}
+		return nil, nil, usageError{fmt.Errorf("--tenants: %w", err)}
 	}
 	if short := live.ShortKeys(tf, keys); len(short) > 0 {
 		whose := "the key of " + short[0] + " is"
@@ -291,23 +331,56 @@ func opsSetup(c *cli.Command, cfg *live.Config, stderr io.Writer) (*live.Gate, e
 		}
 		fmt.Fprintf(stderr, "narwhal-bench: note: --tenants %s: %s under %d bytes, short enough to guess (make one with: openssl rand -hex 32)\n", path, whose, live.MinKeyBytes)
 	}
-	return live.NewGate(tf, keys, cfg.MaxInFlight), nil
+	return live.NewGate(tf, keys, cfg.MaxInFlight), certs, nil
 }
 
-// listenAndServe serves h on ln, with TLS when asked; it returns the
-// server to shut down, and the function that ends its SIGHUP handling,
-// to call when serve returns (after its drain). Until then SIGHUP reads
-// the certificate and key again (a rotated certificate is served from the
-// next handshake on; one that does not load is said on stderr and the old
-// one kept), and without TLS is said and ignored: it never ends the
-// router undrained.
-func listenAndServe(c *cli.Command, ln net.Listener, h http.Handler, stderr io.Writer) (*http.Server, func()) {
+// frontTLS reads the front door's TLS flags: nil without --tls-cert, else
+// the certificate and key, loaded (so that a bad pair stops the start with
+// a message; http.Server.ServeTLS would only fail in its goroutine), and
+// with --tls-client-ca the CA bundle its clients' certificates must chain
+// to.
+func frontTLS(c *cli.Command) (*certReloader, error) {
+	cert, key, ca := c.String("tls-cert"), c.String("tls-key"), c.String("tls-client-ca")
+	if (cert != "") != (key != "") {
+		return nil, usageError{errors.New("--tls-cert and --tls-key: expected both or neither")}
+	}
+	if cert == "" {
+		if ca != "" {
+			return nil, usageError{errors.New("--tls-client-ca: needs --tls-cert and --tls-key (client certificates are asked for in the TLS handshake: expected the router to serve HTTPS)")}
+		}
+		return nil, nil
+	}
+	r := &certReloader{cert: cert, key: key}
+	if err := r.load(); err != nil {
+		return nil, usageError{fmt.Errorf("%w: expected a PEM certificate and its private key", err)}
+	}
+	if ca != "" {
+		pool, err := ha.CAPool(ca)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--tls-client-ca %s: %w: expected a PEM bundle of the CA certificates that sign the clients' certificates", ca, err)}
+		}
+		r.clientCAs = pool
+	}
+	return r, nil
+}
+
+// listenAndServe serves h on ln, with TLS when certs is set (frontTLS);
+// it returns the server to shut down, and the function that ends its
+// SIGHUP handling, to call when serve returns (after its drain). Until
+// then SIGHUP reads the certificate and key again (a rotated certificate
+// is served from the next handshake on; one that does not load is said on
+// stderr and the old one kept), and without TLS is said and ignored: it
+// never ends the router undrained. The client CA bundle is read once, at
+// start.
+func listenAndServe(certs *certReloader, ln net.Listener, h http.Handler, stderr io.Writer) (*http.Server, func()) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: api.ServerIdleTimeout}
-	var certs *certReloader
-	if cert := c.String("tls-cert"); cert != "" {
-		certs = &certReloader{cert: cert, key: c.String("tls-key")}
-		_ = certs.load() // checked before (securityConfig): it loads
+	if certs != nil {
 		srv.TLSConfig = &tls.Config{GetCertificate: certs.get}
+		if certs.clientCAs != nil {
+			// Every route, /health and /metrics included: the handshake
+			// comes before the request names one.
+			srv.TLSConfig.ClientAuth, srv.TLSConfig.ClientCAs = tls.RequireAndVerifyClientCert, certs.clientCAs
+		}
 		go srv.ServeTLS(ln, "", "")
 	} else {
 		go srv.Serve(ln)
@@ -335,10 +408,12 @@ func listenAndServe(c *cli.Command, ln net.Listener, h http.Handler, stderr io.W
 }
 
 // certReloader holds the TLS certificate the router serves, read again on
-// SIGHUP.
+// SIGHUP, and the CAs its clients' certificates must chain to (nil: none
+// asked for).
 type certReloader struct {
 	cert, key string
 	cur       atomic.Pointer[tls.Certificate]
+	clientCAs *x509.CertPool
 }
 
 // load reads the certificate and key; on an error the one loaded before

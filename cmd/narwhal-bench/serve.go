@@ -100,7 +100,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			}
 			// The security flags are read before any stub starts, so a bad
 			// one is the only thing the user sees.
-			gate, err := opsSetup(c, &cfg, stderr)
+			gate, certs, err := opsSetup(c, &cfg, stderr)
 			if err != nil {
 				return err
 			}
@@ -149,7 +149,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			// a second one during the drain kills the process.
 			front := &frontDoor{}
 			front.set(startingHandler())
-			srv, stopHUP := listenAndServe(c, ln, front.handler(gate), stderr)
+			srv, stopHUP := listenAndServe(certs, ln, front.handler(gate), stderr)
 			defer stopHUP() // after the drain: SIGHUP never ends the router undrained
 			defer srv.Close()
 			var node *ha.Node
@@ -204,7 +204,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			go func() { runErr <- rt.Run(rctx) }()
 			front.set(rt.Handler())
 			fmt.Fprintf(stderr, "narwhal-bench: serving %s (%s, %d engines) at %s://%s\n", arm, spec.Name, spec.Size(), scheme(c), ln.Addr())
-			if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && gate == nil {
+			if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && gate == nil && (certs == nil || certs.clientCAs == nil) {
 				fmt.Fprintf(stderr, "narwhal-bench: note: %s is reachable beyond this machine and --tenants is not set: anyone who reaches it may send requests and read /state (engine URLs), /metrics and /journal (docs/security.md)\n", ln.Addr())
 			}
 			if w != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -19,6 +20,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/narwhal-bench/narwhal-bench/internal/etcdtest"
 )
@@ -300,5 +304,115 @@ func TestLiveEngineMutualTLS(t *testing.T) {
 	code, _, errs = runCLI(t, "live", "--fleet", "demo", "--engine-cacert", e.ca, "--rate", "0")
 	if code != 2 || !strings.Contains(errs, "no engine URL is https://") || !strings.Contains(errs, "--rate") {
 		t.Errorf("exit %d: %s: expected the note, then --rate's refusal", code, errs)
+	}
+}
+
+// mtlsClient is an HTTP client that verifies the router with ca and, when
+// cert is set, presents cert and key.
+func mtlsClient(t *testing.T, ca, cert, key string) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{RootCAs: x509.NewCertPool()}
+	cfg.RootCAs.AppendCertsFromPEM(pem)
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Presented whatever CAs the server names (crypto/tls would
+		// otherwise keep back a certificate of another CA's).
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
+}
+
+// serve --tls-client-ca requires a client certificate signed by that CA
+// on every route (mutual TLS, as vLLM --ssl-cert-reqs 2): the OpenAI
+// client with one gets its completion; without one, or with one from
+// another CA, the handshake fails, /health too. live --target and bundle
+// --router reach it with --cacert, --cert and --key.
+func TestServeClientCertificates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	certFile, keyFile, _ := etcdtest.ServerCert(t, dir, "router")
+	routerCA := filepath.Join(dir, "router-ca.pem")
+	clientCA, clientCert, clientKey := etcdtest.ClientCert(t, dir, "client")
+	_, strangerCert, strangerKey := etcdtest.ClientCert(t, dir, "stranger")
+	base := freePorts(t, 9)
+	// Beyond loopback, without --tenants: no note of an open router, since
+	// only holders of a certificate get in.
+	url := fmt.Sprintf("https://127.0.0.1:%d", base)
+	serve, _ := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--base-port", fmt.Sprint(base+1),
+		"--listen", fmt.Sprintf("0.0.0.0:%d", base), "--arm", "static:4P4D", "--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", clientCA)
+	with := mtlsClient(t, routerCA, clientCert, clientKey)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := with.Get(url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/health never answered a client with a certificate: %v\n%s", url, err, stderrOf(serve))
+		}
+	}
+	oc := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("none"), option.WithMaxRetries(0), option.WithHTTPClient(with))
+	got, err := oc.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stub",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello there")}, MaxTokens: openai.Int(4)})
+	if err != nil || got.Usage.CompletionTokens != 4 {
+		t.Fatalf("a client with a certificate signed by --tls-client-ca: %v %+v\n%s", err, got, stderrOf(serve))
+	}
+	for _, c := range []struct {
+		name, want string
+		hc         *http.Client
+	}{
+		{"no certificate", "tls: certificate required", mtlsClient(t, routerCA, "", "")},
+		{"a certificate from another CA", "tls: unknown certificate authority", mtlsClient(t, routerCA, strangerCert, strangerKey)},
+	} {
+		name, hc := c.name, c.hc
+		for _, route := range []string{"/health", "/metrics"} {
+			resp, err := hc.Get(url + route)
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("%s: GET %s: %s, expected the handshake to fail", name, route, resp.Status)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: GET %s: %v, expected %q", name, route, err, c.want)
+			}
+		}
+		oc := openai.NewClient(option.WithBaseURL(url+"/v1"), option.WithAPIKey("none"), option.WithMaxRetries(0), option.WithHTTPClient(hc))
+		if _, err := oc.Completions.New(context.Background(), openai.CompletionNewParams{Model: "stub",
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello")}, MaxTokens: openai.Int(2)}); err == nil {
+			t.Fatalf("%s: a completion went through", name)
+		}
+	}
+	// live --target and bundle --router present the client certificate.
+	_, tracePath := liveFiles(t, "2s")
+	args := []string{"live", "--target", url, "--trace", tracePath, "--limit", "3", "--request-timeout", "10s", "--cacert", routerCA}
+	if code, out, errs := runCLI(t, append(args, "--cert", clientCert, "--key", clientKey)...); code != 0 || !strings.Contains(out, "3/3") {
+		t.Fatalf("live --target with --cert: exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, errs := runCLI(t, args...); code != 1 || !strings.Contains(errs, "GET /v1/models") {
+		t.Fatalf("live --target without --cert: exit %d, expected 1 naming GET /v1/models\n%s\n%s", code, out, errs)
+	}
+	archive := filepath.Join(dir, "diag.tar.gz")
+	if code, _, errs := runCLI(t, "bundle", "--out", archive, "--router", url, "--cacert", routerCA, "--cert", clientCert, "--key", clientKey); code != 0 {
+		t.Fatalf("bundle --router with --cert: exit %d: %s", code, errs)
+	}
+	if files := untar(t, archive); !strings.Contains(files["router/health.txt"], "ok") || !strings.Contains(files["router/metrics.txt"], "narwhal_requests_total") {
+		t.Errorf("bundle --router with --cert: health %q, notes %q", files["router/health.txt"], files["notes.txt"])
+	}
+	if errs := stderrOf(serve); !strings.Contains(errs, "serving static:4P4D") || strings.Contains(errs, "reachable beyond this machine") {
+		t.Errorf("expected the start line and no note of an open router:\n%s", errs)
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	if err := serve.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderrOf(serve))
 	}
 }

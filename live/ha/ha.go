@@ -79,14 +79,11 @@ type Config struct {
 func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		pool, err := CAPool(caFile)
 		if err != nil {
 			return nil, err
 		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s: no PEM certificate in it", caFile)
-		}
+		cfg.RootCAs = pool
 	}
 	if (certFile == "") != (keyFile == "") {
 		return nil, errors.New("a client certificate needs both its certificate and its key")
@@ -99,6 +96,21 @@ func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	return cfg, nil
+}
+
+// CAPool reads a PEM bundle of CA certificates (the roots that verify a
+// server's certificate, or a TLS server's clients'); a file without any is
+// an error.
+func CAPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", file)
+	}
+	return pool, nil
 }
 
 // ParseEndpoints reads --ha's value: etcd://HOST:PORT[,HOST:PORT...] (each
