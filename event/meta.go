@@ -48,8 +48,9 @@ type RunMeta struct {
 	Degraded bool    `json:"degraded,omitempty"`
 	// PrefixCache: the engines kept prefix caches: a simulation with
 	// --prefix-cache, or a live run whose router priced them (live or
-	// serve --prefix-cache; stubs it started kept them). A live journal
-	// keeps no prefix groups, so sim --replay of it models none.
+	// serve --prefix-cache; stubs it started kept them). A live
+	// journal's arrivals then carry the prefix groups the router priced
+	// (Record.PrefixGroup), and sim --replay of it keeps prefix caches.
 	PrefixCache bool `json:"prefix_cache,omitempty"`
 }
 

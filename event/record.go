@@ -177,6 +177,14 @@ type Record struct {
 	// written under (the leader key's etcd revision, serve --ha); 0 when
 	// the router runs alone and in every simulation.
 	Epoch uint64
+	// PrefixGroup and PrefixTokens, on an arrival the live router priced
+	// with prefix caching (--prefix-cache), are the prefix group and
+	// length it gave the core (its prompt's first block, and the blocks
+	// it shares with earlier prompts: live/prefix.go), so that sim
+	// --replay prices the prompts the same way; 0 otherwise (every
+	// simulated arrival).
+	PrefixGroup  int64
+	PrefixTokens int64
 }
 
 // Opening reports whether r records an instance's opening role (a role

@@ -20,12 +20,14 @@ import (
 //	then, in flag order, only the fields whose flag is set:
 //	  Cause byte; From byte, To byte; Inst varint; Peer varint; Req varint;
 //	  Tokens varint; Want varint; Ref varint; Class uvarint length + bytes;
-//	  Text uvarint length + bytes; Epoch uvarint.
+//	  Text uvarint length + bytes; Epoch uvarint; PrefixGroup varint,
+//	  PrefixTokens varint.
 //
-// Epoch (flagEpoch) came after the first journals: a record without it is
-// encoded exactly as before, so simulator journals are unchanged, and a
-// reader that predates it refuses a record that carries it (unknown flag)
-// rather than misreading it.
+// Epoch (flagEpoch) and the prefix pair (flagPrefix) came after the first
+// journals: a record without them is encoded exactly as before, so
+// simulator journals are unchanged, and a reader that predates them
+// refuses a record that carries one (unknown flag) rather than misreading
+// it.
 //
 // An absent field takes its zero value, except Inst and Peer, which take
 // event.NoInstance. A request record at hours into a run takes 12 to 16
@@ -50,6 +52,7 @@ const (
 	flagClass
 	flagText
 	flagEpoch
+	flagPrefix
 	flagsKnown = 1<<iota - 1
 )
 
@@ -91,6 +94,9 @@ func appendValue(dst []byte, r *event.Record) []byte {
 	if r.Epoch != 0 {
 		flags |= flagEpoch
 	}
+	if r.PrefixGroup != 0 || r.PrefixTokens != 0 {
+		flags |= flagPrefix
+	}
 	dst = append(dst, valueFormat, byte(r.Kind))
 	dst = binary.AppendUvarint(dst, flags)
 	dst = binary.AppendVarint(dst, int64(r.At))
@@ -128,6 +134,10 @@ func appendValue(dst []byte, r *event.Record) []byte {
 	}
 	if flags&flagEpoch != 0 {
 		dst = binary.AppendUvarint(dst, r.Epoch)
+	}
+	if flags&flagPrefix != 0 {
+		dst = binary.AppendVarint(dst, r.PrefixGroup)
+		dst = binary.AppendVarint(dst, r.PrefixTokens)
 	}
 	return dst
 }
@@ -282,6 +292,10 @@ func (d *decoder) decode(seq uint64, v []byte, r *event.Record) error {
 	}
 	if flags&flagEpoch != 0 {
 		r.Epoch = c.uvarint("epoch")
+	}
+	if flags&flagPrefix != 0 {
+		r.PrefixGroup = c.varint("prefix group")
+		r.PrefixTokens = c.varint("prefix tokens")
 	}
 	if c.err == "" && c.off != len(v) {
 		c.fail(fmt.Sprintf("%d trailing bytes", len(v)-c.off))

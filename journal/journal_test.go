@@ -41,6 +41,9 @@ func allKinds() []event.Record {
 		event.Record{At: event.Never, Kind: event.KindHealth, Inst: 0, Peer: 0, Req: -5, Tokens: -1, Want: -1, Ref: 1},
 		event.Record{Kind: event.KindArrival, Inst: event.NoInstance, Peer: event.NoInstance}, // all defaults
 		event.Record{Kind: event.KindAdmit, Inst: 3, Peer: event.NoInstance, Req: 9, Epoch: 1 << 40},
+		event.Record{Kind: event.KindArrival, Inst: event.NoInstance, Peer: event.NoInstance, Req: 10, Tokens: 7000,
+			PrefixGroup: math.MaxInt64, PrefixTokens: 5120},
+		event.Record{Kind: event.KindArrival, Inst: event.NoInstance, Peer: event.NoInstance, PrefixGroup: -3}, // a bad group still reads back
 		event.Record{Kind: 200, Inst: event.NoInstance, Peer: event.NoInstance, Class: "\x00", Text: "\xff\xfe"},
 	)
 	return out
@@ -141,6 +144,7 @@ func TestCodecProperties(t *testing.T) {
 			Seq: rng.Uint64(), At: event.Time(i64()), Kind: event.Kind(rng.UintN(256)), Cause: event.Cause(rng.UintN(256)),
 			From: event.Role(rng.UintN(4)), To: event.Role(rng.UintN(4)), Inst: event.Instance(int32(i64())), Peer: event.Instance(int32(i64())),
 			Req: event.RequestID(i64()), Tokens: i64(), Want: i64(), Ref: event.Time(i64()), Epoch: uint64(i64()),
+			PrefixGroup: i64(), PrefixTokens: i64(),
 		}
 		if rng.IntN(2) == 0 {
 			in.Class, in.Text = str(), str()
@@ -590,6 +594,17 @@ func TestEpochLeavesOldEncodingAlone(t *testing.T) {
 	var d decoder
 	var out event.Record
 	if err := d.decode(1, v, &out); err != nil || out.Epoch != 300 {
+		t.Fatalf("decode: %+v, %v", out, err)
+	}
+	// The prefix pair (live arrivals with --prefix-cache) likewise: absent,
+	// the old bytes; present, its own flag and two varints.
+	r.Epoch = 0
+	r.PrefixGroup, r.PrefixTokens = 1, 64
+	v = appendValue(nil, &r)
+	if len(v) != len(old)+4 || v[2]&0x80 == 0 {
+		t.Fatalf("prefix 1/64 added %d bytes (%x), want 4 with a two-byte flags uvarint", len(v)-len(old), v)
+	}
+	if err := d.decode(1, v, &out); err != nil || out.PrefixGroup != 1 || out.PrefixTokens != 64 {
 		t.Fatalf("decode: %+v, %v", out, err)
 	}
 }

@@ -311,8 +311,13 @@ func (o *owner) arrive(now event.Time, f *flight) {
 	if f.scheduled >= 0 {
 		sched = event.Time(f.scheduled)
 	}
+	if o.prefixes != nil {
+		// Read before the arrival is journaled, so that it carries the
+		// prefix the core is given (sim --replay prices it the same way).
+		f.cachedOn, f.cached, f.group, f.prefix = o.prefixes.lookup(f.hashes)
+	}
 	o.rec = event.Record{At: now, Kind: event.KindArrival, Req: f.id, Inst: event.NoInstance, Peer: event.NoInstance,
-		Tokens: int64(f.input), Want: int64(f.want), Ref: sched, Class: f.class}
+		Tokens: int64(f.input), Want: int64(f.want), Ref: sched, Class: f.class, PrefixGroup: f.group, PrefixTokens: int64(f.prefix)}
 	o.emit(&o.rec)
 	if o.counts.InFlight >= o.r.cfg.MaxInFlight {
 		o.emitReq(now, event.KindRefuse, f, event.NoInstance, event.NoInstance, 0, event.CauseOverload)
@@ -332,9 +337,6 @@ func (o *owner) arrive(now event.Time, f *flight) {
 	o.active[f.id] = f
 	o.counts.InFlight++
 	o.observeStale(now)
-	if o.prefixes != nil {
-		f.cachedOn, f.cached, f.group, f.prefix = o.prefixes.lookup(f.hashes)
-	}
 	if !o.fact(o.core.Arrive(now, core.Request{ID: f.id, InputTokens: f.input, PrefixGroup: f.group, PrefixTokens: f.prefix,
 		CachedOn: f.cachedOn, CachedTokens: f.cached})) {
 		o.end(now, f, event.KindFail, event.CauseEngineError)

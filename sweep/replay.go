@@ -30,6 +30,10 @@ type ReplaySource struct {
 	// parallel to Reqs: the replay journals it as the arrival's Ref, so
 	// TTFT counts from the schedule in both runs.
 	Scheduled []event.Time
+	// PrefixGroups says some arrival carries the prefix group the live
+	// router priced it with (a run with --prefix-cache): the replay then
+	// keeps prefix caches as sim --prefix-cache does.
+	PrefixGroups bool
 }
 
 // LoadReplay reads the arrivals of the run journaled in dir, whose
@@ -40,10 +44,11 @@ type ReplaySource struct {
 func LoadReplay(dir string, meta event.RunMeta, replay func(func(*event.Record) error) error) (*ReplaySource, error) {
 	src := &ReplaySource{Dir: dir, Name: filepath.Base(dir), Meta: meta}
 	type arr struct {
-		at, ref     event.Time
-		class       string
-		input, want int64
-		length      bool
+		at, ref       event.Time
+		class         string
+		input, want   int64
+		group, prefix int64
+		length        bool
 	}
 	var arrs []arr
 	idx := map[event.RequestID]int{}
@@ -51,7 +56,8 @@ func LoadReplay(dir string, meta event.RunMeta, replay func(func(*event.Record) 
 		switch rec.Kind {
 		case event.KindArrival:
 			idx[rec.Req] = len(arrs)
-			arrs = append(arrs, arr{at: rec.At, ref: rec.Ref, class: rec.Class, input: rec.Tokens, want: rec.Want})
+			arrs = append(arrs, arr{at: rec.At, ref: rec.Ref, class: rec.Class, input: rec.Tokens, want: rec.Want,
+				group: rec.PrefixGroup, prefix: rec.PrefixTokens})
 		case event.KindFinish:
 			if k, ok := idx[rec.Req]; ok && rec.Cause == event.CauseLength {
 				arrs[k].length = true
@@ -70,7 +76,14 @@ func LoadReplay(dir string, meta event.RunMeta, replay func(func(*event.Record) 
 		if a.input < 1 || a.want < 1 {
 			return nil, fmt.Errorf("replay %s: arrival %d: %d prompt tokens, %d wanted: expected both >= 1", dir, i+1, a.input, a.want)
 		}
-		q := sim.Request{At: a.at, Class: a.class, InputTokens: int(a.input), OutputTokens: int(a.want)}
+		if a.group < 0 || a.prefix < 0 || a.prefix > a.input {
+			return nil, fmt.Errorf("replay %s: arrival %d: prefix group %d of %d tokens, in a prompt of %d: expected a group >= 0 and at most the prompt", dir, i+1, a.group, a.prefix, a.input)
+		}
+		q := sim.Request{At: a.at, Class: a.class, InputTokens: int(a.input), OutputTokens: int(a.want),
+			PrefixGroup: a.group, PrefixTokens: int(a.prefix)}
+		if a.group != 0 {
+			src.PrefixGroups = true
+		}
 		if a.length {
 			q.OutputTokens, q.OutputCap = int(a.want)+1, int(a.want)
 		}
@@ -79,6 +92,10 @@ func LoadReplay(dir string, meta event.RunMeta, replay func(func(*event.Record) 
 	}
 	return src, nil
 }
+
+// PrefixCache reports whether the replay keeps prefix caches: the source
+// run's engines did and its journal holds the prefix groups.
+func (src *ReplaySource) PrefixCache() bool { return src.Meta.PrefixCache && src.PrefixGroups }
 
 // ReplayConfig is a replay's fleet and arm (normally the source run's).
 type ReplayConfig struct {
@@ -113,13 +130,13 @@ func Replay(src *ReplaySource, cfg ReplayConfig) (run Run, err error) {
 	if cfg.SLO.TPOT > 0 {
 		slo.TPOT = cfg.SLO.TPOT
 	}
-	simCfg := SimConfig(cfg.Fleet, slo, false)
+	simCfg := SimConfig(cfg.Fleet, slo, src.PrefixCache())
 	AttachRehearser(ctrl, simCfg)
 	m := src.Meta
 	meta := event.RunMeta{Schema: event.SchemaVersion, Version: cfg.Version, Driver: "sim", Arm: cfg.Arm, Rate: m.Rate,
 		Seed: m.Seed, Trace: m.Trace, TraceHash: m.TraceHash, Fleet: cfg.Fleet.Name, Instances: n,
 		GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(),
-		Replay: src.Dir, Planned: m.Planned, Sent: len(src.Reqs), Partial: m.Partial}
+		Replay: src.Dir, Planned: m.Planned, Sent: len(src.Reqs), Partial: m.Partial, PrefixCache: src.PrefixCache()}
 	meta.ConfigHash = configHash(simCfg, meta)
 	var fold event.Fold
 	moves := &moveLog{}

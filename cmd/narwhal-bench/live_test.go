@@ -504,3 +504,82 @@ func TestLiveListen(t *testing.T) {
 		t.Errorf("during the run: /state answered %v, /metrics answered %v; expected both", state.Load(), metrics.Load())
 	}
 }
+
+// A live run whose router priced prefix caches journals each arrival's
+// prefix group and length, and sim --replay of it keeps prefix caches as
+// sim --prefix-cache does: the replay's prompts find cached tokens. A run
+// without --prefix-cache journals none.
+func TestLivePrefixGroupsReplayed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two live runs of a few seconds")
+	}
+	trace := filepath.Join("testdata", "live-doc.yaml")
+	for _, cached := range []bool{true, false} {
+		dir := filepath.Join(t.TempDir(), "live")
+		args := []string{"live", "--fleet", "demo", "--stub", "--stub-time-scale", "0.2", "--trace", trace,
+			"--arm", "static:4P4D", "--rate", "8", "--limit", "40", "--journal", dir, "--no-parquet"}
+		if cached {
+			args = append(args, "--prefix-cache")
+		}
+		if code, out, errs := liveCLI(t, context.Background(), args...); code != 0 {
+			t.Fatalf("live (prefix cache %v): exit %d\n%s\n%s", cached, code, out, errs)
+		}
+		runs, err := journal.Runs(dir)
+		if err != nil || len(runs) != 1 {
+			t.Fatalf("journal runs %v, %v", runs, err)
+		}
+		r, err := journal.Open(runs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		grouped, arrivals := 0, 0
+		if err := r.Replay(func(rec *event.Record) error {
+			if rec.Kind == event.KindArrival {
+				arrivals++
+				if rec.PrefixGroup != 0 {
+					grouped++
+					if rec.PrefixTokens <= 0 || rec.PrefixTokens > rec.Tokens {
+						t.Errorf("arrival %d: prefix of %d tokens in a prompt of %d", rec.Req, rec.PrefixTokens, rec.Tokens)
+					}
+				}
+			} else if rec.PrefixGroup != 0 || rec.PrefixTokens != 0 {
+				t.Errorf("a %s record carries a prefix group", rec.Kind)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		if want := map[bool]int{true: arrivals, false: 0}[cached]; arrivals != 40 || grouped != want {
+			t.Fatalf("prefix cache %v: %d of %d arrivals carry a prefix group, want %d of 40", cached, grouped, arrivals, want)
+		}
+		simDir := filepath.Join(t.TempDir(), "sim")
+		code, out, errs := liveCLI(t, context.Background(), "sim", "--replay", dir, "--fleet", "demo", "--journal", simDir, "--no-parquet")
+		if code != 0 || strings.Contains(errs, "holds no prefix groups") {
+			t.Fatalf("sim --replay: exit %d\n%s\n%s", code, out, errs)
+		}
+		rep, err := report.Load(simDir, report.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sruns, _ := journal.Runs(simDir)
+		sr, err := journal.Open(sruns[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fold event.Fold
+		if err := sr.Replay(func(rec *event.Record) error { fold.Record(rec); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		hits := 0
+		for _, row := range fold.Rows() {
+			if row.CachedTokens > 0 {
+				hits++
+			}
+		}
+		if sr.Meta().PrefixCache != cached || (hits > 0) != cached || len(rep.Runs) != 1 {
+			t.Errorf("replay (source prefix cache %v): metadata prefix_cache %v, %d of %d prompts found cached tokens", cached, sr.Meta().PrefixCache, hits, fold.Len())
+		}
+		sr.Close()
+	}
+}

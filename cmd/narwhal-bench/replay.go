@@ -66,8 +66,8 @@ func replayAction(c *cli.Command, stderr io.Writer) error {
 		if err != nil {
 			return usageError{fmt.Errorf("--replay: %w", err)}
 		}
-		if src.Meta.PrefixCache {
-			fmt.Fprintf(stderr, "narwhal-bench: sim --replay: run %s: its engines kept prefix caches (live --prefix-cache); the journal keeps no prefix groups, so the replay computes every prompt in full\n", src.Name)
+		if src.Meta.PrefixCache && !src.PrefixCache() {
+			fmt.Fprintf(stderr, "narwhal-bench: sim --replay: run %s: its engines kept prefix caches (live --prefix-cache), but its journal holds no prefix groups (written by a version before they were journaled): the replay computes every prompt in full\n", src.Name)
 		}
 		fname := c.String("fleet")
 		if fname == "" {
