@@ -69,6 +69,13 @@ type Request struct {
 	// PrefixTokens its length (Arrive).
 	PrefixGroup  int64
 	PrefixTokens int
+	// CacheGroup and CacheTokens, when CacheGroup is not 0, are a group
+	// and length the prompt leaves cached where it is prefilled besides its
+	// prefix group (an imported Mooncake prompt's whole path of full
+	// blocks, the prefix of its next turn): remembered as its prefix group
+	// is (Arrive).
+	CacheGroup  int64
+	CacheTokens int
 	// CachedOn and CachedTokens, when CachedTokens > 0, say where the
 	// driver knows the prompt's longest cached prefix to be and how long
 	// it is (the live router's block index, read from the prompts'
@@ -839,21 +846,32 @@ type affinity struct {
 // affinityCap bounds the groups remembered.
 const affinityCap = 1 << 16
 
-// remember records that r's prefix group is now cached on inst.
+// remember records that r's prefix group (and the group it leaves
+// cached besides, if any) is now cached on inst.
 func (v *View) remember(r Request, inst event.Instance) {
-	if v.affinity == nil || r.PrefixGroup == 0 || r.PrefixTokens <= 0 {
+	if v.affinity == nil {
 		return
 	}
-	if _, ok := v.affinity[r.PrefixGroup]; !ok {
+	v.rememberGroup(r.PrefixGroup, r.PrefixTokens, inst)
+	if r.CacheGroup != r.PrefixGroup {
+		v.rememberGroup(r.CacheGroup, r.CacheTokens, inst)
+	}
+}
+
+func (v *View) rememberGroup(group int64, tokens int, inst event.Instance) {
+	if group == 0 || tokens <= 0 {
+		return
+	}
+	if _, ok := v.affinity[group]; !ok {
 		if len(v.affRing) < affinityCap {
-			v.affRing = append(v.affRing, r.PrefixGroup)
+			v.affRing = append(v.affRing, group)
 		} else {
 			delete(v.affinity, v.affRing[v.affNext])
-			v.affRing[v.affNext] = r.PrefixGroup
+			v.affRing[v.affNext] = group
 			v.affNext = (v.affNext + 1) % affinityCap
 		}
 	}
-	v.affinity[r.PrefixGroup] = affinity{inst: inst, tokens: r.PrefixTokens}
+	v.affinity[group] = affinity{inst: inst, tokens: tokens}
 }
 
 // cachedOn returns how many of r's prompt tokens inst likely has cached.

@@ -32,7 +32,12 @@ type prefixCache struct {
 
 type cacheEntry struct {
 	group  int64
-	tokens int64
+	tokens int64 // the group's cached prefix
+	// cost is what the entry adds to the cache's use: its tokens, or,
+	// when it extends its parent's blocks (a later turn's path over the
+	// earlier turn's: insertAfter), only the blocks past them.
+	cost   int64
+	parent *list.Element // the entry whose blocks it extends, or nil
 }
 
 func newPrefixCache(cfg PrefixCache) *prefixCache {
@@ -40,7 +45,8 @@ func newPrefixCache(cfg PrefixCache) *prefixCache {
 }
 
 // lookup returns how many of a prompt's prefix tokens are cached (whole
-// blocks, at most want) and marks the group recently used.
+// blocks, at most want) and marks the group recently used (and the
+// entries whose blocks it extends, as reading a prefix reads its blocks).
 func (c *prefixCache) lookup(group int64, want int) int {
 	if group == 0 || want <= 0 {
 		return 0
@@ -49,14 +55,35 @@ func (c *prefixCache) lookup(group int64, want int) int {
 	if !ok {
 		return 0
 	}
-	c.lru.MoveToFront(el)
+	c.touch(el)
 	n := min(el.Value.(*cacheEntry).tokens, int64(want))
 	return int(n - n%int64(c.cfg.BlockTokens))
+}
+
+// touch marks el most recently used, then the entries it extends, each
+// ahead of the one after it: an entry is never older than one extending
+// it, so the least recently used is evicted first and a prefix outlives
+// the paths built on it, as a block cache evicts a sequence's tail first.
+func (c *prefixCache) touch(el *list.Element) {
+	for ; el != nil; el = el.Value.(*cacheEntry).parent {
+		if c.index[el.Value.(*cacheEntry).group] != el {
+			return // gone (evicted, or replaced)
+		}
+		c.lru.MoveToFront(el)
+	}
 }
 
 // insert records that a prompt of group with prefix tokens was prefilled
 // here, evicting least recently used groups beyond capacity.
 func (c *prefixCache) insert(group int64, prefix int) {
+	c.insertAfter(group, prefix, 0)
+}
+
+// insertAfter is insert for a group whose blocks extend those of the
+// group after (0: none), as a conversation's turn extends the turn before:
+// while after is cached here, the group costs only its own blocks past
+// after's.
+func (c *prefixCache) insertAfter(group int64, prefix int, after int64) {
 	if group == 0 {
 		return
 	}
@@ -68,18 +95,26 @@ func (c *prefixCache) insert(group int64, prefix int) {
 		e := el.Value.(*cacheEntry)
 		if tokens > e.tokens {
 			c.used += tokens - e.tokens
+			e.cost += tokens - e.tokens
 			e.tokens = tokens
 		}
-		c.lru.MoveToFront(el)
+		c.touch(el)
 	} else {
-		c.index[group] = c.lru.PushFront(&cacheEntry{group: group, tokens: tokens})
-		c.used += tokens
+		e := &cacheEntry{group: group, tokens: tokens, cost: tokens}
+		if pe, ok := c.index[after]; ok && after != 0 {
+			if p := pe.Value.(*cacheEntry); p.tokens <= tokens {
+				e.parent, e.cost = pe, tokens-p.tokens
+			}
+		}
+		c.index[group] = c.lru.PushFront(e)
+		c.used += e.cost
+		c.touch(c.index[group])
 	}
 	for c.used > c.cfg.CapacityTokens {
 		el := c.lru.Back()
 		e := el.Value.(*cacheEntry)
 		c.lru.Remove(el)
 		delete(c.index, e.group)
-		c.used -= e.tokens
+		c.used -= e.cost
 	}
 }

@@ -107,4 +107,9 @@ type Request struct {
 	// none); its first PrefixTokens tokens are the same for the group.
 	PrefixGroup  int64
 	PrefixTokens int
+	// CacheGroup and CacheTokens, when CacheGroup is not 0, are the group
+	// and length the prompt leaves in its engine's prefix cache besides its
+	// prefix group (traces.Request).
+	CacheGroup  int64
+	CacheTokens int
 }

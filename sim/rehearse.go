@@ -45,6 +45,10 @@ type rehearsed struct {
 	missed bool
 	group  int64
 	prefix int
+	// cgroup and ctokens: the group it leaves cached (core.Request's
+	// CacheGroup, CacheTokens).
+	cgroup  int64
+	ctokens int
 }
 
 // NewRehearser returns a rehearser replaying on cfg's fleet (its profiles,
@@ -59,7 +63,8 @@ func NewRehearser(cfg Config, rc core.RehearsalConfig) *Rehearser {
 
 // Arrived implements core.Rehearser.
 func (h *Rehearser) Arrived(now event.Time, r core.Request) {
-	h.arr = append(h.arr, rehearsed{at: now, id: r.ID, input: max(1, r.InputTokens), group: r.PrefixGroup, prefix: r.PrefixTokens})
+	h.arr = append(h.arr, rehearsed{at: now, id: r.ID, input: max(1, r.InputTokens), group: r.PrefixGroup, prefix: r.PrefixTokens,
+		cgroup: r.CacheGroup, ctokens: r.CacheTokens})
 }
 
 // Finished implements core.Rehearser.
@@ -113,12 +118,15 @@ func (h *Rehearser) qualified(now, from event.Time, current int, others []int, g
 	for t := range h.tiles {
 		for _, a := range arr {
 			q := Request{At: a.at - start + event.Time(t)*span, InputTokens: a.input, OutputTokens: a.output,
-				PrefixGroup: a.group, PrefixTokens: a.prefix}
+				PrefixGroup: a.group, PrefixTokens: a.prefix, CacheGroup: a.cgroup, CacheTokens: a.ctokens}
 			if q.OutputTokens == 0 {
 				q.OutputTokens = mean
 			}
 			if q.PrefixGroup != 0 {
 				q.PrefixGroup += int64(t) << 40 // each copy its own documents
+			}
+			if q.CacheGroup != 0 {
+				q.CacheGroup += int64(t) << 40
 			}
 			h.reqs = append(h.reqs, q)
 		}

@@ -60,7 +60,9 @@ type reqState struct {
 	firstAt  event.Time // first token
 	joinIter int64      // decode engine's iteration count when it joined the batch
 	group    int64      // shared-prefix group (0 = none)
+	cgroup   int64      // the group it leaves cached besides (Request.CacheGroup; 0 = none)
 	prefix   int32      // shared-prefix tokens
+	ctokens  int32      // cgroup's tokens
 	input    int32
 	want     int32 // tokens it will produce: min(output, cap)
 	done     int32 // prompt tokens computed
@@ -627,6 +629,9 @@ func (s *Sim) arrive() {
 	st := s.state(i)
 	*st = reqState{at: r.At, group: r.PrefixGroup, prefix: int32(r.PrefixTokens), input: int32(r.InputTokens),
 		want: int32(r.OutputTokens), prefill: -1, decode: -1}
+	if r.CacheGroup != 0 && r.CacheGroup != r.PrefixGroup {
+		st.cgroup, st.ctokens = r.CacheGroup, int32(r.CacheTokens)
+	}
 	if r.OutputCap > 0 && r.OutputTokens > r.OutputCap {
 		st.want, st.capped = int32(r.OutputCap), true
 	}
@@ -640,7 +645,7 @@ func (s *Sim) arrive() {
 	s.emit(&s.record)
 	s.observeStale()
 	s.fact(s.core.Arrive(s.now, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens,
-		PrefixGroup: r.PrefixGroup, PrefixTokens: r.PrefixTokens}))
+		PrefixGroup: r.PrefixGroup, PrefixTokens: r.PrefixTokens, CacheGroup: st.cgroup, CacheTokens: int(st.ctokens)}))
 }
 
 // end marks request i ended and releases the states of the ended
@@ -1067,6 +1072,9 @@ func (s *Sim) prefillDone(e *engine, i int32) {
 	st.produced = 1
 	if e.cache != nil {
 		e.cache.insert(st.group, int(min(st.prefix, st.input)))
+		if st.cgroup != 0 {
+			e.cache.insertAfter(st.cgroup, int(min(st.ctokens, st.input)), st.group)
+		}
 	}
 	s.emitReq(event.KindPrefillDone, i, e.id, -1, 0, event.CauseNone)
 	if s.cfg.TokenHook != nil {

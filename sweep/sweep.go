@@ -592,7 +592,8 @@ func (s *traceSource) Err() error { return s.st.Err() }
 // simRequest is a trace's request as the simulator takes it.
 func simRequest(q *traces.Request) sim.Request {
 	return sim.Request{At: q.At, Class: q.Class, InputTokens: q.InputTokens, OutputTokens: q.OutputTokens,
-		OutputCap: q.OutputCap, PrefixGroup: q.PrefixGroup, PrefixTokens: q.PrefixTokens}
+		OutputCap: q.OutputCap, PrefixGroup: q.PrefixGroup, PrefixTokens: q.PrefixTokens,
+		CacheGroup: q.CacheGroup, CacheTokens: q.CacheTokens}
 }
 
 // runOne runs one cell. Its outcomes are scored as its requests end

@@ -323,7 +323,7 @@ func (c *rowConverter) request(r *row, ids []int64) Request {
 		if c.pm == nil {
 			c.pm = newPrefixMapper(c.index, c.ids)
 		}
-		req.PrefixGroup, req.PrefixTokens = c.pm.add(ids, req.InputTokens)
+		req.PrefixGroup, req.PrefixTokens, req.CacheGroup, req.CacheTokens = c.pm.add(ids, req.InputTokens)
 	}
 	return req
 }
@@ -353,30 +353,52 @@ func newPrefixMapper(index, ids int) *prefixMapper {
 }
 
 // add returns the group and prefix length of a request with the given
-// hash_ids and input length, and records its block sequence.
-func (pm *prefixMapper) add(ids []int64, input int) (int64, int) {
-	node, shared := int32(0), 0
+// hash_ids and input length, and the group and length it leaves cached:
+// its path of full blocks (the blocks an engine caches, as vLLM does; the
+// last block is partial unless the prompt fills it), which is the shared
+// prefix of a later turn of its conversation. It records the request's
+// block sequence.
+func (pm *prefixMapper) add(ids []int64, input int) (group int64, tokens int, cgroup int64, ctokens int) {
+	full := min(len(ids), input/MooncakeBlockTokens) // full blocks
+	node, shared, own := int32(0), 0, int32(0)
 	for shared < len(ids) {
 		c, ok := pm.child[trieKey{node, ids[shared]}]
 		if !ok {
 			break
 		}
 		node, shared = c, shared+1
+		if shared == full {
+			own = c
+		}
 	}
 	at := node
-	for _, id := range ids[shared:] {
+	for k, id := range ids[shared:] {
 		n := int32(len(pm.hash))
 		pm.hash = append(pm.hash, mix64(pm.hash[at]^mix64(uint64(id))))
 		pm.child[trieKey{at, id}] = n
 		at = n
+		if shared+k+1 == full {
+			own = n
+		}
 	}
-	tokens := min(shared*MooncakeBlockTokens, input-1)
+	group, tokens = pm.group(node), min(shared*MooncakeBlockTokens, input-1)
 	if tokens < 1 {
-		return 0, 0
+		group, tokens = 0, 0
 	}
-	g := int64(pm.hash[node] >> 1)
+	if ctokens = min(full*MooncakeBlockTokens, input-1); ctokens >= 1 && own != 0 {
+		cgroup = pm.group(own)
+	} else {
+		ctokens = 0
+	}
+	return group, tokens, cgroup, ctokens
+}
+
+// group is the prefix group that names trie node n: its chained hash,
+// never 0.
+func (pm *prefixMapper) group(n int32) int64 {
+	g := int64(pm.hash[n] >> 1)
 	if g == 0 {
 		g = 1
 	}
-	return g, tokens
+	return g
 }

@@ -73,6 +73,11 @@ func checkImported(t testing.TB, tr *Trace, reqs []Request, scale float64) {
 			r.PrefixTokens < 0 || r.PrefixTokens > r.InputTokens-1 {
 			t.Fatalf("request %d: prefix %d/%d of input %d", i, r.PrefixGroup, r.PrefixTokens, r.InputTokens)
 		}
+		if (r.CacheGroup == 0) != (r.CacheTokens == 0) || r.CacheGroup < 0 || r.CacheTokens < 0 ||
+			r.CacheTokens > r.InputTokens-1 || r.CacheTokens%MooncakeBlockTokens != 0 && r.CacheTokens != r.InputTokens-1 ||
+			r.CacheGroup != 0 && r.CacheGroup == r.PrefixGroup && r.CacheTokens != r.PrefixTokens {
+			t.Fatalf("request %d: leaves %d/%d cached, prefix %d/%d, of input %d", i, r.CacheGroup, r.CacheTokens, r.PrefixGroup, r.PrefixTokens, r.InputTokens)
+		}
 	}
 }
 
@@ -206,6 +211,40 @@ func TestMooncakePrefix(t *testing.T) {
 		if r2.PrefixGroup != 0 && seen[r2.PrefixGroup] != "" {
 			t.Errorf("segment 2 reuses group %d of segment 1", r2.PrefixGroup)
 		}
+	}
+}
+
+// A Mooncake prompt leaves its path of full blocks cached (CacheGroup,
+// CacheTokens): the next turn of its conversation, which shares exactly
+// those blocks (the last, partial block differs, as in Mooncake's
+// conversation trace), finds them as its prefix group. A first turn,
+// sharing nothing, leaves its own blocks too.
+func TestMooncakeCacheGroup(t *testing.T) {
+	src := `{"timestamp": 0, "input_length": 1300, "output_length": 9, "hash_ids": [0, 1, 2]}
+{"timestamp": 10, "input_length": 2100, "output_length": 9, "hash_ids": [0, 1, 3, 4, 5]}
+{"timestamp": 20, "input_length": 2600, "output_length": 9, "hash_ids": [0, 1, 3, 4, 6, 7]}
+{"timestamp": 30, "input_length": 1024, "output_length": 9, "hash_ids": [0, 8]}
+{"timestamp": 40, "input_length": 300, "output_length": 9, "hash_ids": [9]}
+`
+	reqs := mustReplay(t, mustOpen(t, writeFile(t, t.TempDir(), "c.jsonl", src), ""), 1)
+	if len(reqs) != 5 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	r0, r1, r2, r3, r4 := reqs[0], reqs[1], reqs[2], reqs[3], reqs[4]
+	switch {
+	case r0.PrefixGroup != 0 || r0.CacheGroup == 0 || r0.CacheTokens != 1024: // 2 full blocks of 1300
+		t.Errorf("first turn: prefix %d/%d, leaves %d/%d: want none, and its 2 full blocks (1024 tokens)", r0.PrefixGroup, r0.PrefixTokens, r0.CacheGroup, r0.CacheTokens)
+	case r1.PrefixGroup != r0.CacheGroup || r1.PrefixTokens != 1024:
+		t.Errorf("second turn: prefix %d/%d, want the first turn's blocks %d/1024", r1.PrefixGroup, r1.PrefixTokens, r0.CacheGroup)
+	case r1.CacheTokens != 2048 || r2.PrefixGroup != r1.CacheGroup || r2.PrefixTokens != 2048:
+		t.Errorf("third turn: prefix %d/%d, want the second turn's %d/%d", r2.PrefixGroup, r2.PrefixTokens, r1.CacheGroup, r1.CacheTokens)
+	case r3.CacheGroup == 0 || r3.CacheTokens != 1023 || r3.PrefixTokens != 512: // 2 full blocks, clipped to input-1
+		t.Errorf("[0 8] of 1024 tokens: prefix %d/%d, leaves %d/%d", r3.PrefixGroup, r3.PrefixTokens, r3.CacheGroup, r3.CacheTokens)
+	case r4.CacheGroup != 0 || r4.CacheTokens != 0: // no full block
+		t.Errorf("300 tokens: leaves %d/%d, want nothing (no full block)", r4.CacheGroup, r4.CacheTokens)
+	}
+	if r2.CacheGroup == r1.CacheGroup || r1.CacheGroup == r0.CacheGroup {
+		t.Error("turns leave the same group")
 	}
 }
 

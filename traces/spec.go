@@ -64,6 +64,12 @@ type Request struct {
 	OutputCap    int        // max output tokens for the class (0 = no cap); when OutputTokens > OutputCap the engine stops at the cap ("length" finish)
 	PrefixGroup  int64      // 0 = no shared prefix; requests with the same nonzero group share their first PrefixTokens tokens
 	PrefixTokens int        // shared-prefix length, <= InputTokens
+	// CacheGroup and CacheTokens name what the prompt leaves in an
+	// engine's prefix cache once prefilled, when that is more than its
+	// shared prefix: an imported Mooncake prompt leaves its whole path of
+	// full blocks, the prefix of its next turn. 0: its prefix group.
+	CacheGroup  int64
+	CacheTokens int
 }
 
 // Spec is a parsed trace file. See the package documentation and docs/trace-format.md
