@@ -358,10 +358,11 @@ func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer) error {
 // max_tokens), or, when the trace caps the answer below it, for the cap
 // with min_tokens one lower, so the answer stops at the cap with reason
 // length and is journaled as cut, as the simulator scores it. Its prompt
-// begins with its prefix group's shared text (loadgen.SharedPromptText).
+// begins with its prefix group's shared text (loadgen.SharedPromptText), or
+// with the text of the earlier turn that left that group cached.
 func planItem(q traces.Request) loadgen.Item {
 	it := loadgen.Item{At: time.Duration(q.At), Class: q.Class, Input: q.InputTokens, Output: q.OutputTokens, MinTokens: q.OutputTokens,
-		PrefixGroup: q.PrefixGroup, PrefixTokens: q.PrefixTokens}
+		PrefixGroup: q.PrefixGroup, PrefixTokens: q.PrefixTokens, CacheGroup: q.CacheGroup, CacheTokens: q.CacheTokens}
 	if q.OutputCap > 0 && q.OutputTokens > q.OutputCap {
 		it.Output, it.MinTokens = q.OutputCap, q.OutputCap-1
 	}

@@ -49,7 +49,9 @@ type Item struct {
 	Class string
 	// Input is the prompt length in tokens; the prompt is Prompt when set,
 	// else SharedPromptText(seed, salt, index, Input, PrefixGroup,
-	// PrefixTokens): with PrefixGroup 0, PromptText's for salt 0.
+	// PrefixTokens): with PrefixGroup 0, PromptText's for salt 0; or, when
+	// an earlier item left PrefixGroup cached (CacheGroup), that item's
+	// text for the prefix, then index's own.
 	Input  int
 	Prompt string
 	// PrefixGroup and PrefixTokens are the trace's shared prefix
@@ -57,6 +59,11 @@ type Item struct {
 	// PrefixTokens tokens of text.
 	PrefixGroup  int64
 	PrefixTokens int
+	// CacheGroup and CacheTokens are the group and length the prompt leaves
+	// cached (traces.Request: an imported Mooncake turn's own blocks): a
+	// later prompt whose prefix group it is begins with this prompt's text.
+	CacheGroup  int64
+	CacheTokens int
 	// Output is the answer length the request asks for: max_tokens =
 	// Output. MinTokens is min_tokens (normally Output, so that an engine
 	// produces exactly the planned answer; see Plan).
@@ -226,6 +233,7 @@ func (c *Config) defaults() error {
 
 // runner is one Run's shared state.
 type runner struct {
+	texts  turnTexts // the prompts, in plan order
 	cfg    Config
 	client *http.Client
 	path   string
@@ -251,7 +259,7 @@ func Run(ctx context.Context, cfg Config, plan []Item) (*Result, error) {
 		}
 	}
 	r := &runner{cfg: cfg, client: &http.Client{Transport: cfg.Transport}, total: len(plan),
-		out: make([]Outcome, len(plan))}
+		out: make([]Outcome, len(plan)), texts: turnTexts{seed: cfg.Seed, salt: cfg.Salt, plan: plan}}
 	r.path = "/v1/completions"
 	if cfg.Endpoint == EndpointChat {
 		r.path = "/v1/chat/completions"
@@ -372,7 +380,7 @@ func (r *runner) body(i int, it *Item) ([]byte, error) {
 	}
 	text := it.Prompt
 	if text == "" {
-		text = SharedPromptText(r.cfg.Seed, r.cfg.Salt, i, it.Input, it.PrefixGroup, it.PrefixTokens)
+		text = r.texts.prompt(i)
 	}
 	b := wireBody{Model: r.cfg.Model, MaxTokens: it.Output, MinTokens: it.MinTokens, Stream: true}
 	b.StreamOptions.IncludeUsage = true

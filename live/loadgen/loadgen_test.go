@@ -280,6 +280,49 @@ func TestSharedPromptText(t *testing.T) {
 	}
 }
 
+// A conversation's turns (imported Mooncake: each turn's prefix group is
+// the group the turn before left cached) begin with the text of the turn
+// before, for the prefix's length, down the conversation; a first turn
+// shares only its group's text; plans without cached groups get
+// SharedPromptText's prompts, unchanged.
+func TestTurnTexts(t *testing.T) {
+	const seed, salt = 3, 9
+	plan := []Item{
+		{Input: 1300, PrefixGroup: 5, PrefixTokens: 512, CacheGroup: 11, CacheTokens: 1024}, // turn 1: shares block 0 with others
+		{Input: 900},
+		{Input: 2100, PrefixGroup: 11, PrefixTokens: 1024, CacheGroup: 12, CacheTokens: 2048}, // turn 2
+		{Input: 2600, PrefixGroup: 12, PrefixTokens: 2048, CacheGroup: 13, CacheTokens: 2560}, // turn 3
+		{Input: 700, PrefixGroup: 5, PrefixTokens: 512},                                        // another conversation's first turn
+		{Input: 3000, PrefixGroup: 99, PrefixTokens: 1000},                                     // a group no item left
+	}
+	x := turnTexts{seed: seed, salt: salt, plan: plan}
+	var p []string
+	for i := range plan {
+		p = append(p, x.prompt(i))
+		if len(p[i]) != plan[i].Input*4 {
+			t.Fatalf("prompt %d: %d bytes, want %d", i, len(p[i]), plan[i].Input*4)
+		}
+	}
+	switch {
+	case p[2][:1024*4] != p[0][:1024*4] || p[2][1024*4:1025*4] == p[0][1024*4:1025*4]:
+		t.Error("turn 2 does not begin with turn 1's 1024 tokens, then its own")
+	case p[3][:2048*4] != p[2][:2048*4]:
+		t.Error("turn 3 does not begin with turn 2's 2048 tokens")
+	case p[3][:512*4] != p[4][:512*4] || p[0][:512*4] != groupHead(seed, salt, 5, 512):
+		t.Error("the shared first block is not group 5's text in every prompt")
+	case p[5] != SharedPromptText(seed, salt, 5, 3000, 99, 1000) || p[1] != SharedPromptText(seed, salt, 1, 900, 0, 0):
+		t.Error("a prompt whose group no earlier item left is not SharedPromptText's")
+	}
+	// Without cached groups (synthetic traces) every prompt is
+	// SharedPromptText's, as before.
+	y := turnTexts{seed: seed, salt: salt, plan: []Item{{Input: 300, PrefixGroup: 7, PrefixTokens: 200}, {Input: 300, PrefixGroup: 7, PrefixTokens: 200}}}
+	for i := 0; i < 2; i++ {
+		if y.prompt(i) != SharedPromptText(seed, salt, i, 300, 7, 200) {
+			t.Fatalf("synthetic prompt %d changed", i)
+		}
+	}
+}
+
 // The prompts sent carry the plan's shared prefixes.
 func TestRunSendsSharedPrefixes(t *testing.T) {
 	var mu sync.Mutex

@@ -70,12 +70,80 @@ func SharedPromptText(seed, salt uint64, index, tokens int, group int64, prefix 
 	if group == 0 || prefix <= 0 {
 		return SaltedPromptText(seed, salt, index, tokens)
 	}
-	b := base(seed)
-	head := cut(b, int(mix(seed^salt^groupSalt, uint64(group))%uint64(baseLen)), prefix*int(api.CharsPerToken))
+	head := groupHead(seed, salt, group, prefix)
 	if prefix == tokens {
 		return head
 	}
 	return head + SaltedPromptText(seed, salt, index, tokens-prefix)
+}
+
+// groupHead is the first tokens of prefix group's shared text.
+func groupHead(seed, salt uint64, group int64, tokens int) string {
+	return cut(base(seed), int(mix(seed^salt^groupSalt, uint64(group))%uint64(baseLen)), tokens*int(api.CharsPerToken))
+}
+
+// turnTexts writes the prompts of a plan whose items leave groups cached
+// (Item.CacheGroup: imported Mooncake conversations): a prompt whose
+// prefix group an earlier item left is that item's own text for the
+// prefix's length, so a conversation's next turn begins with the text of
+// the turn before, as it does in the trace, and an engine's prefix cache
+// finds it. Other prompts are SharedPromptText's. Items are registered in
+// plan order (add), so a prompt reads only earlier items.
+type turnTexts struct {
+	seed, salt uint64
+	plan       []Item
+	made       map[int64]int // group -> the first item that leaves it cached
+}
+
+// prompt is item i's prompt, and registers the group it leaves.
+func (x *turnTexts) prompt(i int) string {
+	it := &x.plan[i]
+	var text string
+	if c, ok := x.made[it.PrefixGroup]; ok && it.PrefixGroup != 0 && it.PrefixTokens > 0 && c < i {
+		p := min(it.PrefixTokens, it.Input)
+		var b strings.Builder
+		b.Grow(it.Input * int(api.CharsPerToken))
+		x.head(&b, it.PrefixGroup, p, i)
+		if p < it.Input {
+			b.WriteString(SaltedPromptText(x.seed, x.salt, i, it.Input-p))
+		}
+		text = b.String()
+	} else {
+		text = SharedPromptText(x.seed, x.salt, i, it.Input, it.PrefixGroup, it.PrefixTokens)
+	}
+	if g := it.CacheGroup; g != 0 {
+		if x.made == nil {
+			x.made = map[int64]int{}
+		}
+		if _, ok := x.made[g]; !ok {
+			x.made[g] = i
+		}
+	}
+	return text
+}
+
+// head writes the first tokens of the text of group g as item before
+// sees it: the text of the earlier item that left g cached (its own
+// prefix's text, then its own), else the group's shared text.
+func (x *turnTexts) head(b *strings.Builder, g int64, tokens, before int) {
+	c, ok := x.made[g]
+	if !ok || c >= before || tokens > x.plan[c].Input {
+		b.WriteString(groupHead(x.seed, x.salt, g, tokens))
+		return
+	}
+	it := &x.plan[c]
+	p := 0
+	if it.PrefixGroup != 0 {
+		p = min(it.PrefixTokens, it.Input)
+	}
+	if _, viaTurn := x.made[it.PrefixGroup]; p > 0 && viaTurn && x.made[it.PrefixGroup] < c {
+		x.head(b, it.PrefixGroup, min(p, tokens), c)
+	} else if p > 0 {
+		b.WriteString(groupHead(x.seed, x.salt, it.PrefixGroup, min(p, tokens)))
+	}
+	if tokens > p {
+		b.WriteString(SaltedPromptText(x.seed, x.salt, c, tokens-p))
+	}
 }
 
 // cut is n bytes of b from off, wrapping around to b's start.
