@@ -292,8 +292,8 @@ func TestTurnTexts(t *testing.T) {
 		{Input: 900},
 		{Input: 2100, PrefixGroup: 11, PrefixTokens: 1024, CacheGroup: 12, CacheTokens: 2048}, // turn 2
 		{Input: 2600, PrefixGroup: 12, PrefixTokens: 2048, CacheGroup: 13, CacheTokens: 2560}, // turn 3
-		{Input: 700, PrefixGroup: 5, PrefixTokens: 512},                                        // another conversation's first turn
-		{Input: 3000, PrefixGroup: 99, PrefixTokens: 1000},                                     // a group no item left
+		{Input: 700, PrefixGroup: 5, PrefixTokens: 512},                                       // another conversation's first turn
+		{Input: 3000, PrefixGroup: 99, PrefixTokens: 1000},                                    // a group no item left
 	}
 	x := turnTexts{seed: seed, salt: salt, plan: plan}
 	var p []string
