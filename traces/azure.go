@@ -1,6 +1,7 @@
 package traces
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
@@ -29,7 +30,7 @@ const (
 	maxAzureYear = 2200
 )
 
-const azureTimeWant = "expected a time like 2023-11-16 18:15:46.6805900 (YYYY-MM-DD hh:mm:ss, optionally a fraction of 1 to 9 digits)"
+const azureTimeWant = "expected a time like 2023-11-16 18:15:46.6805900 or 2024-05-10 00:00:00.009930+00:00 (YYYY-MM-DD hh:mm:ss, optionally a fraction of 1 to 9 digits, then optionally an offset: Z, +hh:mm or -hh:mm)"
 
 // parseAzure reads an Azure CSV file of size bytes (0 if unknown; it only
 // sizes buffers) into memory. source names the file in errors, class is
@@ -209,9 +210,11 @@ func parseCount(b []byte) (int, bool) {
 	return v, true
 }
 
-// parseAzureTime parses "YYYY-MM-DD hh:mm:ss[.f…]" (UTC is assumed; only
-// differences matter) to nanoseconds since the Unix epoch. The fraction
-// has 1 to 9 digits and is read as an integer, so no precision is lost.
+// parseAzureTime parses "YYYY-MM-DD hh:mm:ss[.f…][offset]" to nanoseconds
+// since the Unix epoch. The fraction has 1 to 9 digits and is read as an
+// integer, so no precision is lost. The 2023 traces carry no offset (UTC
+// is assumed; only differences matter); the 2024 ones end in "+00:00":
+// an offset, "Z" or ±hh:mm (or ±hhmm), is applied.
 func parseAzureTime(b []byte) (int64, bool) {
 	if len(b) < 19 || b[4] != '-' || b[7] != '-' || b[10] != ' ' || b[13] != ':' || b[16] != ':' {
 		return 0, false
@@ -237,8 +240,29 @@ func parseAzureTime(b []byte) (int64, bool) {
 		hour > 23 || minute > 59 || sec > 59 {
 		return 0, false
 	}
+	rest := b[19:]
+	offset := 0 // seconds east of UTC
+	if k := bytes.IndexAny(rest, "Z+-"); k >= 0 {
+		zone := rest[k:]
+		rest = rest[:k]
+		switch {
+		case len(zone) == 1 && zone[0] == 'Z':
+		case len(zone) == 6 && zone[3] == ':' || len(zone) == 5:
+			hh, okh := num(zone[1:3])
+			mm, okm := num(zone[len(zone)-2:])
+			if !okh || !okm || hh > 23 || mm > 59 || zone[0] == 'Z' {
+				return 0, false
+			}
+			offset = hh*3600 + mm*60
+			if zone[0] == '-' {
+				offset = -offset
+			}
+		default:
+			return 0, false
+		}
+	}
 	ns := 0
-	if frac := b[19:]; len(frac) > 0 {
+	if frac := rest; len(frac) > 0 {
 		digits := frac[1:]
 		if frac[0] != '.' || len(digits) < 1 || len(digits) > 9 {
 			return 0, false
@@ -256,5 +280,5 @@ func parseAzureTime(b []byte) (int64, bool) {
 	if t.Day() != day { // February 30 and the like roll over
 		return 0, false
 	}
-	return t.UnixNano(), true
+	return t.UnixNano() - int64(offset)*int64(time.Second), true
 }

@@ -1,6 +1,8 @@
 package traces
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -120,6 +122,8 @@ func TestMooncakeFields(t *testing.T) {
 {"hash_ids": null, "output_length": 7, "input_length": 3, "timestamp": 2}
 {"timestamp": 5, "input_length": 4, "output_length": 4, "session_id": "b"}
 {"time\u0073tamp": 2, "input_length": 9, "output_length": 9, "delay": 0}
+{"timestamp": 6, "input_length": 0, "output_length": 0}
+{"timestamp": 7, "input_length": 5, "output_length": 0e0}
 `
 	path := writeFile(t, t.TempDir(), "x.jsonl", src)
 	tr := mustOpen(t, path, "")
@@ -129,11 +133,16 @@ func TestMooncakeFields(t *testing.T) {
 		{At: 0, Class: "x", InputTokens: 9, OutputTokens: 9},
 		{At: 3_000_000, Class: "x", InputTokens: 4, OutputTokens: 4},
 		{At: 3_000_002, Class: "x", InputTokens: 1000, OutputTokens: 20},
+		{At: 4_000_000, Class: "x", InputTokens: 1, OutputTokens: 1},
+		{At: 5_000_000, Class: "x", InputTokens: 5, OutputTokens: 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%v\nwant\n%v", got, want)
 	}
+	// Zero lengths are read as one token, in notes (as the Azure traces').
 	wantNotes := []string{
+		path + ": 1 rows with input_length 0: set to 1 token",
+		path + ": 2 rows with output_length 0: set to 1 token",
 		path + `: ignored fields "delay" (1 rows), "extra" (1 rows), "session_id" (2 rows)`,
 		path + ": 2 rows earlier than the row before them: rows sorted by time (stable)",
 	}
@@ -248,6 +257,26 @@ func TestMooncakeCacheGroup(t *testing.T) {
 	}
 }
 
+// A gzip-compressed trace (by its magic bytes, or its .gz name) is refused
+// with advice to decompress it, not with a parse error over binary bytes.
+func TestGzipTraceRefused(t *testing.T) {
+	dir := t.TempDir()
+	var b bytes.Buffer
+	z := gzip.NewWriter(&b)
+	z.Write([]byte("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"))
+	z.Close()
+	for _, name := range []string{"code.csv", "conv.jsonl"} {
+		path := writeFile(t, dir, name, b.String())
+		if _, err := Open(path, ""); err == nil || !strings.Contains(err.Error(), "gzip-compressed") || !strings.Contains(err.Error(), "gunzip") {
+			t.Errorf("%s: %v, want a gzip-compressed refusal", name, err)
+		}
+	}
+	path := writeFile(t, dir, "code.csv.gz", b.String())
+	if _, err := Open(path, ""); err == nil || !strings.Contains(err.Error(), "gzip-compressed") {
+		t.Errorf("code.csv.gz: %v, want a gzip-compressed refusal", err)
+	}
+}
+
 func TestAzureRoundTrip(t *testing.T) {
 	// Any column order, CRLF line ends, blank lines, a byte order mark, no
 	// final newline; the fraction keeps every digit.
@@ -308,7 +337,20 @@ func TestAzureTime(t *testing.T) {
 		{"2023-11-16 18:15:46.12a", -1},
 		{"2023-11-16 18:15:46,5", -1},
 		{"2023-11-16T18:15:46", -1},
-		{"2023-11-16 18:15:46Z", -1},
+		// Offsets (the 2024 traces end in +00:00), applied.
+		{"2023-11-16 18:15:46Z", 0},
+		{"2023-11-16 18:15:46.5+00:00", 500_000_000},
+		{"2023-11-16 18:15:46+00:00", 0},
+		{"2023-11-16 19:15:46+01:00", 0},
+		{"2023-11-16 17:45:46.25-00:30", 250_000_000},
+		{"2023-11-16 20:15:46+0200", 0},
+		{"2023-11-16 18:15:46+24:00", -1},
+		{"2023-11-16 18:15:46+00:60", -1},
+		{"2023-11-16 18:15:46+00", -1},
+		{"2023-11-16 18:15:46Z+00:00", -1},
+		{"2023-11-16 18:15:46 +00:00", -1},
+		{"2023-11-16 18:15:46.+00:00", -1},
+		{"2023-11-16 18:15:46+00:00Z", -1},
 		{"2023-11-16 18:15", -1},
 		{"23-11-16 18:15:46.5", -1},
 		{"+023-11-16 18:15:46", -1},
@@ -358,30 +400,28 @@ func TestMooncakeErrors(t *testing.T) {
 		{"missing timestamp", `{"input_length": 10, "output_length": 5}`,
 			"t.jsonl:2: timestamp: missing: expected a number of milliseconds in [0, 3600000000]"},
 		{"missing input", `{"timestamp": 0, "output_length": 5}`,
-			"t.jsonl:2: input_length: missing: expected an integer in [1, 10000000]"},
+			"t.jsonl:2: input_length: missing: expected an integer in [0, 10000000]"},
 		{"missing output", `{"timestamp": 0, "input_length": 5}`,
-			"t.jsonl:2: output_length: missing: expected an integer in [1, 10000000]"},
+			"t.jsonl:2: output_length: missing: expected an integer in [0, 10000000]"},
 		{"empty object", `{}`,
 			"t.jsonl:2: timestamp: missing: expected a number of milliseconds in [0, 3600000000]\n" +
-				"t.jsonl:2: input_length: missing: expected an integer in [1, 10000000]\n" +
-				"t.jsonl:2: output_length: missing: expected an integer in [1, 10000000]"},
+				"t.jsonl:2: input_length: missing: expected an integer in [0, 10000000]\n" +
+				"t.jsonl:2: output_length: missing: expected an integer in [0, 10000000]"},
 		{"wrong case is unknown", `{"Timestamp": 0, "timestamp": 0, "input_length": 10, "Output_Length": 5}`,
-			"t.jsonl:2: output_length: missing: expected an integer in [1, 10000000]"},
+			"t.jsonl:2: output_length: missing: expected an integer in [0, 10000000]"},
 		{"string length", `{"timestamp": 0, "input_length": "10", "output_length": 5}`,
-			`t.jsonl:2: input_length: "10": expected an integer in [1, 10000000]`},
+			`t.jsonl:2: input_length: "10": expected an integer in [0, 10000000]`},
 		{"fractional length", `{"timestamp": 0, "input_length": 10, "output_length": 2.5}`,
-			"t.jsonl:2: output_length: 2.5: expected an integer in [1, 10000000]"},
-		{"zero length", `{"timestamp": 0, "input_length": 0, "output_length": 5}`,
-			"t.jsonl:2: input_length: 0: expected an integer in [1, 10000000]"},
+			"t.jsonl:2: output_length: 2.5: expected an integer in [0, 10000000]"},
 		{"negative length", `{"timestamp": 0, "input_length": 10, "output_length": -3}`,
-			"t.jsonl:2: output_length: -3: expected an integer in [1, 10000000]"},
+			"t.jsonl:2: output_length: -3: expected an integer in [0, 10000000]"},
 		{"huge length", `{"timestamp": 0, "input_length": 10000001, "output_length": 1e30}`,
-			"t.jsonl:2: input_length: 10000001: expected an integer in [1, 10000000]\n" +
-				"t.jsonl:2: output_length: 1e30: expected an integer in [1, 10000000]"},
+			"t.jsonl:2: input_length: 10000001: expected an integer in [0, 10000000]\n" +
+				"t.jsonl:2: output_length: 1e30: expected an integer in [0, 10000000]"},
 		{"null length", `{"timestamp": 0, "input_length": null, "output_length": 5}`,
-			"t.jsonl:2: input_length: null: expected an integer in [1, 10000000]"},
+			"t.jsonl:2: input_length: null: expected an integer in [0, 10000000]"},
 		{"bool length", `{"timestamp": 0, "input_length": true, "output_length": 5}`,
-			"t.jsonl:2: input_length: true: expected an integer in [1, 10000000]"},
+			"t.jsonl:2: input_length: true: expected an integer in [0, 10000000]"},
 		{"string timestamp", `{"timestamp": "0", "input_length": 10, "output_length": 5}`,
 			`t.jsonl:2: timestamp: "0": expected a number of milliseconds in [0, 3600000000]`},
 		{"negative timestamp", `{"timestamp": -1, "input_length": 10, "output_length": 5}`,
@@ -399,7 +439,7 @@ func TestMooncakeErrors(t *testing.T) {
 		{"duplicate field", `{"timestamp": 0, "input_length": 10, "output_length": 5, "input_length": 11}`,
 			"t.jsonl:2: input_length: given twice: expected each field once"},
 		{"long value cut", `{"timestamp": 0, "input_length": "` + strings.Repeat("x", 50) + `", "output_length": 5}`,
-			`t.jsonl:2: input_length: "` + strings.Repeat("x", 39) + `…: expected an integer in [1, 10000000]`},
+			`t.jsonl:2: input_length: "` + strings.Repeat("x", 39) + `…: expected an integer in [0, 10000000]`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := importError(t, "t.jsonl", okRow+"\n"+c.line+"\n"+okRow+"\n")
@@ -442,7 +482,7 @@ const azureHeaderLine = "TIMESTAMP,ContextTokens,GeneratedTokens"
 const azureOKRow = "2023-11-16 18:15:46.6805900,374,44"
 
 func TestAzureErrors(t *testing.T) {
-	const timeWant = "expected a time like 2023-11-16 18:15:46.6805900 (YYYY-MM-DD hh:mm:ss, optionally a fraction of 1 to 9 digits)"
+	const timeWant = azureTimeWant
 	const headerWant = "expected the columns TIMESTAMP, ContextTokens, GeneratedTokens (in any order, each once)"
 	for _, c := range []struct {
 		name, src, want string

@@ -54,6 +54,7 @@ type mooncakeReader struct {
 	ignored      map[string]int
 	ignoredOther int
 	ignore       func(string)
+	zeros        [2]int // rows with input_length, output_length 0 (set to 1)
 }
 
 func newMooncakeReader(sc rowScan) *mooncakeReader {
@@ -81,7 +82,7 @@ func (m *mooncakeReader) next(out *row) bool {
 		if blank(line) {
 			continue
 		}
-		rw, ids, good := parseMooncakeLine(line, m.lr.line, m.errs, &m.scratch, m.ignore)
+		rw, ids, good := parseMooncakeLine(line, m.lr.line, m.errs, &m.scratch, m.ignore, &m.zeros)
 		if !good {
 			continue
 		}
@@ -102,8 +103,14 @@ func (m *mooncakeReader) next(out *row) bool {
 
 func (m *mooncakeReader) finish() []string {
 	m.lr.check(m.errs)
+	var notes []string
+	for i, name := range [...]string{"input_length", "output_length"} {
+		if m.zeros[i] > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d rows with %s 0: set to 1 token", m.errs.source, m.zeros[i], name))
+		}
+	}
 	if len(m.ignored) == 0 {
-		return nil
+		return notes
 	}
 	names := make([]string, 0, len(m.ignored))
 	for name := range m.ignored {
@@ -117,7 +124,7 @@ func (m *mooncakeReader) finish() []string {
 	if m.ignoredOther > 0 {
 		parts = append(parts, fmt.Sprintf("%d more of other names", m.ignoredOther))
 	}
-	return []string{fmt.Sprintf("%s: ignored fields %s", m.errs.source, strings.Join(parts, ", "))}
+	return append(notes, fmt.Sprintf("%s: ignored fields %s", m.errs.source, strings.Join(parts, ", ")))
 }
 
 // parseMooncakeLine parses one non-blank line into a row and its hash_ids
@@ -130,7 +137,7 @@ func (m *mooncakeReader) finish() []string {
 // fields in order, which keeps key matching exact (encoding/json's struct
 // decoding folds case and lets a repeated key win silently) and avoids an
 // allocation per token.
-func parseMooncakeLine(line []byte, lineNo int, errs *importErrors, scratch *[]int64, ignore func(string)) (row, []int64, bool) {
+func parseMooncakeLine(line []byte, lineNo int, errs *importErrors, scratch *[]int64, ignore func(string), zeros *[2]int) (row, []int64, bool) {
 	if !json.Valid(line) {
 		var v json.RawMessage
 		err := json.Unmarshal(line, &v)
@@ -179,15 +186,21 @@ func parseMooncakeLine(line []byte, lineNo int, errs *importErrors, scratch *[]i
 			seen = &seenIn
 			if n, good := jsonLength(v); good {
 				rw.in = int32(n)
+			} else if n, good := jsonInt(v); good && n == 0 { // as the Azure traces' 0: one token, said in a note
+				rw.in = 1
+				zeros[0]++
 			} else {
-				bad("input_length: %s: expected an integer in [1, %d]", show(v), MaxTokens)
+				bad("input_length: %s: expected an integer in [0, %d]", show(v), MaxTokens)
 			}
 		case "output_length":
 			seen = &seenOut
 			if n, good := jsonLength(v); good {
 				rw.out = int32(n)
+			} else if n, good := jsonInt(v); good && n == 0 {
+				rw.out = 1
+				zeros[1]++
 			} else {
-				bad("output_length: %s: expected an integer in [1, %d]", show(v), MaxTokens)
+				bad("output_length: %s: expected an integer in [0, %d]", show(v), MaxTokens)
 			}
 		case "hash_ids":
 			seen = &seenIDs
@@ -210,10 +223,10 @@ func parseMooncakeLine(line []byte, lineNo int, errs *importErrors, scratch *[]i
 		bad("timestamp: missing: expected a number of milliseconds in [0, %.0f]", maxTimestampMs)
 	}
 	if !seenIn {
-		bad("input_length: missing: expected an integer in [1, %d]", MaxTokens)
+		bad("input_length: missing: expected an integer in [0, %d]", MaxTokens)
 	}
 	if !seenOut {
-		bad("output_length: missing: expected an integer in [1, %d]", MaxTokens)
+		bad("output_length: missing: expected an integer in [0, %d]", MaxTokens)
 	}
 	return rw, ids, ok
 }

@@ -173,6 +173,9 @@ func Open(arg, format string) (t *Trace, err error) {
 				if len(parts) > 1 {
 					what += fmt.Sprintf(": %q", path)
 				}
+				if strings.EqualFold(filepath.Ext(path), ".gz") {
+					return nil, fmt.Errorf("%s: %s, expected uncompressed: decompress it first (gunzip -k %s)", what, gzipNote, path)
+				}
 				return nil, fmt.Errorf("%s: not a built-in trace, and extension %q is unknown: expected a built-in trace (%s), a .yaml/.yml spec, a .jsonl Mooncake trace, a .csv Azure trace, or a format given explicitly",
 					what, filepath.Ext(path), strings.Join(Builtin(), ", "))
 			}
@@ -195,6 +198,9 @@ func Open(arg, format string) (t *Trace, err error) {
 	}
 	return assemble(segs, hex.EncodeToString(h.Sum(nil)))
 }
+
+// gzipNote says a file is gzip-compressed.
+const gzipNote = "gzip-compressed (it begins with gzip's magic bytes or ends in .gz)"
 
 // formatOf is the format of path by extension, or "" when unknown.
 func formatOf(path string) string {
@@ -248,6 +254,12 @@ func importFile(path, f string, index int, h hash.Hash) (*segment, error) {
 	}
 	defer file.Close()
 	st, err := file.Stat()
+	if err == nil && st.Mode().IsRegular() {
+		var magic [2]byte
+		if n, _ := file.ReadAt(magic[:], 0); n == 2 && magic == [2]byte{0x1f, 0x8b} {
+			return nil, fmt.Errorf("trace %q: %s, expected an uncompressed %s trace: decompress it first (gunzip -c %s > FILE)", path, gzipNote, f, path)
+		}
+	}
 	if err != nil || !st.Mode().IsRegular() {
 		r := io.TeeReader(file, h)
 		if f == FormatMooncake {
