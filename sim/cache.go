@@ -37,7 +37,7 @@ type cacheEntry struct {
 	// when it extends its parent's blocks (a later turn's path over the
 	// earlier turn's: insertAfter), only the blocks past them.
 	cost   int64
-	parent *list.Element // the entry whose blocks it extends, or nil
+	parent int64 // the group whose blocks it extends, or 0 (by name, so that a clone's entries find the clone's)
 }
 
 func newPrefixCache(cfg PrefixCache) *prefixCache {
@@ -65,13 +65,19 @@ func (c *prefixCache) lookup(group int64, want int) int {
 // it, so the least recently used is evicted first and a prefix outlives
 // the paths built on it, as a block cache evicts a sequence's tail first.
 func (c *prefixCache) touch(el *list.Element) {
-	for ; el != nil; el = el.Value.(*cacheEntry).parent {
-		if c.index[el.Value.(*cacheEntry).group] != el {
-			return // gone (evicted, or replaced)
-		}
+	for n := 0; el != nil && n < maxChain; n++ {
 		c.lru.MoveToFront(el)
+		p := el.Value.(*cacheEntry).parent
+		if p == 0 {
+			return
+		}
+		el = c.index[p] // nil once evicted
 	}
 }
+
+// maxChain bounds the entries touch walks (a conversation's turns): a
+// cycle of names, which the importer never makes, cannot loop.
+const maxChain = 1 << 10
 
 // insert records that a prompt of group with prefix tokens was prefilled
 // here, evicting least recently used groups beyond capacity.
@@ -101,9 +107,9 @@ func (c *prefixCache) insertAfter(group int64, prefix int, after int64) {
 		c.touch(el)
 	} else {
 		e := &cacheEntry{group: group, tokens: tokens, cost: tokens}
-		if pe, ok := c.index[after]; ok && after != 0 {
+		if pe, ok := c.index[after]; ok && after != 0 && after != group {
 			if p := pe.Value.(*cacheEntry); p.tokens <= tokens {
-				e.parent, e.cost = pe, tokens-p.tokens
+				e.parent, e.cost = after, tokens-p.tokens
 			}
 		}
 		c.index[group] = c.lru.PushFront(e)

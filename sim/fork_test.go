@@ -65,28 +65,49 @@ func TestForkReplaysAsFromTheStart(t *testing.T) {
 	const n, windows = 6, 12
 	w := 20 * event.Second
 	type setup struct {
-		name string
-		cfg  func() Config
-		rate float64
+		name  string
+		cfg   func() Config
+		rate  float64
+		turns bool // prompts in conversations: each leaves a group the next extends
 	}
 	setups := []setup{
-		{"plain", func() Config { return refConfig(n) }, 3},
-		{"overloaded", func() Config { return refConfig(n) }, 9},
+		{"plain", func() Config { return refConfig(n) }, 3, false},
+		{"overloaded", func() Config { return refConfig(n) }, 9, false},
 		{"kv-capacity", func() Config {
 			c := refConfig(n)
 			c.Batch.KVCapacityTokens = 20000
 			return c
-		}, 4},
+		}, 4, false},
 		{"prefix-cache", func() Config {
 			c := refConfig(n)
 			c.Cache = DefaultPrefixCache
 			return c
-		}, 4},
+		}, 4, false},
+		{"prefix-cache-turns", func() Config {
+			c := refConfig(n)
+			c.Cache = DefaultPrefixCache
+			c.Cache.CapacityTokens = 3000 // small: entries that extend others are evicted
+			return c
+		}, 4, true},
 	}
 	moved, dropped, added := 0, 0, 0
 	for si, su := range setups {
 		cfg := su.cfg()
 		reqs := burstyTrace(uint64(si+1), 600, su.rate)
+		if su.turns {
+			turn := map[int]int{}
+			for i := range reqs {
+				c := i % 7 // seven conversations
+				k := turn[c]
+				turn[c]++
+				r := &reqs[i]
+				r.InputTokens = max(r.InputTokens, 64*(k+2))
+				if k > 0 {
+					r.PrefixGroup, r.PrefixTokens = int64(1000*c+k), 64*k // the turn before's
+				}
+				r.CacheGroup, r.CacheTokens = int64(1000*c+k+1), 64*(k+1)
+			}
+		}
 		rng := rand.New(rand.NewPCG(uint64(si), 3))
 		for trial := range 12 {
 			a := make([]int, windows)
