@@ -3,9 +3,12 @@ package live
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,5 +117,70 @@ func TestLegRetriedOnStaleConnection(t *testing.T) {
 		if conns.Load() != 1 || reads.Load()+second.Load() != 2 {
 			t.Errorf("%s: %d connections, %d requests read: expected 1 and 2", name, conns.Load(), reads.Load()+second.Load())
 		}
+	}
+}
+
+// Go's own report that the engine closed the pooled connection idle is a
+// request never read: sent again whenever it is seen (a router short of
+// CPU sees it late); other errors are not.
+func TestServerClosedIdle(t *testing.T) {
+	idle := &url.Error{Op: "Post", URL: "http://e0/v1/completions", Err: errors.New("http: server closed idle connection")}
+	if !serverClosedIdle(idle) || !serverClosedIdle(fmt.Errorf("leg: %w", idle)) || !serverClosedIdle(idle.Err) {
+		t.Error("Go's idle-close error not recognised")
+	}
+	for _, err := range []error{nil, io.EOF, &url.Error{Op: "Post", URL: "u", Err: io.ErrUnexpectedEOF},
+		&url.Error{Op: "Post", URL: "u", Err: errors.New("http: server closed idle connection, and more")}} {
+		if serverClosedIdle(err) {
+			t.Errorf("%v taken for an idle close", err)
+		}
+	}
+}
+
+// A reset or an EOF seen late (past staleWindow), with no answer, on a
+// connection whose request before was sent at least a keep-alive earlier
+// is sent again: the engine may have closed it idle, which a router
+// relaying a slow client's stream, or short of CPU, sees late. The same
+// failure on a connection used just before is not (TestLegRetriedOnStaleConnection).
+func TestLegRetriedAfterKeepAlive(t *testing.T) {
+	defer func(d time.Duration) { idleCloseAfter = d }(idleCloseAfter)
+	idleCloseAfter = 300 * time.Millisecond
+	client := &http.Client{Transport: NewTransport()}
+	post := func(url string) error {
+		resp, err := postEngine(context.Background(), client, url, []byte(`{"prompt":"x"}`), "req")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return err
+	}
+	// The engine ends the reused connection late, without reading the
+	// request (its idle close, as the router sees it when late).
+	url, conns, reads := staleEngine(t, func(c net.Conn, br *bufio.Reader) {
+		br.Peek(1)
+		time.Sleep(4 * staleWindow)
+	})
+	if err := post(url); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(idleCloseAfter + 50*time.Millisecond) // a keep-alive since the request before
+	if err := post(url); err != nil {
+		t.Fatalf("late close after a keep-alive: %v: expected the leg sent again", err)
+	}
+	if conns.Load() != 2 || reads.Load() != 2 {
+		t.Errorf("%d connections, %d requests read: expected 2 and 2", conns.Load(), reads.Load())
+	}
+	// The same close right after the request before: failed, not sent again.
+	url, conns, reads = staleEngine(t, func(c net.Conn, br *bufio.Reader) {
+		br.Peek(1)
+		time.Sleep(4 * staleWindow)
+	})
+	if err := post(url); err != nil {
+		t.Fatal(err)
+	}
+	if err := post(url); err == nil {
+		t.Fatal("late close on a connection used just before: sent again")
+	}
+	if conns.Load() != 1 || reads.Load() != 1 {
+		t.Errorf("%d connections, %d requests read: expected 1 and 1", conns.Load(), reads.Load())
 	}
 }
