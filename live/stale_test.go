@@ -53,14 +53,11 @@ func staleEngine(t *testing.T, close func(c net.Conn, br *bufio.Reader)) (url st
 	return "http://" + ln.Addr().String() + "/v1/completions", conns, reads
 }
 
-// An engine leg written onto a pooled connection that the engine closes
-// as the leg arrives (an idle close racing the reuse) is sent again on a
-// new connection, not failed against a healthy engine; one that fails
-// later, or after any byte of an answer, is not (a prefill is not run
-// twice for a late failure).
-func TestLegRetriedOnStaleConnection(t *testing.T) {
+// stalePoster posts a leg through one pooled client, as the router does,
+// reading any answer whole.
+func stalePoster() func(url string) error {
 	client := &http.Client{Transport: NewTransport()}
-	post := func(url string) error {
+	return func(url string) error {
 		resp, err := postEngine(context.Background(), client, url, []byte(`{"prompt":"x"}`), "req")
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
@@ -68,6 +65,15 @@ func TestLegRetriedOnStaleConnection(t *testing.T) {
 		}
 		return err
 	}
+}
+
+// An engine leg written onto a pooled connection that the engine closes
+// as the leg arrives (an idle close racing the reuse) is sent again on a
+// new connection, not failed against a healthy engine; one that fails
+// later, or after any byte of an answer, is not (a prefill is not run
+// twice for a late failure).
+func TestLegRetriedOnStaleConnection(t *testing.T) {
+	post := stalePoster()
 	// Reset unread as it arrives: sent again.
 	url, conns, reads := staleEngine(t, func(c net.Conn, br *bufio.Reader) {
 		br.Peek(1) // the request is there, unread
@@ -144,15 +150,7 @@ func TestServerClosedIdle(t *testing.T) {
 func TestLegRetriedAfterKeepAlive(t *testing.T) {
 	defer func(d time.Duration) { idleCloseAfter = d }(idleCloseAfter)
 	idleCloseAfter = 300 * time.Millisecond
-	client := &http.Client{Transport: NewTransport()}
-	post := func(url string) error {
-		resp, err := postEngine(context.Background(), client, url, []byte(`{"prompt":"x"}`), "req")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		return err
-	}
+	post := stalePoster()
 	// The engine ends the reused connection late, without reading the
 	// request (its idle close, as the router sees it when late).
 	url, conns, reads := staleEngine(t, func(c net.Conn, br *bufio.Reader) {
