@@ -513,11 +513,28 @@ func TestLivePrefixGroupsReplayed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two live runs of a few seconds")
 	}
-	trace := filepath.Join("testdata", "live-doc.yaml")
+	// Four documents, forty questions: every document is asked again and
+	// again, and one prefill engine takes every prompt, so the replay's
+	// cache hits do not hang on where a run's timing placed them.
+	trace := filepath.Join(t.TempDir(), "docs.yaml")
+	if err := os.WriteFile(trace, []byte(`name: docs
+seed: 1
+slo: {ttft: 2.1s, tpot: 45ms}
+arrival: {process: poisson}
+classes:
+  document:
+    input:  {dist: uniform, min: 6000, max: 9000}
+    output: {dist: uniform, min: 8, max: 32}
+    prefix: {groups: 4, scope: phase, tokens: {dist: uniform, min: 5000, max: 6000}}
+phases:
+  - {name: document, duration: 5s, requests: 40, mix: {document: 1}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, cached := range []bool{true, false} {
 		dir := filepath.Join(t.TempDir(), "live")
 		args := []string{"live", "--fleet", "demo", "--stub", "--stub-time-scale", "0.2", "--trace", trace,
-			"--arm", "static:4P4D", "--rate", "8", "--limit", "40", "--journal", dir, "--no-parquet"}
+			"--arm", "static:1P7D", "--journal", dir, "--no-parquet"}
 		if cached {
 			args = append(args, "--prefix-cache")
 		}
@@ -577,7 +594,8 @@ func TestLivePrefixGroupsReplayed(t *testing.T) {
 				hits++
 			}
 		}
-		if sr.Meta().PrefixCache != cached || (hits > 0) != cached || len(rep.Runs) != 1 {
+		t.Logf("prefix cache %v: %d of %d replayed prompts found cached tokens", cached, hits, fold.Len())
+		if sr.Meta().PrefixCache != cached || (hits >= 10) != cached || cached == false && hits > 0 || len(rep.Runs) != 1 {
 			t.Errorf("replay (source prefix cache %v): metadata prefix_cache %v, %d of %d prompts found cached tokens", cached, sr.Meta().PrefixCache, hits, fold.Len())
 		}
 		sr.Close()
