@@ -439,10 +439,37 @@ func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	for _, x := range results {
 		if c := x.Client; c.Sent > 0 && c.OK == 0 {
-			return fmt.Errorf("live: at %s req/s no request succeeded (%d errors: %s): the run measured nothing", fmtRate(x.Rate), c.Errors, strings.Join(c.ErrorKinds, "; "))
+			return fmt.Errorf("live: at %s req/s no request succeeded (%d errors: %s): the run measured nothing%s", fmtRate(x.Rate), c.Errors, strings.Join(c.ErrorKinds, "; "), lc.engineHealth(ctx))
 		}
 	}
 	return nil
+}
+
+// engineHealth probes the fleet's engines' /health as the in-process
+// router reaches them (its transport: the engine flags' TLS and key), after
+// a run in which no request succeeded: a failure there names the cause (a
+// TLS handshake refused, a certificate not trusted, a connection refused)
+// that the clients' 502s do not. "" for --target and --stub runs, and when
+// every engine answers.
+func (lc *liveRun) engineHealth(ctx context.Context) string {
+	if lc.target != "" || lc.stub || lc.spec == nil {
+		return ""
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: lc.engines}
+	names, urls := lc.spec.Names(), engineURLs(lc.spec, lc.basePort)
+	var bad []string
+	for i, u := range urls {
+		if err := getOK(ctx, client, u+"/health", nil); err != nil {
+			bad = append(bad, fmt.Sprintf("%s: %v", names[i], err))
+		}
+	}
+	switch {
+	case len(bad) == 0:
+		return ""
+	case len(bad) > 3:
+		bad = append(bad[:3], fmt.Sprintf("and %d more", len(bad)-3))
+	}
+	return "; the engines' /health as the router reaches them: " + strings.Join(bad, "; ")
 }
 
 // one runs the trace at one rate.
