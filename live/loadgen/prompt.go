@@ -87,8 +87,8 @@ func groupHead(seed, salt uint64, group int64, tokens int) string {
 // prefix group an earlier item left is that item's own text for the
 // prefix's length, so a conversation's next turn begins with the text of
 // the turn before, as it does in the trace, and an engine's prefix cache
-// finds it. Other prompts are SharedPromptText's. Items are registered in
-// plan order (add), so a prompt reads only earlier items.
+// finds it. Other prompts are SharedPromptText's. prompt registers each
+// item as it writes it, in plan order, so a prompt reads only earlier items.
 type turnTexts struct {
 	seed, salt uint64
 	plan       []Item
