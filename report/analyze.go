@@ -58,16 +58,6 @@ type qualityAcc struct {
 	sum, sloSum            float64
 }
 
-// add scores one run's rows (one per offered request) and its role-move
-// records, as begin, row and end do.
-func (b *builder) add(name, partial string, m event.RunMeta, rows []event.Row, moves []event.Record) {
-	a := b.begin(name, partial, m)
-	for i := range rows {
-		b.row(a, &rows[i])
-	}
-	b.end(a, moves)
-}
-
 // runAcc scores one run a row at a time, so a run's rows need never be
 // held at once: its percentiles keep three numbers a request, its plots
 // the work bins and a sample.

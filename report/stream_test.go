@@ -109,7 +109,11 @@ func TestStreamedReportMatchesWholeRows(t *testing.T) {
 	}
 	rows := fold.Rows()
 	b := newBuilder(Options{})
-	b.add(journal.RunName(dir), "", r.Meta(), rows, moves)
+	a := b.begin(journal.RunName(dir), "", r.Meta())
+	for i := range rows {
+		b.row(a, &rows[i])
+	}
+	b.end(a, moves)
 	whole := b.finish()
 	r.Close()
 
