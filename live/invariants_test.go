@@ -110,8 +110,8 @@ type invSent struct {
 // token arrives no earlier than the one before, and every finished
 // request's tokens (streamed, or the usage of a whole answer) number the
 // journal's output tokens. The role-moving arms must have moved. The
-// adaptive arm runs with its real rehearser (sweep.AttachRehearser), as
-// serve and live attach it.
+// adaptive arm runs with its real rehearser (sweep.AttachLiveRehearser,
+// replays at once), as serve and live attach it.
 func TestInvariantsEveryArm(t *testing.T) {
 	for _, name := range coreArms(t) {
 		spec, ok := invArms[name]
@@ -156,7 +156,7 @@ func runInvariantArm(t *testing.T, arm string, why string) int {
 		t.Fatal(err)
 	}
 	compressTimes(reflect.ValueOf(ctrl), invTimeCompression)
-	sweep.AttachRehearser(ctrl, sweep.SimConfig(fl, fl.CoreSLO(), false))
+	sweep.AttachLiveRehearser(ctrl, sweep.SimConfig(fl, fl.CoreSLO(), false))
 	one := 1.0
 	r := startRigSpec(t, fl, rigOpts{ctrl: ctrl, stub: stub.Options{TimeScale: &one}})
 

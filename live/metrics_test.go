@@ -170,3 +170,28 @@ func TestStateDecodeTokensCurrent(t *testing.T) {
 		t.Errorf("/state decode_tokens on the decode engine %d after 200 tokens streamed: expected at least 200", got)
 	}
 }
+
+// The owner's time in each core tick is observed (the adaptive arm ticks
+// every 2 s, its rehearsal included), so an operator sees how long
+// placements wait behind the controller; a static split that never ticks
+// observes none.
+func TestCoreTickObserved(t *testing.T) {
+	r := startRig(t, rigOpts{n: 2, arm: "adaptive", stub: stub.Options{TimeScale: zero()}})
+	deadline := time.Now().Add(15 * time.Second)
+	for metricValue(t, r, "narwhal_core_tick_seconds_count") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no core tick observed in 15 s of an adaptive router (it ticks every 2 s)")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if sum := metricValue(t, r, "narwhal_core_tick_seconds_sum"); sum <= 0 {
+		t.Errorf("tick seconds sum %v: want the ticks' time", sum)
+	}
+	s := startRig(t, rigOpts{n: 2, arm: "static:1P1D", stub: stub.Options{TimeScale: zero()}})
+	resp := post(t, s, "/v1/completions", `{"model":"stub","prompt":"one","max_tokens":2}`, nil)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if n := metricValue(t, s, "narwhal_core_tick_seconds_count"); n != 0 {
+		t.Errorf("static split: %v ticks observed, want none", n)
+	}
+}

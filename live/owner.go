@@ -503,7 +503,9 @@ func (o *owner) arm(t event.Time) {
 func (o *owner) onTick() {
 	now := o.r.now()
 	o.observe(now)
+	start := time.Now()
 	o.fact(o.core.Tick(now))
+	o.r.met.tick.Observe(time.Since(start).Seconds())
 	o.apply(o.core.Ready())
 }
 

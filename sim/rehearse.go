@@ -2,6 +2,7 @@ package sim
 
 import (
 	"sort"
+	"sync"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -25,6 +26,12 @@ import (
 //
 // Each replay starts from an empty fleet and is deterministic, so a run
 // with the rehearsal is as reproducible as one without.
+//
+// With Parallel above 1 the candidate splits are replayed at once, up to
+// Parallel at a time, after the current split's replay (the live router
+// sets it: the rehearsal runs on its owner goroutine, which places no
+// request meanwhile). Each replay is the one it would be one after
+// another, stopping at the same point, so the counts are the same.
 type Rehearser struct {
 	cfg    Config
 	window event.Time
@@ -33,8 +40,10 @@ type Rehearser struct {
 	share  float64     // and the least share of the window's ended requests that missed
 	arr    []rehearsed // by arrival, IDs increasing
 	reqs   []Request
-	fold   event.StreamFold
-	ok     int
+	folds  []event.StreamFold // one per replay running at once
+	// Parallel is how many replays may run at once (0 or 1: one after
+	// another).
+	Parallel int
 }
 
 type rehearsed struct {
@@ -131,42 +140,73 @@ func (h *Rehearser) qualified(now, from event.Time, current int, others []int, g
 			h.reqs = append(h.reqs, q)
 		}
 	}
-	cur, err := h.replay(current, -1)
+	h.grow(1 + min(len(others), max(0, h.Parallel-1)))
+	cur, err := h.replay(&h.folds[0], current, -1)
 	if err != nil {
 		return 0, nil, 0
 	}
+	// Stop a replay once more fail than the split may and still gain.
+	limit := -1
+	if gain != nil {
+		if limit = len(h.reqs) - (cur + gain(len(h.reqs))); limit < 0 {
+			// No split can gain that much: 0 is below the bar.
+			return cur, make([]int, len(others)), len(h.reqs)
+		}
+	}
 	counts := make([]int, len(others))
-	for i, p := range others {
-		// Stop once more fail than the split may and still gain.
-		limit := -1
-		if gain != nil {
-			if limit = len(h.reqs) - (cur + gain(len(h.reqs))); limit < 0 {
-				continue // it cannot gain that much: 0 is below the bar
+	if h.Parallel <= 1 || len(others) < 2 {
+		for i, p := range others {
+			if counts[i], err = h.replay(&h.folds[0], p, limit); err != nil {
+				return 0, nil, 0
 			}
 		}
-		n, err := h.replay(p, limit)
+		return cur, counts, len(h.reqs)
+	}
+	// The others at once, each on a fold of its own, up to Parallel.
+	errs := make([]error, len(others))
+	next := make(chan int, len(others))
+	for i := range others {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for w := range min(len(others), h.Parallel) {
+		wg.Go(func() {
+			for i := range next {
+				counts[i], errs[i] = h.replay(&h.folds[w], others[i], limit)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return 0, nil, 0
 		}
-		counts[i] = n
 	}
 	return cur, counts, len(h.reqs)
+}
+
+// grow makes at least k folds.
+func (h *Rehearser) grow(k int) {
+	for len(h.folds) < k {
+		h.folds = append(h.folds, event.StreamFold{})
+	}
 }
 
 // stopRehearsal ends a replay that can no longer gain.
 type stopRehearsal struct{}
 
-// replay runs the rehearsal's requests on split p and counts those that
-// qualify; with maxFail >= 0 it stops once more than maxFail have failed,
-// returning a count below len(h.reqs) - maxFail.
-func (h *Rehearser) replay(p, maxFail int) (ok int, err error) {
-	h.fold.Reset()
-	h.ok = 0
+// replay runs the rehearsal's requests on split p with fold and counts
+// those that qualify; with maxFail >= 0 it stops once more than maxFail
+// have failed, returning a count below len(h.reqs) - maxFail. It only
+// reads the Rehearser, so several run at once on folds of their own.
+func (h *Rehearser) replay(fold *event.StreamFold, p, maxFail int) (ok int, err error) {
+	fold.Reset()
 	failed := 0
 	slo := h.cfg.SLO
-	h.fold.End = func(row *event.Row) {
+	fold.End = func(row *event.Row) {
 		if event.Qualify(row, slo) == event.CheckOK {
-			h.ok++
+			ok++
 			return
 		}
 		if failed++; maxFail >= 0 && failed > maxFail {
@@ -179,7 +219,7 @@ func (h *Rehearser) replay(p, maxFail int) (ok int, err error) {
 	} else if p < 0 {
 		ctrl = &core.Hybrid{Prefill: -p} // hybrid serving (core.Rehearser)
 	}
-	s, err := New(h.cfg, ctrl, h.reqs, &h.fold)
+	s, err := New(h.cfg, ctrl, h.reqs, fold)
 	if err != nil {
 		return 0, err
 	}
@@ -201,8 +241,8 @@ func (h *Rehearser) replay(p, maxFail int) (ok int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := h.fold.Err(); err != nil {
+	if err := fold.Err(); err != nil {
 		return 0, err
 	}
-	return h.ok, nil
+	return ok, nil
 }

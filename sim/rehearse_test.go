@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/timing"
 )
 
 // The rehearser replays the last window of arrivals: too few arrivals
@@ -200,6 +202,54 @@ func BenchmarkRehearsal(b *testing.B) {
 		if _, c, _ := h.Qualified(now, 0, 4, []int{3, 5}, func(int) int { return 0 }); c == nil {
 			b.Fatal("nothing replayed")
 		}
+	}
+}
+
+// BenchmarkRehearsal64 is one rehearsal of the widest kind on a 64-engine
+// fleet of eval8's engines at 32 req/s (the rate eval8's benchmark runs at,
+// per engine): 120 s of arrivals replayed twice over on 32P32D, its two
+// neighbours, aggregated serving and hybrid 31P33M, one replay after
+// another (serial) and at once (parallel, as the live router runs them on
+// its owner goroutine, which places no request meanwhile), and the
+// current split's replay alone (what a rehearsal at once costs the owner
+// where every replay has a core of its own).
+func BenchmarkRehearsal64(b *testing.B) {
+	fl, err := fleet.Load("eval8")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ps []timing.Profile
+	for range 8 {
+		ps = append(ps, fl.Profiles()...)
+	}
+	cfg := Config{Profiles: ps, SLO: fl.CoreSLO(), KV: fl.KVModel(), Batch: DefaultBatch}
+	if fl.Batch != nil {
+		cfg.Batch = *fl.Batch
+	}
+	reqs := randomTrace(11, 3840, 32)
+	for _, parallel := range []int{1, runtime.GOMAXPROCS(0), 0} {
+		name, others := "serial", []int{31, 33, 0, -31}
+		if parallel > 1 {
+			name = fmt.Sprintf("parallel-%d", parallel)
+		} else if parallel == 0 {
+			name, others = "current-alone", nil
+		}
+		b.Run(name, func(b *testing.B) {
+			h := NewRehearser(cfg, core.DefaultRehearsal)
+			h.Parallel = parallel
+			for i, r := range reqs {
+				h.Arrived(r.At, core.Request{ID: event.RequestID(i + 1), InputTokens: r.InputTokens})
+				if i%4 != 0 {
+					h.Finished(core.Request{ID: event.RequestID(i + 1), OutputTokens: r.OutputTokens, TTFT: 10 * event.Second})
+				}
+			}
+			now := reqs[len(reqs)-1].At + event.Second
+			for b.Loop() {
+				if _, c, _ := h.Qualified(now, 0, 32, others, func(int) int { return 0 }); c == nil {
+					b.Fatal("nothing replayed")
+				}
+			}
+		})
 	}
 }
 
@@ -783,6 +833,63 @@ func TestAggregatedRehearsedAcrossAChangeOnClumps(t *testing.T) {
 		if got := across > 0; got != tc.want {
 			t.Errorf("clumps of %d, StraddleClump %v: aggregated serving rehearsed %d times on a window straddling the change, want any: %v",
 				tc.clump, tc.straddle, across, tc.want)
+		}
+	}
+}
+
+// countingRehearser counts the replays a rehearser was asked for that
+// replayed something.
+type countingRehearser struct {
+	*Rehearser
+	replays int
+}
+
+func (c *countingRehearser) Qualified(now, from event.Time, current int, others []int, gain func(int) int) (int, []int, int) {
+	cur, counts, n := c.Rehearser.Qualified(now, from, current, others, gain)
+	if counts != nil && len(others) > 0 {
+		c.replays++
+	}
+	return cur, counts, n
+}
+
+// Replays run at once (Parallel, as the live router runs them) leave the
+// run exactly as replays run one after another: every record the same,
+// on a run in which the rehearsal replays and moves the fleet, including
+// replays of aggregated and hybrid serving (issue 10, twenty-second
+// round; the live router's owner goroutine waited for every replay in
+// turn).
+func TestParallelRehearsalMatchesSerial(t *testing.T) {
+	cfg := refConfig(8)
+	for _, c := range []struct {
+		seed uint64
+		rate float64
+		move string
+	}{{5, 5, "move aggregated"}, {11, 4, "move 2P6D"}} {
+		reqs := randomTrace(c.seed, 3000, c.rate)
+		run := func(parallel int) ([]event.Record, int, []string) {
+			a := &core.Adaptive{Cfg: core.DefaultAdaptive}
+			h := &countingRehearser{Rehearser: NewRehearser(cfg, a.Cfg.Rehearsal)}
+			h.Parallel = parallel
+			a.Rehearser = h
+			var l recordLog
+			var d decisionLog
+			runCheckerWith(t, cfg, a, reqs, &l, &d)
+			return l, h.replays, d.why
+		}
+		serial, replays, moves := run(1)
+		if replays < 20 || !slices.Contains(moves, c.move) {
+			t.Fatalf("seed %d at %v req/s, serial: %d replays, rehearsal moves %v: want 20 or more and %q",
+				c.seed, c.rate, replays, moves, c.move)
+		}
+		for _, p := range []int{2, 3, 8} {
+			got, r, _ := run(p)
+			if r != replays {
+				t.Errorf("seed %d, Parallel %d: %d replays, serial %d", c.seed, p, r, replays)
+			}
+			if !slices.Equal(got, serial) {
+				t.Fatalf("seed %d, Parallel %d: the run's records part from the serial run's at record %d of %d/%d",
+					c.seed, p, firstDiff(got, serial), len(got), len(serial))
+			}
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package sweep
 
 import (
+	"runtime"
+
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/sim"
 )
@@ -13,6 +15,21 @@ import (
 func AttachRehearser(ctrl core.Controller, cfg sim.Config) core.Controller {
 	if a, ok := ctrl.(*core.Adaptive); ok && a.Cfg.Rehearsal.Step > 0 && a.Rehearser == nil {
 		a.Rehearser = sim.NewRehearser(cfg, a.Cfg.Rehearsal)
+	}
+	return ctrl
+}
+
+// AttachLiveRehearser is AttachRehearser for the live router: a
+// rehearsal's replays run at once, up to GOMAXPROCS of them
+// (sim.Rehearser's Parallel), since the router's owner goroutine, which
+// places every request, waits for the rehearsal. The decisions are the
+// serial replays' (TestParallelRehearsalMatchesSerial).
+func AttachLiveRehearser(ctrl core.Controller, cfg sim.Config) core.Controller {
+	AttachRehearser(ctrl, cfg)
+	if a, ok := ctrl.(*core.Adaptive); ok {
+		if h, ok := a.Rehearser.(*sim.Rehearser); ok {
+			h.Parallel = runtime.GOMAXPROCS(0)
+		}
 	}
 	return ctrl
 }

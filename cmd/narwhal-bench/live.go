@@ -537,7 +537,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 		if err != nil {
 			return nil, usageError{err}
 		}
-		sweep.AttachRehearser(ctrl, sweep.SimConfig(lc.spec, lc.spec.CoreSLO(), lc.prefixCache))
+		sweep.AttachLiveRehearser(ctrl, sweep.SimConfig(lc.spec, lc.spec.CoreSLO(), lc.prefixCache))
 		rcfg := live.Config{Fleet: lc.spec, URLs: fl.urls, Controller: ctrl, Recorder: rec, Transport: lc.engines}
 		if lc.prefixCache {
 			pc := lc.spec.PrefixCacheSize()

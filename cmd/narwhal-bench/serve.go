@@ -66,7 +66,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("--arm: %w", err)}
 			}
-			sweep.AttachRehearser(ctrl, sweep.SimConfig(spec, spec.CoreSLO(), c.Bool("prefix-cache")))
+			sweep.AttachLiveRehearser(ctrl, sweep.SimConfig(spec, spec.CoreSLO(), c.Bool("prefix-cache")))
 			adm := spec.CoreAdmission()
 			if a := c.String("admission"); a != "" {
 				if adm.Mode, err = core.ParseAdmissionMode(a); err != nil {
