@@ -87,7 +87,8 @@ lint: fmtcheck vet
 
 ## bench: hot-path benchmarks (simulator, trace generation, a streamed
 ## 1M-request adaptive run on eval8, the demo sweep as a whole narwhal-sim
-## process, journal appends and export, report)
+## process, journal appends (throughput, and each append's latency while
+## another goroutine flushes) and export, report)
 ## and the production-scale ones (adaptive on 8 to 4,096 instances, the
 ## day-long trace on eval8, steady on fleet512 and fleet1024, the oracle's
 ## search on eval8 and on fleet512; NWB_ORACLE_REQUESTS=1000000 for the
@@ -96,6 +97,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./sim/ ./traces/ ./sweep/
 	$(GO) test -run '^$$' -bench DemoSweepProcess -benchtime 30x ./cmd/narwhal-sim/
 	$(GO) test -run '^$$' -bench Append -benchtime 2000000x ./journal/
+	$(GO) test -run '^$$' -bench RecordLatency -benchtime 200000x ./journal/
 	$(GO) test -run '^$$' -bench Export1M -benchtime 1x ./journal/
 	$(GO) test -run '^$$' -bench Report1M -benchtime 2x ./report/
 

@@ -20,11 +20,11 @@ import (
 
 // The crash test runs its writer in a child process (this test binary,
 // re-executed with -test.run=TestCrashChild) and kills it with SIGKILL
-// while it appends. The child prints "ACK <seq>" after every call that
-// acknowledges records (an automatic batch commit under SyncEveryBatch, a
-// Flush under either policy) has returned; the parent then checks that the
-// reopened journal holds every acknowledged record, intact, with no torn
-// record and no gap.
+// while it appends. The child prints "ACK <seq>" whenever Writer.Acked
+// has advanced (a batch commit under SyncEveryBatch, which the writer's
+// committer goroutine makes while the child goes on appending; a Flush
+// under either policy); the parent then checks that the reopened journal
+// holds every acknowledged record, intact, with no torn record and no gap.
 
 const (
 	crashDirEnv    = "NARWHAL_JOURNAL_CRASH_DIR"
@@ -75,7 +75,7 @@ func TestCrashChild(t *testing.T) {
 	printed := uint64(0)
 	for seq := uint64(1); time.Now().Before(deadline); seq++ {
 		r := crashRecord(seq)
-		w.Record(&r) // commits a batch every crashBatch records since the last commit
+		w.Record(&r) // hands over a batch every crashBatch records since the last hand-over
 		if seq%crashFlushStep == 0 {
 			if err := w.Flush(); err != nil {
 				fmt.Printf("ERR %v\n", err)

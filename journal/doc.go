@@ -65,16 +65,32 @@
 // unit, so after a crash Open sees each batch whole or not at all: never a
 // torn record, and Seqs without gaps up to the last surviving batch.
 //
-// SyncEveryBatch (the default) fsyncs every commit: when an automatic
-// commit or Flush returns, its records survive a killed process and a
-// power loss. SyncOnClose commits automatic batches without fsync and
-// syncs at Flush and Close only: appending is cheaper, but only records
-// covered by a returned Flush or Close are acknowledged, since Pebble may
-// still hold later no-sync commits in process memory when the process
-// dies. Writer.Acked reports the highest acknowledged Seq under either
-// policy. On a disk with fast fsync the two policies cost about the same
-// per record (the fsync is amortised over a batch); on a slow disk
-// SyncOnClose avoids a stall of one fsync per batch.
+// Commits, and their fsyncs, run on the writer's own committer goroutine,
+// one at a time in the order the batches were filled: Record only copies
+// the record into the batch being filled and, when that batch is full,
+// hands it over and starts another, so the goroutine that records (the
+// live router's, which places every request) does not wait for the disk.
+// It waits only as back-pressure, when the disk falls behind: a full batch
+// finds another already queued behind the one being committed, and waits
+// for the committer to take it (so the writer holds at most three
+// batches). Flush and Close hand over the batch being filled and wait for
+// the committer. Errors from a commit or from Pebble's background work
+// become the writer's sticky error, which Record, Flush, Err and Close
+// report from then on; the committer commits nothing after it.
+//
+// A record is acknowledged once a synced commit that covers it has
+// returned; Writer.Acked reports the highest acknowledged Seq under either
+// policy. SyncEveryBatch (the default) fsyncs every commit, so Acked
+// advances as each batch's commit returns, shortly after Record handed the
+// batch over; such records survive a killed process and a power loss.
+// SyncOnClose commits automatic batches without fsync and syncs at Flush
+// and Close only: appending costs less, but only records covered by a
+// returned Flush or Close are acknowledged, since Pebble may still hold
+// later no-sync commits in process memory when the process dies. Under
+// both, once Flush returns nil every record given before it is
+// acknowledged. On a disk with fast fsync the two policies cost about the
+// same per record (the fsync is amortised over a batch); on a slow disk
+// SyncOnClose spares the disk one fsync per batch.
 //
 // # Pebble
 //

@@ -143,7 +143,7 @@ func newMetrics(arm string, slo event.SLO, names []string) *Metrics {
 	m.ejections = counterVec("narwhal_engine_ejections_total", "Times an engine was ejected (marked down).", "engine")
 	m.readmits = counterVec("narwhal_engine_readmissions_total", "Times an ejected engine was readmitted: as a new process, or as the same one after a hold.", "engine")
 	m.retries = counterVec("narwhal_leg_retries_total", "Requests re-placed after a failed leg, by the stage that failed (prefill, decode).", "stage")
-	m.journalAppend = hist("narwhal_journal_append_seconds", "Time to hand one record to the journal (buffered append; fsyncs happen on flush).", prometheus.ExponentialBuckets(1e-7, 4, 12))
+	m.journalAppend = hist("narwhal_journal_append_seconds", "Time to hand one record to the journal (buffered append; commits and fsyncs run on the journal's own goroutine).", prometheus.ExponentialBuckets(1e-7, 4, 12))
 	m.tick = hist("narwhal_core_tick_seconds", "Time the owner goroutine spent in one core tick: the controller's pass (an adaptive rehearsal's replays included) and the admission queue's expiries. No request is placed meanwhile.", prometheus.ExponentialBuckets(1e-5, 4, 10))
 	m.journalErrors = counter("narwhal_journal_errors_total", "Records the journal failed to store (its sticky error: every record after the first failure).")
 	for _, n := range names {
