@@ -68,12 +68,15 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 
 ## test: everything CI checks: formatting, vet, the import rule, unit and
-## property tests, race detector on the concurrent packages. A package may
+## property tests, race detector on the concurrent packages (and on the
+## simulator's one concurrent piece, the live router's rehearsal replays run
+## at once). A package may
 ## take 30 minutes, not go test's default 10: on a loaded 2-core machine the
 ## race-detected sweep package alone has passed 10 (alone it takes a few).
 test: deps fmtcheck vet
 	$(GO) test -count=1 -timeout 30m $(PKGS)
 	$(GO) test -count=1 -timeout 30m -race ./sweep/ ./cmd/... ./journal/ ./live/...
+	$(GO) test -count=1 -timeout 30m -race -run 'TestParallelRehearsalMatchesSerial' ./sim/
 
 vet:
 	$(GO) vet $(PKGS)
