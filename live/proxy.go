@@ -391,6 +391,10 @@ type leg struct {
 	// whole: one engine answered without streaming, so the first token
 	// seen is the last; the TTFT and TPOT histograms skip it.
 	whole bool
+	// rc is w's controller; wdl the write deadline set on it (zero: none;
+	// writeBy).
+	rc  *http.ResponseController
+	wdl time.Time
 }
 
 func (l *leg) post(ctx context.Context, e *engine, body []byte) (*http.Response, error) {
@@ -615,7 +619,7 @@ func (l *leg) passThrough(body []byte) {
 		l.clientWriteFailed()
 		return
 	}
-	l.wrote()
+	l.wroteAll()
 	l.observeFinish(int64(max(tokens, 1)))
 	l.r.endFlight(l.f, event.KindFinish, l.finishCause(finish))
 }
@@ -626,22 +630,74 @@ func (l *leg) passThrough(body []byte) {
 // in-flight slot for as long as the socket stays open. A blocked write
 // is not interrupted by the request's context: only a deadline ends it.
 // Every write to the client is bracketed by writeBy and wrote: a deadline
-// left set while the relay waits for the engine would cut the error event
-// that tells the client why its stream ends (and under HTTP/2 reset the
-// stream when it passes, write or not).
+// that passes while the relay waits for the engine must not cut the error
+// event that tells the client why its stream ends.
+//
+// Under HTTP/1 a deadline that passes with no write under way ends
+// nothing, so it is set lazily: writeBy moves it only when it would come
+// less than the read timeout after now, and then to up to a slack later
+// (writeSlack), so a stream sets it about once a slack, not twice a
+// token; every write still gets at least the read timeout (a stalled
+// client is cut between the read timeout and a slack past it), and the
+// response's end clears it (wroteAll). Under HTTP/2 a deadline resets the
+// stream when it passes, write or not: it is set before each write and
+// cleared after (wrote).
 func (l *leg) writeBy() {
-	d := time.Now().Add(l.r.cfg.ReadTimeout)
+	now := time.Now()
+	need := now.Add(l.r.cfg.ReadTimeout)
 	// A second past the request's deadline: at the deadline the relay
 	// tells the client why its stream ends (an error event), which needs
 	// a write of its own.
-	if dl, ok := l.ctx.Deadline(); ok && dl.Add(time.Second).Before(d) {
-		d = dl.Add(time.Second)
+	last, capped := l.ctx.Deadline()
+	last = last.Add(time.Second)
+	if capped && last.Before(need) {
+		need = last
 	}
-	_ = http.NewResponseController(l.w).SetWriteDeadline(d) // (not every writer has one)
+	lazy := l.q.ProtoMajor == 1
+	if lazy && !l.wdl.IsZero() && !l.wdl.Before(need) {
+		return // set, and far enough
+	}
+	d := need
+	if lazy {
+		d = now.Add(l.r.cfg.ReadTimeout + writeSlack(l.r.cfg.ReadTimeout))
+		if capped && last.Before(d) {
+			d = last
+		}
+	}
+	l.setWriteDeadline(d)
 }
 
-// wrote clears the write deadline writeBy set, after a write went through.
-func (l *leg) wrote() { _ = http.NewResponseController(l.w).SetWriteDeadline(time.Time{}) }
+// writeSlack is how much later than the read timeout writeBy may set an
+// HTTP/1 client's write deadline: an eighth of the read timeout, at most
+// a second.
+func writeSlack(readTimeout time.Duration) time.Duration {
+	return min(readTimeout/8, time.Second)
+}
+
+// wrote clears the write deadline writeBy set, after a write went
+// through, under HTTP/2 (under HTTP/1 it stays until wroteAll).
+func (l *leg) wrote() {
+	if l.q.ProtoMajor != 1 {
+		l.setWriteDeadline(time.Time{})
+	}
+}
+
+// wroteAll clears the write deadline writeBy set, after the response's
+// last write went through.
+func (l *leg) wroteAll() {
+	if !l.wdl.IsZero() {
+		l.setWriteDeadline(time.Time{})
+	}
+}
+
+// setWriteDeadline sets the client's write deadline (zero: none).
+func (l *leg) setWriteDeadline(d time.Time) {
+	if l.rc == nil {
+		l.rc = http.NewResponseController(l.w)
+	}
+	l.wdl = d
+	_ = l.rc.SetWriteDeadline(d) // (not every writer has one)
+}
 
 // clientWriteFailed ends a request whose client could not be written to:
 // it hung up or stopped reading (cancel), or the request's deadline passed
@@ -920,7 +976,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		l.clientWriteFailed()
 		return verdict{}
 	}
-	l.wrote()
+	l.wroteAll()
 	if delivered == 0 && single {
 		l.observeFirst()
 		if !l.prefilled() {
