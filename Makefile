@@ -126,9 +126,10 @@ bench-vs-python: build
 
 ## bench-router: the live router's overhead (added TTFT via the router over
 ## direct requests to a zero-cost stub, at 1, 64 and 1,000 streams; router CPU
-## per 1,000 requests; RSS) and two-leg throughput, one line each.
+## per 1,000 requests; RSS), two-leg throughput, and the router's CPU per
+## streamed token against a plain reverse proxy, one line each.
 bench-router:
-	$(GO) test -run '^$$' -bench 'RouterOverhead|RouterThroughput' -benchtime 1x ./live/ | grep '^Benchmark'
+	$(GO) test -run '^$$' -bench 'RouterOverhead|RouterThroughput|RouterPerToken' -benchtime 1x ./live/ | grep '^Benchmark'
 
 ## soak: the router soak for 30 minutes (make test runs it for 60 s in CI):
 ## goroutines back to baseline, RSS growth under 10% (docs/operations.md).
@@ -155,6 +156,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzManifest$$' -fuzztime $(FUZZTIME) ./journal/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./live/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadChunk$$' -fuzztime $(FUZZTIME) ./live/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadChunkSame$$' -fuzztime $(FUZZTIME) ./live/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME) ./live/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseError$$' -fuzztime $(FUZZTIME) ./live/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadEvent$$' -fuzztime $(FUZZTIME) ./live/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzHandoff$$' -fuzztime $(FUZZTIME) ./live/api/

@@ -1,12 +1,15 @@
 package live
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"sort"
@@ -133,8 +136,8 @@ batch: {chunk_tokens: 2048, budget_tokens: 65536}
 // TestMain lets the overhead benchmark run its stub engines as a separate
 // process (as vllm-project/router's method runs its mock workers): with
 // NWB_BENCH_STUB_PORT set, this binary serves overheadFleet's stubs at
-// that port and the next, says "ready" on stdout, and exits when stdin
-// closes.
+// that port and the next, says "ready" on stdout, runs the streaming
+// clients stdin asks for (streamClients), and exits when stdin closes.
 func TestMain(m *testing.M) {
 	if port := os.Getenv("NWB_BENCH_STUB_PORT"); port != "" {
 		os.Exit(stubChild(port))
@@ -169,13 +172,86 @@ func stubChild(port string) int {
 	}
 	defer f.Close()
 	fmt.Println("ready")
-	io.Copy(io.Discard, os.Stdin) // until the parent closes it (or dies)
+	streamClients(os.Stdin, os.Stdout) // until the parent closes stdin (or dies)
 	return 0
+}
+
+// streamClients runs long streams for the parent, one command a line on
+// in, each answered with one line on out: "open URL N BODY" opens N
+// streams, each POSTing BODY (JSON) to URL and reading its events, and
+// answers "ok"; "count" answers "STARTED READ": the streams that have
+// their first token, and the token-bearing events read by all of them;
+// "close" ends them and answers "ok" once they ended. In the child
+// process the clients' CPU is not the parent's, whose CPU is then the
+// relay's (BenchmarkRouterPerToken).
+func streamClients(in io.Reader, out io.Writer) {
+	var started, read atomic.Int64
+	var wg sync.WaitGroup
+	stop := func() {}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		cmd, args, _ := strings.Cut(sc.Text(), " ")
+		switch cmd {
+		case "open":
+			f := strings.SplitN(args, " ", 3)
+			n, _ := strconv.Atoi(f[1])
+			c := benchClient(n)
+			ctx, cancel := context.WithCancel(context.Background())
+			stop = cancel
+			started.Store(0)
+			read.Store(0)
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					q, _ := http.NewRequestWithContext(ctx, http.MethodPost, f[0], strings.NewReader(f[2]))
+					q.Header.Set("Content-Type", "application/json")
+					resp, err := c.Do(q)
+					if err != nil {
+						return
+					}
+					defer resp.Body.Close()
+					sr := api.NewSSEReader(resp.Body)
+					for first := true; ; {
+						p, done, err := sr.ReadEvent()
+						if err != nil || done {
+							return
+						}
+						if bytes.Contains(p, []byte(`"text":"`)) {
+							if first {
+								started.Add(1)
+								first = false
+							}
+							read.Add(1)
+						}
+					}
+				}()
+			}
+			fmt.Fprintln(out, "ok")
+		case "count":
+			fmt.Fprintln(out, started.Load(), read.Load())
+		case "close":
+			stop()
+			wg.Wait()
+			fmt.Fprintln(out, "ok")
+		default:
+			fmt.Fprintln(out, "unknown command", cmd)
+		}
+	}
+	stop()
 }
 
 // stubProcess starts the overhead fleet's stubs in a child process and
 // returns their base URLs.
 func stubProcess(b *testing.B) []string {
+	urls, _ := stubProcessCmd(b)
+	return urls
+}
+
+// stubProcessCmd is stubProcess, also returning a function that sends the
+// child one streamClients command and returns its answer.
+func stubProcessCmd(b *testing.B) ([]string, func(cmd string) string) {
 	b.Helper()
 	var base int
 	for try := 0; ; try++ {
@@ -208,11 +284,21 @@ func stubProcess(b *testing.B) []string {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
-	line := make([]byte, 6)
-	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "ready\n" {
+	out := bufio.NewReader(stdout)
+	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
 		b.Fatalf("stub process: %q %v", line, err)
 	}
-	return []string{fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)}
+	urls := []string{fmt.Sprintf("http://127.0.0.1:%d", base), fmt.Sprintf("http://127.0.0.1:%d", base+1)}
+	return urls, func(cmd string) string {
+		if _, err := fmt.Fprintln(stdin, cmd); err != nil {
+			b.Fatal(err)
+		}
+		line, err := out.ReadString('\n')
+		if err != nil {
+			b.Fatalf("stub process, %.20q: %v", cmd, err)
+		}
+		return strings.TrimSuffix(line, "\n")
+	}
 }
 
 // running reads vllm:num_requests_running from an engine's /metrics.
@@ -388,4 +474,114 @@ func BenchmarkRouterThroughput(b *testing.B) {
 	el := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(total)/el.Seconds(), "req/s")
+}
+
+// BenchmarkRouterPerToken: the CPU the router spends per streamed token,
+// against a plain net/http/httputil.ReverseProxy relaying the same
+// streams. The engine is overheadFleet's "paced" stub (one token per
+// stream every 50 ms, as a real decode paces them, so every token is an
+// event of its own), and the clients read its streams, in a child
+// process; this process holds only the router and the reverse proxy, so
+// its CPU is the relay's. The same 256 long streams are read through the
+// reverse proxy and through the router in alternating windows (six
+// rounds). Reported: router-cpu-ns/token and proxy-cpu-ns/token (this
+// process's CPU over the tokens the clients read in the windows through
+// each), and their ratio router/proxy; b.N is the tokens read per path
+// (at least 30,000).
+func BenchmarkRouterPerToken(b *testing.B) {
+	const streams = 256
+	spec, err := fleet.Parse([]byte(overheadFleet), "overhead.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	urls, child := stubProcessCmd(b)
+	rt, err := New(Config{Fleet: spec, URLs: urls, Controller: byPrompt{}, Model: "stub",
+		Transport: benchClient(streams).Transport})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- rt.Run(ctx) }()
+	serve := func(h http.Handler) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := &http.Server{Handler: h}
+		go srv.Serve(ln)
+		b.Cleanup(func() { srv.Close() })
+		return "http://" + ln.Addr().String()
+	}
+	routerURL := serve(rt.Handler())
+	paced, err := url.Parse(urls[1])
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(paced)
+	rp.Transport = benchClient(streams).Transport
+	proxyURL := serve(rp)
+	defer func() {
+		cancel()
+		<-ran
+	}()
+	long := `{"model":"stub","prompt":"` + strings.Repeat("back ground ", 40) + `","max_tokens":20000,"min_tokens":20000,"stream":true}`
+	count := func() (started, read int64) {
+		if _, err := fmt.Sscan(child("count"), &started, &read); err != nil {
+			b.Fatal(err)
+		}
+		return
+	}
+	// window opens the streams through base, waits until every stream has
+	// its first token, counts this process's CPU over the next tokens
+	// tokens read, and closes the streams.
+	check := benchClient(1)
+	window := func(base string, tokens int64) (time.Duration, int64) {
+		child(fmt.Sprintf("open %s/v1/completions %d %s", base, streams, long))
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if n, _ := count(); n == streams {
+				break
+			} else if time.Now().After(deadline) {
+				b.Fatalf("%s: %d of %d streams started after 30 s", base, n, streams)
+			}
+		}
+		_, n0 := count()
+		c0 := cpuTime()
+		n := n0
+		for n-n0 < tokens {
+			time.Sleep(50 * time.Millisecond)
+			_, n = count()
+		}
+		cpu := cpuTime() - c0
+		child("close")
+		// Let the engine and the router see the streams go before the
+		// next window.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			st, _ := rt.State()
+			if running(check, urls[1]) == 0 && st.Counts.InFlight == 0 {
+				break
+			} else if time.Now().After(deadline) {
+				b.Fatalf("%s: streams still open 30 s after the clients left", base)
+			}
+		}
+		return cpu, n - n0
+	}
+	total := int64(max(b.N, 30000))
+	const rounds = 6
+	var cpu [2]time.Duration
+	var got [2]int64
+	b.ResetTimer()
+	for r := 0; r < rounds; r++ {
+		for k, base := range []string{proxyURL, routerURL} {
+			dc, dn := window(base, total/rounds)
+			cpu[k] += dc
+			got[k] += dn
+		}
+	}
+	b.StopTimer()
+	proxy := float64(cpu[0].Nanoseconds()) / float64(got[0])
+	router := float64(cpu[1].Nanoseconds()) / float64(got[1])
+	b.ReportMetric(router, "router-cpu-ns/token")
+	b.ReportMetric(proxy, "proxy-cpu-ns/token")
+	b.ReportMetric(router/proxy, "router/proxy")
 }

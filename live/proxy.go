@@ -8,13 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -394,102 +391,37 @@ type leg struct {
 	// whole: one engine answered without streaming, so the first token
 	// seen is the last; the TTFT and TPOT histograms skip it.
 	whole bool
+	// rc is w's controller; wdl the write deadline set on it (zero: none;
+	// writeBy).
+	rc  *http.ResponseController
+	wdl time.Time
 }
 
 func (l *leg) post(ctx context.Context, e *engine, body []byte) (*http.Response, error) {
 	return postEngine(ctx, l.r.client, e.base+l.path, body, l.xid)
 }
 
-// staleWindow is how soon after its write a reset or an EOF on a reused
-// connection still reads as the engine closing that connection idle, not
-// as an engine (or a middlebox) ending a request it had taken.
-const staleWindow = 250 * time.Millisecond
-
-// postEngine sends a leg's POST to an engine. An engine closes a pooled
-// connection idle past its keep-alive (vLLM's 5 s), and a request written
-// onto it as it closes was never read; Go's transport does not send a POST
-// again, so the leg would fail and count against a healthy engine.
-// postEngine sends it again when the connection was reused, not one byte
-// of an answer came, and the failure shows an idle close: Go's own report
-// of one (serverClosedIdle), or a reset or an EOF that came within
-// staleWindow of the write (a close racing the write) or on a connection
-// whose request before ours was sent at least a keep-alive
-// (idleCloseAfter) before ours (the engine may have closed it idle, which
-// a router short of CPU, or relaying a slow client's stream, sees late).
-// The transport may take another pooled connection for the next try, as
-// stale as the first when the engine closed several at once, so a leg is
-// tried up to maxStaleTries times while each failure is such a close on a
-// reused connection. Anything else (a failure on a new connection, an
-// engine or a load balancer ending a request it had read soon after the
-// one before, a partial answer, a stall) fails the leg as before: a
-// prefill is not run twice for it.
+// postEngine sends a leg's POST to an engine, and sends it again when
+// the engine closed the pooled connection idle under it
+// (api.DoResending, with the engine's keep-alive idleCloseAfter): a leg
+// written onto a connection an engine closes idle was never read, and
+// would fail and count against a healthy engine. Anything else (a failure
+// on a new connection, an engine or a load balancer ending a request it
+// had read soon after the one before, a partial answer, a stall) fails the
+// leg as before: a prefill is not run twice for it.
 func postEngine(ctx context.Context, client *http.Client, url string, body []byte, xid string) (*http.Response, error) {
-	for try := 1; ; try++ {
-		hq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		hq.Header.Set("Content-Type", "application/json")
-		hq.Header.Set(HeaderRequestID, xid)
-		var reused, answered atomic.Bool
-		var wrote, before atomic.Int64
-		hq = hq.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			GotConn: func(i httptrace.GotConnInfo) {
-				reused.Store(i.Reused)
-				if t, ok := api.LastWrite(i.Conn); ok && i.Reused {
-					before.Store(t.UnixNano()) // the request before ours on it
-				}
-			},
-			WroteRequest:         func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
-			GotFirstResponseByte: func() { answered.Store(true) },
-		}))
-		resp, err := client.Do(hq)
-		if err == nil || try >= maxStaleTries || !reused.Load() || answered.Load() || ctx.Err() != nil {
-			return resp, err
-		}
-		if serverClosedIdle(err) {
-			continue // the engine closed it idle: the request was never read, however late this is seen
-		}
-		if wrote.Load() == 0 {
-			return resp, err
-		}
-		closed := errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)
-		late := time.Since(time.Unix(0, wrote.Load())) >= staleWindow
-		// The engine may have closed it idle before our write: its answer
-		// to the request before could have ended a keep-alive before it. A
-		// router reading that answer slowly (a slow client's stream, its
-		// own CPU short) pools the connection long after the engine's
-		// last byte, so the pool's idle time does not show it, and sees
-		// the close late.
-		mayBeIdle := before.Load() != 0 && wrote.Load()-before.Load() >= int64(idleCloseAfter)
-		if !closed || late && !mayBeIdle {
-			return resp, err
-		}
+	hq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
+	hq.Header.Set("Content-Type", "application/json")
+	hq.Header.Set(HeaderRequestID, xid)
+	return api.DoResending(client, hq, idleCloseAfter)
 }
-
-// maxStaleTries bounds the tries of one leg on pooled connections found
-// closed idle.
-const maxStaleTries = 4
 
 // idleCloseAfter is the keep-alive after which an engine closes an idle
 // connection (vLLM's 5 s); tests shorten it.
 var idleCloseAfter = api.EngineKeepAlive
-
-// serverClosedIdle reports whether err is Go's transport finding that the
-// engine closed the pooled connection while it sat idle ("http: server
-// closed idle connection", its own error, not exported): the request was
-// written as the engine's close arrived, and the engine, which had closed
-// it as idle, never read it. Go sends such a request again only when it is
-// idempotent, never a POST. A router short of CPU sees it late, past
-// staleWindow, so the time since the write does not decide it.
-func serverClosedIdle(err error) bool {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	return err != nil && err.Error() == "http: server closed idle connection"
-}
 
 // fail ends the request with cause, answering the client when it is still
 // there and has no response yet: 504 for timeouts, 502 otherwise (or the
@@ -687,7 +619,7 @@ func (l *leg) passThrough(body []byte) {
 		l.clientWriteFailed()
 		return
 	}
-	l.wrote()
+	l.wroteAll()
 	l.observeFinish(int64(max(tokens, 1)))
 	l.r.endFlight(l.f, event.KindFinish, l.finishCause(finish))
 }
@@ -698,22 +630,74 @@ func (l *leg) passThrough(body []byte) {
 // in-flight slot for as long as the socket stays open. A blocked write
 // is not interrupted by the request's context: only a deadline ends it.
 // Every write to the client is bracketed by writeBy and wrote: a deadline
-// left set while the relay waits for the engine would cut the error event
-// that tells the client why its stream ends (and under HTTP/2 reset the
-// stream when it passes, write or not).
+// that passes while the relay waits for the engine must not cut the error
+// event that tells the client why its stream ends.
+//
+// Under HTTP/1 a deadline that passes with no write under way ends
+// nothing, so it is set lazily: writeBy moves it only when it would come
+// less than the read timeout after now, and then to up to a slack later
+// (writeSlack), so a stream sets it about once a slack, not twice a
+// token; every write still gets at least the read timeout (a stalled
+// client is cut between the read timeout and a slack past it), and the
+// response's end clears it (wroteAll). Under HTTP/2 a deadline resets the
+// stream when it passes, write or not: it is set before each write and
+// cleared after (wrote).
 func (l *leg) writeBy() {
-	d := time.Now().Add(l.r.cfg.ReadTimeout)
+	now := time.Now()
+	need := now.Add(l.r.cfg.ReadTimeout)
 	// A second past the request's deadline: at the deadline the relay
 	// tells the client why its stream ends (an error event), which needs
 	// a write of its own.
-	if dl, ok := l.ctx.Deadline(); ok && dl.Add(time.Second).Before(d) {
-		d = dl.Add(time.Second)
+	last, capped := l.ctx.Deadline()
+	last = last.Add(time.Second)
+	if capped && last.Before(need) {
+		need = last
 	}
-	_ = http.NewResponseController(l.w).SetWriteDeadline(d) // (not every writer has one)
+	lazy := l.q.ProtoMajor == 1
+	if lazy && !l.wdl.IsZero() && !l.wdl.Before(need) {
+		return // set, and far enough
+	}
+	d := need
+	if lazy {
+		d = now.Add(l.r.cfg.ReadTimeout + writeSlack(l.r.cfg.ReadTimeout))
+		if capped && last.Before(d) {
+			d = last
+		}
+	}
+	l.setWriteDeadline(d)
 }
 
-// wrote clears the write deadline writeBy set, after a write went through.
-func (l *leg) wrote() { _ = http.NewResponseController(l.w).SetWriteDeadline(time.Time{}) }
+// writeSlack is how much later than the read timeout writeBy may set an
+// HTTP/1 client's write deadline: an eighth of the read timeout, at most
+// a second.
+func writeSlack(readTimeout time.Duration) time.Duration {
+	return min(readTimeout/8, time.Second)
+}
+
+// wrote clears the write deadline writeBy set, after a write went
+// through, under HTTP/2 (under HTTP/1 it stays until wroteAll).
+func (l *leg) wrote() {
+	if l.q.ProtoMajor != 1 {
+		l.setWriteDeadline(time.Time{})
+	}
+}
+
+// wroteAll clears the write deadline writeBy set, after the response's
+// last write went through.
+func (l *leg) wroteAll() {
+	if !l.wdl.IsZero() {
+		l.setWriteDeadline(time.Time{})
+	}
+}
+
+// setWriteDeadline sets the client's write deadline (zero: none).
+func (l *leg) setWriteDeadline(d time.Time) {
+	if l.rc == nil {
+		l.rc = http.NewResponseController(l.w)
+	}
+	l.wdl = d
+	_ = l.rc.SetWriteDeadline(d) // (not every writer has one)
+}
 
 // clientWriteFailed ends a request whose client could not be written to:
 // it hung up or stopped reading (cancel), or the request's deadline passed
@@ -992,7 +976,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		l.clientWriteFailed()
 		return verdict{}
 	}
-	l.wrote()
+	l.wroteAll()
 	if delivered == 0 && single {
 		l.observeFirst()
 		if !l.prefilled() {

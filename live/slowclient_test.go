@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +200,60 @@ func TestStalledPastDeadlineIsTimeout(t *testing.T) {
 	rows := checkJournal(t, r.jr.records())
 	if len(rows) != 1 || rows[0].Terminal != event.KindFail || rows[0].Cause != event.CauseTimeout {
 		t.Fatalf("rows %+v: expected fail timeout", rows)
+	}
+}
+
+// Over HTTP/2 (a TLS front, as serve --tls-cert serves it), where the
+// relay sets the client's write deadline before each write and clears it
+// after (one left set resets an HTTP/2 stream when it passes, write or
+// not; under HTTP/1 it moves it lazily, writeBy): a stream with gaps
+// between its tokens arrives whole, and one its engine stalls ends with
+// the error event that says why.
+func TestStreamOverHTTP2(t *testing.T) {
+	r := startRig(t, rigOpts{n: 1, arm: "aggregated", stub: stub.Options{TimeScale: zero()},
+		configure: func(c *Config) {
+			c.ReadTimeout = 300 * time.Millisecond
+			interpose(t, c, 0, func(w http.ResponseWriter, q *http.Request, body []byte, engine http.Handler) {
+				if !strings.HasSuffix(q.URL.Path, "/completions") {
+					engine.ServeHTTP(w, q)
+					return
+				}
+				stall := strings.Contains(string(body), `"stall"`)
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.WriteHeader(http.StatusOK)
+				for k := 0; k < 5; k++ {
+					fmt.Fprint(w, `data: {"id":"x","object":"text_completion","choices":[{"index":0,"text":"a","finish_reason":null}]}`+"\n\n")
+					w.(http.Flusher).Flush()
+					time.Sleep(100 * time.Millisecond)
+				}
+				if stall {
+					<-q.Context().Done()
+					return
+				}
+				fmt.Fprint(w, `data: {"id":"x","object":"text_completion","choices":[{"index":0,"text":"b","finish_reason":"length"}]}`+"\n\ndata: [DONE]\n\n")
+			})
+		}})
+	front := httptest.NewUnstartedServer(r.router.Handler())
+	front.EnableHTTP2 = true
+	front.StartTLS()
+	defer front.Close()
+	for _, prompt := range []string{"whole", "stall"} {
+		resp, err := front.Client().Post(front.URL+"/v1/completions", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"model":"stub","prompt":%q,"max_tokens":6,"stream":true}`, prompt)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.ProtoMajor != 2 || !strings.HasSuffix(strings.TrimSpace(string(b)), "data: [DONE]") ||
+			strings.Count(string(b), `"text":"a"`) != 5 || strings.Contains(string(b), `"error"`) != (prompt == "stall") {
+			t.Fatalf("%s over HTTP/%d: %v, body:\n%s", prompt, resp.ProtoMajor, err, b)
+		}
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	if len(rows) != 2 || rows[0].Terminal != event.KindFinish || rows[0].OutputTokens != 6 ||
+		rows[1].Terminal != event.KindFail || rows[1].Cause != event.CauseTimeout {
+		t.Fatalf("rows %+v: expected the whole stream finished with 6 tokens, the stalled one a timeout", rows)
 	}
 }

@@ -3,54 +3,25 @@ package live
 import (
 	"bufio"
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/internal/staleserver"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
 
 // staleEngine serves the first request of each connection; on the next
 // one it does what close says (after reading the request or not), so a
-// reused connection ends without an answer.
+// reused connection ends without an answer. reads counts the requests
+// answered.
 func staleEngine(t *testing.T, close func(c net.Conn, br *bufio.Reader)) (url string, conns, reads *atomic.Int64) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	conns, reads = new(atomic.Int64), new(atomic.Int64)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func(c net.Conn) {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					if n > 0 {
-						close(c, br)
-						return
-					}
-					q, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, q.Body)
-					reads.Add(1)
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
-				}
-			}(c)
-		}
-	}()
-	return "http://" + ln.Addr().String() + "/v1/completions", conns, reads
+	s := staleserver.Start(t, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+		staleserver.Always(func(c *net.TCPConn, br *bufio.Reader) { close(c, br) }))
+	return s.URL + "/v1/completions", &s.Conns, &s.Answered
 }
 
 // stalePoster posts a leg through one pooled client, as the router does,
@@ -102,8 +73,8 @@ func TestLegRetriedOnStaleConnection(t *testing.T) {
 	// balancer ending a request it had taken); or a partial answer, then
 	// a close: not sent again.
 	for name, end := range map[string]func(c net.Conn){
-		"closed late":    func(c net.Conn) { time.Sleep(4 * staleWindow) },
-		"reset late":     func(c net.Conn) { time.Sleep(4 * staleWindow); c.(*net.TCPConn).SetLinger(0) },
+		"closed late":    func(c net.Conn) { time.Sleep(4 * api.StaleWindow) },
+		"reset late":     func(c net.Conn) { time.Sleep(4 * api.StaleWindow); c.(*net.TCPConn).SetLinger(0) },
 		"partial answer": func(c net.Conn) { io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: app") },
 	} {
 		var second atomic.Int64 // the reused connection's request, read
@@ -126,23 +97,7 @@ func TestLegRetriedOnStaleConnection(t *testing.T) {
 	}
 }
 
-// Go's own report that the engine closed the pooled connection idle is a
-// request never read: sent again whenever it is seen (a router short of
-// CPU sees it late); other errors are not.
-func TestServerClosedIdle(t *testing.T) {
-	idle := &url.Error{Op: "Post", URL: "http://e0/v1/completions", Err: errors.New("http: server closed idle connection")}
-	if !serverClosedIdle(idle) || !serverClosedIdle(fmt.Errorf("leg: %w", idle)) || !serverClosedIdle(idle.Err) {
-		t.Error("Go's idle-close error not recognised")
-	}
-	for _, err := range []error{nil, io.EOF, &url.Error{Op: "Post", URL: "u", Err: io.ErrUnexpectedEOF},
-		&url.Error{Op: "Post", URL: "u", Err: errors.New("http: server closed idle connection, and more")}} {
-		if serverClosedIdle(err) {
-			t.Errorf("%v taken for an idle close", err)
-		}
-	}
-}
-
-// A reset or an EOF seen late (past staleWindow), with no answer, on a
+// A reset or an EOF seen late (past api.StaleWindow), with no answer, on a
 // connection whose request before was sent at least a keep-alive earlier
 // is sent again: the engine may have closed it idle, which a router
 // relaying a slow client's stream, or short of CPU, sees late. The same
@@ -155,7 +110,7 @@ func TestLegRetriedAfterKeepAlive(t *testing.T) {
 	// request (its idle close, as the router sees it when late).
 	url, conns, reads := staleEngine(t, func(c net.Conn, br *bufio.Reader) {
 		br.Peek(1)
-		time.Sleep(4 * staleWindow)
+		time.Sleep(4 * api.StaleWindow)
 	})
 	if err := post(url); err != nil {
 		t.Fatal(err)
@@ -170,7 +125,7 @@ func TestLegRetriedAfterKeepAlive(t *testing.T) {
 	// The same close right after the request before: failed, not sent again.
 	url, conns, reads = staleEngine(t, func(c net.Conn, br *bufio.Reader) {
 		br.Peek(1)
-		time.Sleep(4 * staleWindow)
+		time.Sleep(4 * api.StaleWindow)
 	})
 	if err := post(url); err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ var allowed = map[string][]string{
 	"internal/gcfloor":       {},
 	"internal/strictyaml":    {},
 	"internal/etcdtest":      {},
+	"internal/staleserver":   {},
 	"internal/journaltest":   {"event"},
 	"internal/simcheck":      {"event"},
 	"internal/importrule":    {},
@@ -47,6 +48,7 @@ var allowed = map[string][]string{
 // (docs/decisions/0001-dependencies.md). The last three hold only tests.
 var testOnly = map[string]bool{
 	"internal/etcdtest":      true,
+	"internal/staleserver":   true,
 	"internal/journaltest":   true,
 	"internal/simcheck":      true,
 	"internal/importrule":    true,

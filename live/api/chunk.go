@@ -35,52 +35,103 @@ type chunkView struct {
 	Error json.RawMessage `json:"error"`
 }
 
-var (
-	markText    = []byte(`"text":"`)
-	markContent = []byte(`"content":"`)
+// The keys ReadChunk scans for, each at its index in chunkMarks.
+const (
+	mChoices = iota
+	mError
+	mText
+	mContent
+	mReasoning
+	mReasoning2
+	mToolCalls
+	mFinish
+	mUsage
+	nMarks
+)
+
+var chunkMarks = [nMarks][]byte{
+	mChoices: []byte(`"choices":[`),
+	mError:   []byte(`"error"`),
+	mText:    []byte(`"text":"`),
+	mContent: []byte(`"content":"`),
 	// A reasoning model's thinking (vLLM's reasoning_content, newer
 	// releases' reasoning) and a tool call are output tokens too: the
 	// first of them is the first token.
-	markReasoning  = []byte(`"reasoning_content":"`)
-	markReasoning2 = []byte(`"reasoning":"`)
-	markToolCalls  = []byte(`"tool_calls":[`)
-	markFinish     = []byte(`"finish_reason":"`)
-	markUsage      = []byte(`"completion_tokens":`)
-	markError      = []byte(`"error"`)
-	markChoices    = []byte(`"choices":[`)
-)
+	mReasoning:  []byte(`"reasoning_content":"`),
+	mReasoning2: []byte(`"reasoning":"`),
+	mToolCalls:  []byte(`"tool_calls":[`),
+	mFinish:     []byte(`"finish_reason":"`),
+	mUsage:      []byte(`"completion_tokens":`),
+}
+
+// marks records where each of chunkMarks first occurs in a payload (-1:
+// nowhere).
+type marks [nMarks]int
+
+// at tries the keys that may begin at p[i], a quote.
+func (m *marks) at(p []byte, i int) {
+	if i+1 >= len(p) {
+		return
+	}
+	try := func(k int) {
+		if m[k] < 0 && bytes.HasPrefix(p[i:], chunkMarks[k]) {
+			m[k] = i
+		}
+	}
+	switch p[i+1] {
+	case 'c':
+		try(mChoices)
+		try(mContent)
+		try(mUsage)
+	case 'e':
+		try(mError)
+	case 't':
+		try(mText)
+		try(mToolCalls)
+	case 'r':
+		try(mReasoning)
+		try(mReasoning2)
+	case 'f':
+		try(mFinish)
+	}
+}
 
 // ReadChunk reads one event's payload of an OpenAI stream; false when it
 // is not JSON. vLLM writes compact JSON, so for its chunks a byte scan for
 // the keys finds what a router needs without decoding the event (a JSON
 // string cannot hold these keys unescaped, and n is always 1); anything
 // else (another spacing, no choices list, an error) is decoded in full.
+//
+// One pass validates the event and finds the keys (scanJSON): a cut or
+// garbled event is no token, whatever keys it holds. In valid JSON a key
+// can begin only at a string's opening quote or at an escaped quote
+// inside a string (a closing quote is followed by a separator), so the
+// pass finds each key where bytes.Index would.
 func ReadChunk(p []byte) (Chunk, bool) {
-	if !bytes.Contains(p, markChoices) || bytes.Contains(p, markError) {
+	c := Chunk{Usage: -1}
+	at := marks{-1, -1, -1, -1, -1, -1, -1, -1, -1}
+	if !scanJSON(p, &at) {
+		return c, false // as decodeChunk reads it
+	}
+	if at[mChoices] < 0 || at[mError] >= 0 {
 		return decodeChunk(p)
 	}
-	c := Chunk{Usage: -1}
-	if !json.Valid(p) {
-		// A cut or garbled event is no token, whatever keys it holds
-		// (validating costs a fraction of decoding).
-		return c, false
-	}
-	for _, m := range [][]byte{markText, markContent, markReasoning, markReasoning2} {
-		if i := bytes.Index(p, m); i >= 0 && i+len(m) < len(p) && p[i+len(m)] != '"' {
+	for _, k := range [...]int{mText, mContent, mReasoning, mReasoning2} {
+		if i := at[k] + len(chunkMarks[k]); at[k] >= 0 && i < len(p) && p[i] != '"' {
 			c.Tokens = 1
 		}
 	}
-	if i := bytes.Index(p, markToolCalls); i >= 0 && i+len(markToolCalls) < len(p) && p[i+len(markToolCalls)] != ']' {
+	if i := at[mToolCalls] + len(chunkMarks[mToolCalls]); at[mToolCalls] >= 0 && i < len(p) && p[i] != ']' {
 		c.Tokens = 1
 	}
-	if i := bytes.Index(p, markFinish); i >= 0 {
-		rest := p[i+len(markFinish):]
+	if at[mFinish] >= 0 {
+		rest := p[at[mFinish]+len(chunkMarks[mFinish]):]
 		if j := bytes.IndexByte(rest, '"'); j >= 0 {
 			c.Finish = string(rest[:j])
 		}
 	}
-	if i := bytes.Index(p, markUsage); i >= 0 {
-		rest := p[i+len(markUsage):]
+	if at[mUsage] >= 0 {
+		rest := p[at[mUsage]+len(chunkMarks[mUsage]):]
 		j := 0
 		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
 			j++

@@ -115,7 +115,10 @@ type Config struct {
 	// (default 20 ms), so the first sends are not late by the setup.
 	Lead time.Duration
 	// Transport carries the requests (default: a pooled transport sized
-	// for thousands of concurrent streams).
+	// for thousands of concurrent streams). A request a server's idle
+	// close failed is sent again (api.DoResending); one that met such a
+	// close late is recognised only on a connection api.NewTransport
+	// dialed (NewTransport's, or a clone of one).
 	Transport http.RoundTripper
 	// KeepTokenTimes keeps every token's arrival time per request
 	// (Outcome.TokenAt); the summary's ITL needs them. Default on via Run's
@@ -194,6 +197,11 @@ type Result struct {
 	// its Scheduled plus this.
 	RouterOffset time.Duration
 }
+
+// targetKeepAlive is how long the target is taken to keep an idle
+// connection open (vLLM's 5 s): api.DoResending's keepAlive. Tests
+// shorten it.
+var targetKeepAlive = api.EngineKeepAlive
 
 // NewTransport is the generator's default transport.
 func NewTransport() *http.Transport { return api.NewTransport(8192) }
@@ -423,7 +431,13 @@ func (r *runner) one(i int, it *Item, body []byte, wait time.Duration) {
 	}
 	sent := time.Now()
 	o.Sent = sent.Sub(r.start)
-	resp, err := r.client.Do(hq)
+	// A server closes a pooled connection idle past its keep-alive
+	// (vLLM's 5 s, many proxies'): a request written onto it as it closes
+	// was never read, and is sent again rather than counted as the
+	// server's failure; anything the server may have read is not
+	// (api.DoResending). A resend's time counts in the request's TTFT, as
+	// a new connection's does.
+	resp, err := api.DoResending(r.client, hq, targetKeepAlive)
 	if err != nil {
 		r.failed(o, ctx, &firstTimeout, err)
 		return
