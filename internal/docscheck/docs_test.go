@@ -61,6 +61,7 @@ func binaryFlags(t *testing.T) map[string]string {
 		{"narwhal-bench", "bundle", "--help"},
 		{"narwhal-report", "--help"},
 		{"narwhal-bench", "check", "--help"},
+		{"narwhal-bench", "profile", "--help"},
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
 		if err != nil {
