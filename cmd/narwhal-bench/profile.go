@@ -43,7 +43,7 @@ func profileCommand(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "decode-prompt", Value: 512, Usage: "prompt tokens of each decode stream"},
 			&cli.StringFlag{Name: "request-timeout", Value: "300s", Usage: "bound on one measured request (a prefill, or a whole decode stream); GET /health, /metrics, /v1/models and POST /tokenize are bounded by 10s"},
 			&cli.BoolFlag{Name: "force", Usage: "measure an engine that is not idle (vLLM's /metrics shows requests running or waiting) instead of refusing it; its profile is then wrong"},
-			&cli.StringFlag{Name: "write", Usage: "write a copy of the fleet file to this path, each measured engine's profile replaced by its fit (everything else kept as written, comments included)"},
+			&cli.StringFlag{Name: "write", Usage: "write a copy of the fleet file to this path, each measured engine's profile replaced by its fit (everything else kept as written, comments outside the replaced profiles included)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (samples included)"},
 		}, engineFlags()...),
 		Action: func(ctx context.Context, c *cli.Command) error {
@@ -140,6 +140,20 @@ func profileConfig(c *cli.Command, stderr io.Writer) (*profileRun, error) {
 		}
 		if st, err := os.Stat(filepath.Dir(pc.write)); err != nil || !st.IsDir() {
 			return nil, usageError{fmt.Errorf("--write %q: no directory %s: expected a file path in an existing directory", pc.write, filepath.Dir(pc.write))}
+		}
+		// The splice tried now, with the file's own profiles, so a file
+		// --write cannot edit is said before minutes of measuring.
+		data, err := os.ReadFile(pc.path)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--fleet %s: %w", pc.path, err)}
+		}
+		now := map[int]timing.Profile{}
+		profiles := pc.spec.Profiles()
+		for _, i := range pc.engines {
+			now[i] = profiles[i]
+		}
+		if _, err := spliceProfiles(data, now); err != nil {
+			return nil, usageError{fmt.Errorf("--write %s: the fleet file %s cannot be rewritten: %w", pc.write, pc.path, err)}
 		}
 	}
 	return pc, nil

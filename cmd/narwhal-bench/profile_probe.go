@@ -34,6 +34,9 @@ type engineProbe struct {
 	nonce    string
 	seq      int
 	progress io.Writer
+	// perEventSaid: the warning that streams carry no usage per chunk is
+	// given (once an engine).
+	perEventSaid bool
 }
 
 // preflight checks the engine before anything is measured: /health 200,
@@ -446,9 +449,29 @@ type wave struct {
 type streamTrace struct {
 	prompt int         // its prompt tokens
 	start  time.Time   // sent
-	tokens []time.Time // each token's arrival
-	end    time.Time   // the stream ended
+	tokens []time.Time // each event's arrival that brought tokens
+	// counts is the stream's tokens so far at each of tokens, as the
+	// engine's usage says (stream_options.continuous_usage_stats); nil
+	// when it says none: one token an event.
+	counts []int
+	end    time.Time // the stream ended
 	err    error
+}
+
+// count is the stream's tokens as of its k-th event (0-based).
+func (s *streamTrace) count(k int) int {
+	if s.counts == nil {
+		return k + 1
+	}
+	return s.counts[k]
+}
+
+// total is the stream's tokens.
+func (s *streamTrace) total() int {
+	if len(s.tokens) == 0 {
+		return 0
+	}
+	return s.count(len(s.tokens) - 1)
 }
 
 // decodeSweep runs one wave of concurrent streams per --decode-concurrency.
@@ -480,14 +503,21 @@ func (p *engineProbe) decodeSweep(ctx context.Context, ep *engineProfile) ([]wav
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		short := 0
+		short, perEvent := 0, 0
 		for i := range w.streams {
 			if err := w.streams[i].err; err != nil {
 				return nil, fmt.Errorf("decode wave of %d streams: stream %d: %w", c, i, err)
 			}
-			if len(w.streams[i].tokens) < p.pc.decodeToks {
+			if w.streams[i].total() < p.pc.decodeToks {
 				short++
 			}
+			if w.streams[i].counts == nil {
+				perEvent++
+			}
+		}
+		if perEvent > 0 && !p.perEventSaid {
+			p.perEventSaid = true
+			ep.Warnings = append(ep.Warnings, "the engine's streams carry no usage per chunk (stream_options.continuous_usage_stats, vLLM's): each streamed event is counted as one token, so a chunk that merged tokens reads as one slow iteration")
 		}
 		if short > 0 {
 			ep.Warnings = append(ep.Warnings, fmt.Sprintf("decode wave of %d streams: %d streams ended before %d tokens (does the engine honour min_tokens and ignore_eos?)", c, short, p.pc.decodeToks))
@@ -531,7 +561,7 @@ func gapSamples(streams []streamTrace) []timing.Sample {
 		}
 		gone := s.tokens[len(s.tokens)-1]
 		if n := len(s.tokens); n >= 2 {
-			gone = gone.Add(s.tokens[n-1].Sub(s.tokens[n-2]) / 2)
+			gone = gone.Add(s.tokens[n-1].Sub(s.tokens[n-2]) / time.Duration(2*(s.count(n-1)-s.count(n-2))))
 		}
 		evs = append(evs, ev{at: s.start, kind: 0, stream: i}, ev{at: gone, kind: 2, stream: i})
 		for k, t := range s.tokens {
@@ -552,9 +582,13 @@ func gapSamples(streams []streamTrace) []timing.Sample {
 		case 0:
 			resident += int64(s.prompt)
 		case 2:
-			resident -= int64(s.prompt + len(s.tokens))
+			resident -= int64(s.prompt + s.total())
 		case 1:
-			resident++
+			n := s.count(e.k) // tokens this event brought: one an iteration
+			if e.k > 0 {
+				n -= s.count(e.k - 1)
+			}
+			resident += int64(n)
 			if e.k < 2 {
 				continue // no gap yet, or the stream's first gap
 			}
@@ -562,7 +596,7 @@ func gapSamples(streams []streamTrace) []timing.Sample {
 			if prev.Before(allFirst) {
 				continue
 			}
-			out = append(out, timing.Sample{X: float64(resident), Y: s.tokens[e.k].Sub(prev).Seconds()})
+			out = append(out, timing.Sample{X: float64(resident), Y: s.tokens[e.k].Sub(prev).Seconds() / float64(n)})
 		}
 	}
 	return out
@@ -574,8 +608,15 @@ func (p *engineProbe) stream(ctx context.Context, text string, tr *streamTrace) 
 	ctx, cancel := context.WithTimeout(ctx, p.pc.timeout)
 	defer cancel()
 	n := p.pc.decodeToks
+	// The usage on every chunk (vLLM's continuous_usage_stats) counts the
+	// tokens each chunk brings: one whose text is empty (the EOS token
+	// ignore_eos lets through, a partial character the detokenizer holds
+	// back) still took an iteration, and a server behind on its stream can
+	// merge several tokens into one chunk. It also gives the prompt's
+	// count where /tokenize is missing.
 	b, _ := json.Marshal(map[string]any{"model": p.model, "prompt": text, "max_tokens": n, "min_tokens": n,
-		"ignore_eos": true, "temperature": 0, "stream": true})
+		"ignore_eos": true, "temperature": 0, "stream": true,
+		"stream_options": map[string]bool{"include_usage": true, "continuous_usage_stats": true}})
 	q, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base+"/v1/completions", bytes.NewReader(b))
 	if err != nil {
 		tr.err = err
@@ -615,8 +656,8 @@ func (p *engineProbe) stream(ctx context.Context, text string, tr *streamTrace) 
 			case ch.Err != nil:
 				tr.err = fmt.Errorf("error event: %.300s", ch.Err)
 				return
-			case ch.Tokens > 0:
-				tr.tokens = append(tr.tokens, time.Now())
+			default:
+				tr.event(time.Now(), payload)
 			}
 		}
 		if err == io.EOF {
@@ -626,6 +667,38 @@ func (p *engineProbe) stream(ctx context.Context, text string, tr *streamTrace) 
 			tr.err = p.timedOut(ctx, fmt.Errorf("reading the stream: %w", err))
 			return
 		}
+	}
+}
+
+// event records a stream event that arrived at t: the tokens it brought,
+// as its usage counts them, or, without usage, one for a chunk with a
+// choice (its text may be empty: it still took an iteration).
+func (tr *streamTrace) event(t time.Time, payload []byte) {
+	var c struct {
+		Choices []json.RawMessage `json:"choices"`
+		Usage   *struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(payload, &c) != nil {
+		return
+	}
+	if c.Usage != nil && c.Usage.PromptTokens > 0 {
+		tr.prompt = c.Usage.PromptTokens
+	}
+	switch {
+	case c.Usage != nil && len(c.Choices) > 0 && (tr.counts != nil || len(tr.tokens) == 0):
+		if c.Usage.CompletionTokens > tr.total() {
+			tr.tokens = append(tr.tokens, t)
+			tr.counts = append(tr.counts, c.Usage.CompletionTokens)
+		}
+	case len(c.Choices) > 0:
+		if tr.counts != nil {
+			// A chunk without usage after some with it: one more token.
+			tr.counts = append(tr.counts, tr.total()+1)
+		}
+		tr.tokens = append(tr.tokens, t)
 	}
 }
 
@@ -696,12 +769,16 @@ func unreachable(err error) error {
 
 // errorText is an error answer's message, short.
 func errorText(status int, body []byte) string {
-	if e := api.ParseError(status, body); e != nil && e.Message != "" {
-		return e.Message
-	}
 	s := strings.TrimSpace(string(body))
+	if e := api.ParseError(status, body); e != nil && e.Message != "" {
+		s = e.Message
+	}
 	if len(s) > 200 {
 		s = s[:200]
+	}
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		// vLLM started with --api-key guards /v1/*.
+		s += " (an engine started with an API key wants it: --engine-api-key-env or --engine-api-key-file)"
 	}
 	return s
 }

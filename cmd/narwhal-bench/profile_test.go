@@ -537,3 +537,84 @@ func TestProfileSplice(t *testing.T) {
 		t.Fatalf("alias: %v", err)
 	}
 }
+
+// A fleet file --write cannot edit (a profile shared through an anchor
+// and an alias) is refused before anything is measured: exit 2 naming --write, with an
+// engine that could not even be reached (measuring would have failed on
+// it, exit 1).
+func TestProfileWriteRefusedFirst(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "alias.yaml")
+	src := "name: f\ninstances:\n  list:\n    - {name: a, url: \"http://127.0.0.1:1\", profile: &p {a: 0, b: 1.0e-5, c: 0.001, slope: 1.0e-7, intercept: 0.002}}\n" +
+		"    - {name: b, url: \"http://127.0.0.1:2\", profile: *p}\nslo: {ttft: 2s, tpot: 100ms}\n"
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, append([]string{"profile", "--fleet", path, "--write", filepath.Join(dir, "out.yaml")}, tinySweep...)...)
+	if code != 2 || !strings.Contains(stderr, "--write") || !strings.Contains(stderr, "not a plain mapping") {
+		t.Fatalf("exit %d, expected 2 naming --write and the alias\n%s%s", code, stdout, stderr)
+	}
+}
+
+// Each stream event counts the tokens its usage says it brought (vLLM's
+// continuous_usage_stats): a chunk whose text is empty is a token, a
+// chunk that merged two is two, and its gap is two iterations; the usage
+// also gives the prompt's count. Without usage, every chunk with a choice
+// is one token, its text empty or not.
+func TestProfileStreamEvents(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(v float64) time.Time { return t0.Add(time.Duration(v * float64(time.Millisecond))) }
+	chunk := func(text string, n int) []byte {
+		return []byte(fmt.Sprintf(`{"choices":[{"index":0,"text":%q}],"usage":{"prompt_tokens":40,"completion_tokens":%d,"total_tokens":%d}}`, text, n, 40+n))
+	}
+	var tr streamTrace
+	tr.prompt = 99 // the estimate; the usage corrects it
+	tr.start = ms(0)
+	tr.event(ms(10), chunk("a", 1))
+	tr.event(ms(20), chunk("", 2))   // empty text: still a token
+	tr.event(ms(40), chunk("cd", 4)) // two tokens merged
+	tr.event(ms(50), chunk("e", 5))
+	tr.event(ms(50.1), []byte(`{"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":5,"total_tokens":45}}`))
+	if tr.prompt != 40 || tr.total() != 5 || len(tr.tokens) != 4 {
+		t.Fatalf("prompt %d, %d tokens in %d events: expected 40, 5 in 4", tr.prompt, tr.total(), len(tr.tokens))
+	}
+	got := gapSamples([]streamTrace{tr})
+	// Gaps: 10->20 (the first, out); 20->40 brought 2 tokens: 10 ms an
+	// iteration at 40 + 4; 40->50: 10 ms at 45.
+	want := []timing.Sample{{X: 44, Y: 0.010}, {X: 45, Y: 0.010}}
+	if len(got) != len(want) {
+		t.Fatalf("samples %v, expected %v", got, want)
+	}
+	for i := range got {
+		if got[i].X != want[i].X || math.Abs(got[i].Y-want[i].Y) > 1e-9 {
+			t.Fatalf("samples %v, expected %v", got, want)
+		}
+	}
+	var plain streamTrace
+	plain.event(ms(1), []byte(`{"choices":[{"index":0,"text":"a"}]}`))
+	plain.event(ms(2), []byte(`{"choices":[{"index":0,"text":""}]}`))
+	plain.event(ms(3), []byte(`{"choices":[]}`))
+	if plain.total() != 2 || plain.counts != nil {
+		t.Errorf("without usage: %d tokens (counts %v), expected 2, one an event", plain.total(), plain.counts)
+	}
+}
+
+// An engine that wants an API key (vLLM's --api-key guards /v1/*) is
+// refused with a pointer to the engine key flags.
+func TestProfileKeyHint(t *testing.T) {
+	guarded := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		if strings.HasPrefix(q.URL.Path, "/v1/") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":"Unauthorized"}`)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer guarded.Close()
+	path := writeProfileFleet(t, []string{guarded.URL}, timing.Reference)
+	code, stdout, stderr := runCLI(t, append([]string{"profile", "--fleet", path}, tinySweep...)...)
+	if code == 0 || !strings.Contains(stderr, "answered 401") || !strings.Contains(stderr, "--engine-api-key-env") {
+		t.Fatalf("exit %d, expected a failure naming the 401 and the key flags\n%s%s", code, stdout, stderr)
+	}
+}

@@ -32,7 +32,10 @@ type Request struct {
 	Model  string // "" when the client sent none
 	Stream bool
 	// IncludeUsage is stream_options.include_usage.
-	IncludeUsage        bool
+	IncludeUsage bool
+	// ContinuousUsage is stream_options.continuous_usage_stats (vLLM):
+	// with IncludeUsage, every streamed chunk carries the usage so far.
+	ContinuousUsage     bool
 	MaxTokens           *int // max_tokens (nil: absent or null)
 	MaxCompletionTokens *int // max_completion_tokens (nil: absent or null)
 	MinTokens           int  // min_tokens (0 when absent)
@@ -91,6 +94,9 @@ func Decode(body []byte, chat bool) (*Request, *Error) {
 			if json.Unmarshal(iu, &r.IncludeUsage) != nil {
 				d.fail(Invalid("stream_options.include_usage", string(iu), "a boolean"))
 			}
+		}
+		if cu, ok := so["continuous_usage_stats"]; ok && !isNull(cu) && json.Unmarshal(cu, &r.ContinuousUsage) != nil {
+			d.fail(Invalid("stream_options.continuous_usage_stats", string(cu), "a boolean"))
 		}
 		if len(so) > 0 && !r.Stream {
 			d.fail(Invalid("stream_options", string(v), "only with stream true"))

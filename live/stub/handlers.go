@@ -341,15 +341,24 @@ func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
 		finish, stop = o.ans.finish, o.ans.stop
 	}
 	text := o.ans.token(k - 1)
+	// With stream_options.continuous_usage_stats (and include_usage), as
+	// vLLM: every chunk carries the usage so far, the completion tokens
+	// written with it included.
+	var usage func(n int) *api.Usage
+	if o.req.IncludeUsage && o.req.ContinuousUsage {
+		usage = func(n int) *api.Usage { return api.NewUsage(o.l.prompt, n) }
+	} else {
+		usage = func(int) *api.Usage { return nil }
+	}
 	if !o.chat {
-		return sse.Send(o.response([]api.Choice{api.TextChoice(text, finish).WithStop(stop)}, nil))
+		return sse.Send(o.response([]api.Choice{api.TextChoice(text, finish).WithStop(stop)}, usage(k)))
 	}
 	if k == 1 {
-		if err := sse.Send(o.response([]api.Choice{api.DeltaChoice("assistant", "", "")}, nil)); err != nil {
+		if err := sse.Send(o.response([]api.Choice{api.DeltaChoice("assistant", "", "")}, usage(0))); err != nil {
 			return err
 		}
 	}
-	return sse.Send(o.response([]api.Choice{api.DeltaChoice("", text, finish).WithStop(stop)}, nil))
+	return sse.Send(o.response([]api.Choice{api.DeltaChoice("", text, finish).WithStop(stop)}, usage(k)))
 }
 
 // whole writes a non-streamed answer; a prefill leg's carries the handoff.

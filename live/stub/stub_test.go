@@ -151,6 +151,21 @@ func TestCompletions(t *testing.T) {
 	if text.String() != *c.Choices[0].Text {
 		t.Errorf("streamed %q, whole %q", text.String(), *c.Choices[0].Text)
 	}
+	// With continuous_usage_stats, as vLLM: every chunk carries the usage
+	// so far, then the usage chunk; chat's role chunk counts no token.
+	evs = events(t, post(t, u+"/v1/completions", `{"prompt":"hello there, engine","max_tokens":7,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`).body)
+	if len(evs) != 8 || evs[7].Usage == nil || evs[7].Usage.CompletionTokens != 7 {
+		t.Fatalf("continuous usage: %d events", len(evs))
+	}
+	for i, e := range evs[:7] {
+		if e.Usage == nil || *e.Usage != (api.Usage{PromptTokens: 5, CompletionTokens: i + 1, TotalTokens: 6 + i}) {
+			t.Errorf("continuous usage, chunk %d: usage %+v, want 5 prompt and %d completion tokens", i, e.Usage, i+1)
+		}
+	}
+	evs = events(t, post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true,"stream_options":{"continuous_usage_stats":true}}`).body)
+	if len(evs) != 5 || evs[0].Usage == nil || evs[0].Usage.CompletionTokens != 0 || evs[3].Usage == nil || evs[3].Usage.CompletionTokens != 3 {
+		t.Errorf("chat, continuous usage: %d events, %+v", len(evs), evs)
+	}
 	// Default limit 16; no usage chunk without include_usage.
 	evs = events(t, post(t, u+"/v1/completions", `{"prompt":[1,2,3],"stream":true}`).body)
 	if len(evs) != 16 {
