@@ -63,6 +63,7 @@ type profileRun struct {
 	engines      []int // indices into the fleet, in fleet order
 	model        string
 	prefillLens  []int
+	lensSet      bool // --prefill-lens given: its lengths are not trimmed to an engine's context
 	repeats      int
 	conc         []int
 	decodeToks   int
@@ -89,6 +90,7 @@ func profileConfig(c *cli.Command, stderr io.Writer) (*profileRun, error) {
 		decodeToks: int(c.Int("decode-tokens")), decodePrompt: int(c.Int("decode-prompt")),
 		force: c.Bool("force"), write: c.String("write"), json: c.Bool("json")}
 	var err error
+	pc.lensSet = c.IsSet("prefill-lens")
 	if pc.prefillLens, err = intList("prefill-lens", c.String("prefill-lens"), 3, "prompt lengths in tokens"); err != nil {
 		return nil, err
 	}
@@ -183,6 +185,10 @@ func intList(flag, s string, minDistinct int, what string) ([]int, error) {
 	return out, nil
 }
 
+// placeholderProfile is a profile line a fleet file of engines not yet
+// measured can carry (the fleet file wants one per engine).
+const placeholderProfile = "profile: {a: 0, b: 1.0e-4, c: 0.03, slope: 1.0e-6, intercept: 0.02}"
+
 // profileFleet loads the fleet file for profile: a file (a built-in fleet
 // names no engines) whose instances.list names each engine's url.
 func profileFleet(path string) (*fleet.Spec, error) {
@@ -193,13 +199,20 @@ func profileFleet(path string) (*fleet.Spec, error) {
 	}
 	spec, err := fleet.Load(path)
 	if err != nil {
+		if strings.Contains(err.Error(), ".profile") {
+			// A fleet of new engines has no profiles yet: the file
+			// wants one each all the same.
+			return nil, usageError{fmt.Errorf("--fleet: %w (engines not measured yet: give each any placeholder profile, such as %s; --write replaces it with the fit)", err, placeholderProfile)}
+		}
 		return nil, usageError{fmt.Errorf("--fleet: %w", err)}
 	}
 	if len(spec.Instances.List) == 0 {
 		return nil, usageError{fmt.Errorf("--fleet %s: instances.count %d, no urls: expected instances.list with each engine's url (http://HOST:PORT) to measure", path, spec.Size())}
 	}
 	if _, errs := checkFleet(path, 0); len(errs) > 0 {
-		return nil, usageError{fmt.Errorf("--fleet %s: %s", path, strings.Join(errs, "; "))}
+		// profile has no --base-port: the urls are the file's.
+		msg := strings.ReplaceAll(strings.Join(errs, "; "), " (or --base-port)", "")
+		return nil, usageError{fmt.Errorf("--fleet %s: %s", path, msg)}
 	}
 	return spec, nil
 }

@@ -34,6 +34,9 @@ type engineProbe struct {
 	nonce    string
 	seq      int
 	progress io.Writer
+	// lens are the prefill sweep's lengths for this engine (--prefill-lens,
+	// the default's trimmed to its context).
+	lens []int
 	// perEventSaid: the warning that streams carry no usage per chunk is
 	// given (once an engine).
 	perEventSaid bool
@@ -79,9 +82,25 @@ func (p *engineProbe) preflight(ctx context.Context, ep *engineProfile) error {
 		ep.Tokens = "estimate"
 	}
 	ep.MaxModelLen = p.maxLen
+	p.lens = p.pc.prefillLens
+	if p.maxLen > 0 && !p.pc.lensSet {
+		// The default lengths, trimmed to the engine's context (an
+		// engine served with --max-model-len 4096, 8192 or 16384 is
+		// common), as long as three remain.
+		var fit []int
+		for _, n := range p.lens {
+			if n+1 <= p.maxLen {
+				fit = append(fit, n)
+			}
+		}
+		if len(fit) >= 3 && len(fit) < len(p.lens) {
+			ep.Warnings = append(ep.Warnings, fmt.Sprintf("prefill lengths over the engine's context (%d tokens) left out: sweeping %s (--prefill-lens to choose)", p.maxLen, joinInts(fit)))
+			p.lens = fit
+		}
+	}
 	if p.maxLen > 0 {
 		// A prefill answers one token, which must fit too.
-		if n := p.pc.prefillLens[len(p.pc.prefillLens)-1]; n+1 > p.maxLen {
+		if n := p.lens[len(p.lens)-1]; n+1 > p.maxLen {
 			return usageError{fmt.Errorf("--prefill-lens: %d tokens: engine %s's context is %d tokens (max_model_len): expected lengths of at most %d", n, p.name, p.maxLen, p.maxLen-1)}
 		}
 		if n := p.pc.decodePrompt + p.pc.decodeToks; n > p.maxLen {
@@ -316,7 +335,7 @@ func (p *engineProbe) measure(ctx context.Context, ep *engineProfile) error {
 		*c = roundSig(*c, 4)
 	}
 	ep.Fit = &fit
-	ep.Prefill = prefillReport(prefill, medians, p.pc.prefillLens, fit, ep.Current)
+	ep.Prefill = prefillReport(prefill, medians, p.lens, fit, ep.Current)
 	ep.Decode = decodeReport(waves, keep, fit, ep.Current)
 	ep.Warnings = append(ep.Warnings, fitWarnings(fit, ep)...)
 	return nil
@@ -331,7 +350,7 @@ func (p *engineProbe) say(format string, args ...any) {
 // median (prompt tokens, seconds), which the fit takes so that one
 // stalled request does not bend the curve.
 func (p *engineProbe) prefillSweep(ctx context.Context) (all, medians []timing.Sample, err error) {
-	for _, n := range p.pc.prefillLens {
+	for _, n := range p.lens {
 		p.say("prefill %d tokens x %d", n, p.pc.repeats)
 		var xs, ys []float64
 		for range p.pc.repeats {
@@ -700,6 +719,15 @@ func (tr *streamTrace) event(t time.Time, payload []byte) {
 		}
 		tr.tokens = append(tr.tokens, t)
 	}
+}
+
+// joinInts writes xs as a comma-separated list.
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }
 
 // timedOut names --request-timeout in err when the request's own bound

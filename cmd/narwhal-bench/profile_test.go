@@ -618,3 +618,59 @@ func TestProfileKeyHint(t *testing.T) {
 		t.Fatalf("exit %d, expected a failure naming the 401 and the key flags\n%s%s", code, stdout, stderr)
 	}
 }
+
+// Without --prefill-lens, the default lengths are trimmed to an engine's
+// context (an engine served with --max-model-len 2048 here), and the
+// output says which were swept; a --prefill-lens past it is still bad
+// input.
+func TestProfileDefaultLensFitTheContext(t *testing.T) {
+	sf := startProfileStubs(t, 1)
+	h := sf.Servers()[0].Handler()
+	short := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		if q.URL.Path != "/v1/models" {
+			h.ServeHTTP(w, q)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, q)
+		body := strings.Replace(rec.Body.String(), `"max_model_len":32768`, `"max_model_len":2048`, 1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, body)
+	}))
+	defer short.Close()
+	path := writeProfileFleet(t, []string{short.URL}, timing.Reference)
+	small := []string{"--prefill-repeats", "1", "--decode-concurrency", "1,2", "--decode-tokens", "4", "--decode-prompt", "32"}
+	code, stdout, stderr := runCLI(t, append([]string{"profile", "--fleet", path}, small...)...)
+	if code != 0 && (code != 1 || !strings.Contains(stdout, "WARNING: the fleet file refuses this fit")) {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "left out: sweeping 256,512,1024") || !strings.Contains(stdout, "T(1024)") || strings.Contains(stdout, "T(2048)") {
+		t.Errorf("default lengths not trimmed to the 2048-token context:\n%s", stdout)
+	}
+	code, _, stderr = runCLI(t, append([]string{"profile", "--fleet", path, "--prefill-lens", "256,512,4096"}, small...)...)
+	if code != 2 || !strings.Contains(stderr, "--prefill-lens: 4096 tokens") {
+		t.Errorf("--prefill-lens past the context: exit %d\n%s", code, stderr)
+	}
+}
+
+// A fleet file of engines not measured yet (no profiles) is refused with
+// a placeholder to put in, which --write then replaces; a missing url
+// names no flag profile lacks.
+func TestProfileUnmeasuredFleet(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "new.yaml")
+	if err := os.WriteFile(path, []byte("name: new\ninstances:\n  list:\n    - {name: e0, url: \"http://127.0.0.1:1\"}\nslo: {ttft: 2s, tpot: 100ms}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "profile", "--fleet", path)
+	if code != 2 || !strings.Contains(stderr, placeholderProfile) {
+		t.Errorf("a fleet without profiles: exit %d, expected 2 with a placeholder to use\n%s", code, stderr)
+	}
+	if err := os.WriteFile(path, []byte("name: new\ninstances:\n  list:\n    - {name: e0, "+placeholderProfile+"}\nslo: {ttft: 2s, tpot: 100ms}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI(t, "profile", "--fleet", path)
+	if code != 2 || !strings.Contains(stderr, "instances.list[0].url") || strings.Contains(stderr, "base-port") {
+		t.Errorf("a fleet without urls: exit %d, expected 2 naming the url and no --base-port\n%s", code, stderr)
+	}
+}

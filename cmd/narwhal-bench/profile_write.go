@@ -56,6 +56,9 @@ func writeFleetCopy(src, dst string, fits map[int]timing.Profile) error {
 			return fmt.Errorf("--write %s: engine %d's profile reads back as %+v, expected %+v (an anchor or alias shared between engines?): not written; paste the printed profile lines by hand", dst, i, got[i], want)
 		}
 	}
+	if real, err := filepath.EvalSymlinks(dst); err == nil {
+		dst = real // a link keeps pointing at the rewritten file
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
 	if err != nil {
 		return fmt.Errorf("--write: %w", err)
@@ -65,7 +68,15 @@ func writeFleetCopy(src, dst string, fits map[int]timing.Profile) error {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("--write: %w", err)
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+	// The copy keeps an existing dst's permissions (--write onto the
+	// fleet file itself), else the source's.
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(dst); err == nil {
+		mode = st.Mode().Perm()
+	} else if st, err := os.Stat(src); err == nil {
+		mode = st.Mode().Perm()
+	}
+	if err := os.Chmod(tmp.Name(), mode); err != nil {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("--write: %w", err)
 	}

@@ -122,6 +122,9 @@ func DoResending(client *http.Client, q *http.Request, keepAlive time.Duration) 
 	if q.GetBody == nil && q.Body != nil && q.Body != http.NoBody {
 		return client.Do(q)
 	}
+	if q.Body != nil {
+		defer q.Body.Close() // each try sends a body of its own (GetBody)
+	}
 	ctx := q.Context()
 	for try := 1; ; try++ {
 		var reused, answered atomic.Bool
