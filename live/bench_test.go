@@ -242,6 +242,41 @@ func streamClients(in io.Reader, out io.Writer) {
 	stop()
 }
 
+// benchRouter runs a router over overheadFleet's engines at urls (the
+// byPrompt controller, a transport sized for streams), serves it on
+// loopback and returns it and its URL; both stop when b ends.
+func benchRouter(b *testing.B, urls []string, streams int) (*Router, string) {
+	spec, err := fleet.Parse([]byte(overheadFleet), "overhead.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt, err := New(Config{Fleet: spec, URLs: urls, Controller: byPrompt{}, Model: "stub",
+		Transport: benchClient(streams).Transport})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- rt.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		<-ran
+	})
+	return rt, benchServe(b, rt.Handler()) // its cleanup runs first: the server closes before the router stops
+}
+
+// benchServe serves h on loopback until b ends and returns its URL.
+func benchServe(b *testing.B, h http.Handler) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
 // stubProcess starts the overhead fleet's stubs in a child process and
 // returns their base URLs.
 func stubProcess(b *testing.B) []string {
@@ -335,32 +370,9 @@ func running(c *http.Client, url string) int {
 func BenchmarkRouterOverhead(b *testing.B) {
 	for _, streams := range []int{1, 64, 1000} {
 		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
-			spec, err := fleet.Parse([]byte(overheadFleet), "overhead.yaml")
-			if err != nil {
-				b.Fatal(err)
-			}
 			urls := stubProcess(b)
 			c := benchClient(streams)
-			rt, err := New(Config{Fleet: spec, URLs: urls, Controller: byPrompt{}, Model: "stub",
-				Transport: benchClient(streams).Transport})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			ran := make(chan error, 1)
-			go func() { ran <- rt.Run(ctx) }()
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := &http.Server{Handler: rt.Handler()}
-			go srv.Serve(ln)
-			routerURL := "http://" + ln.Addr().String()
-			defer func() {
-				srv.Close()
-				cancel()
-				<-ran
-			}()
+			rt, routerURL := benchRouter(b, urls, streams)
 			bgCtx, stopBG := context.WithCancel(context.Background())
 			var bg sync.WaitGroup
 			long := []byte(`{"model":"stub","prompt":"` + strings.Repeat("back ground ", 40) + `","max_tokens":20000,"min_tokens":20000,"stream":true}`)
@@ -490,41 +502,15 @@ func BenchmarkRouterThroughput(b *testing.B) {
 // (at least 30,000).
 func BenchmarkRouterPerToken(b *testing.B) {
 	const streams = 256
-	spec, err := fleet.Parse([]byte(overheadFleet), "overhead.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
 	urls, child := stubProcessCmd(b)
-	rt, err := New(Config{Fleet: spec, URLs: urls, Controller: byPrompt{}, Model: "stub",
-		Transport: benchClient(streams).Transport})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- rt.Run(ctx) }()
-	serve := func(h http.Handler) string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		srv := &http.Server{Handler: h}
-		go srv.Serve(ln)
-		b.Cleanup(func() { srv.Close() })
-		return "http://" + ln.Addr().String()
-	}
-	routerURL := serve(rt.Handler())
+	rt, routerURL := benchRouter(b, urls, streams)
 	paced, err := url.Parse(urls[1])
 	if err != nil {
 		b.Fatal(err)
 	}
 	rp := httputil.NewSingleHostReverseProxy(paced)
 	rp.Transport = benchClient(streams).Transport
-	proxyURL := serve(rp)
-	defer func() {
-		cancel()
-		<-ran
-	}()
+	proxyURL := benchServe(b, rp)
 	long := `{"model":"stub","prompt":"` + strings.Repeat("back ground ", 40) + `","max_tokens":20000,"min_tokens":20000,"stream":true}`
 	count := func() (started, read int64) {
 		if _, err := fmt.Sscan(child("count"), &started, &read); err != nil {

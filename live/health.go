@@ -7,12 +7,12 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
 
 // Engine health: a breaker per engine, the probes that readmit an ejected
@@ -416,21 +416,11 @@ func startTime(rd io.Reader) float64 {
 	sc := bufio.NewScanner(rd)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "process_start_time_seconds") {
+		name, val, ok := api.MetricSample(sc.Text())
+		if !ok || name != "process_start_time_seconds" {
 			continue
 		}
-		rest := strings.TrimPrefix(line, "process_start_time_seconds")
-		if strings.HasPrefix(rest, "{") {
-			if i := strings.IndexByte(rest, '}'); i >= 0 {
-				rest = rest[i+1:]
-			}
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 || !(rest[0] == ' ' || rest[0] == '\t') {
-			continue
-		}
-		if v, err := strconv.ParseFloat(f[0], 64); err == nil && v > 0 && !math.IsInf(v, 1) {
+		if v, err := strconv.ParseFloat(val, 64); err == nil && v > 0 && !math.IsInf(v, 1) {
 			return v
 		}
 	}

@@ -152,7 +152,7 @@ func (p *engineProbe) load(ctx context.Context) (running, waiting float64, err e
 	}
 	var seenR, seenW bool
 	for _, line := range strings.Split(string(body), "\n") {
-		name, rest, ok := metricLine(line)
+		name, rest, ok := api.MetricSample(line)
 		if !ok {
 			continue
 		}
@@ -171,32 +171,6 @@ func (p *engineProbe) load(ctx context.Context) (running, waiting float64, err e
 		return 0, 0, errors.New("no vllm:num_requests_running and vllm:num_requests_waiting")
 	}
 	return running, waiting, nil
-}
-
-// metricLine splits a Prometheus sample line into its metric name and
-// value (a timestamp after the value is dropped).
-func metricLine(line string) (name, value string, ok bool) {
-	line = strings.TrimSpace(line)
-	if line == "" || line[0] == '#' {
-		return "", "", false
-	}
-	end := strings.IndexAny(line, "{ ")
-	if end < 0 {
-		return "", "", false
-	}
-	name, rest := line[:end], line[end:]
-	if rest[0] == '{' {
-		close := strings.LastIndexByte(rest, '}')
-		if close < 0 {
-			return "", "", false
-		}
-		rest = rest[close+1:]
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return "", "", false
-	}
-	return name, f[0], true
 }
 
 // checkTokenize asks POST /tokenize once: a 404 means the engine has none
