@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,14 +24,15 @@ import (
 // checkCommand is `narwhal-bench check --fleet FILE [--probe]`: validate a
 // fleet file offline (every error listed, exit 2), and with --probe check
 // it against the running engines: each reachable, serving the model, and
-// each prefill->decode pair able to hand off KV (docs/operations.md).
+// each prefill->decode pair able to hand off KV, read back from the
+// decode engine's NIXL metrics where it has them (docs/operations.md).
 func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "check",
 		Usage: "validate a fleet file (every error listed); with --probe, check its engines and every prefill->decode KV handoff",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "fleet", Required: true, Usage: "fleet YAML file (or built-in name) whose instances.list[].url name the engines"},
-			&cli.BoolFlag{Name: "probe", Usage: "also check the engines online: /health, /v1/models, one tiny two-leg request per prefill->decode pair"},
+			&cli.BoolFlag{Name: "probe", Usage: "also check the engines online: /health, /v1/models, one small two-leg request per prefill->decode pair (the KV transfer read back from the decode engine's NIXL metrics), and each engine's NIXL side channel"},
 			&cli.StringFlag{Name: "model", Usage: "the model every engine must serve (default: the first engine's first model)"},
 			&cli.IntFlag{Name: "base-port", Usage: "engines at 127.0.0.1:P+i instead of the fleet file's urls"},
 			&cli.StringFlag{Name: "timeout", Value: "30s", Usage: "bound on each probe request"},
@@ -62,7 +65,7 @@ func checkCommand() *cli.Command {
 				return err
 			}
 			urls := engineURLs(spec, base)
-			failed := probeFleet(ctx, out, spec.Names(), urls, c.String("model"), timeout, tr)
+			failed := probeFleet(ctx, out, spec.Names(), urls, c.String("model"), timeout, min(timeout, kvWait), tr)
 			if failed > 0 {
 				return fmt.Errorf("check: %d probe(s) failed", failed)
 			}
@@ -70,6 +73,10 @@ func checkCommand() *cli.Command {
 		},
 	}
 }
+
+// kvWait bounds the wait for a decode engine's NIXL metrics to count a
+// probe's KV transfer (vLLM publishes it with a later engine step).
+const kvWait = 5 * time.Second
 
 func engineURLs(spec *fleet.Spec, base int) []string {
 	if base > 0 {
@@ -132,9 +139,10 @@ func checkFleet(path string, base int) (*fleet.Spec, []string) {
 	return spec, errs
 }
 
-// probeFleet checks each engine and each ordered pair; it prints two
-// tables and returns how many checks failed.
-func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model string, timeout time.Duration, tr http.RoundTripper) int {
+// probeFleet checks each engine and each ordered pair; it prints its
+// tables and returns how many checks failed. kvWait bounds the wait for
+// a decode engine's NIXL metrics to show a pair's transfer.
+func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model string, timeout, kvWait time.Duration, tr http.RoundTripper) int {
 	client := &http.Client{Timeout: timeout, Transport: tr} // nil: Go's default
 	failed := 0
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -178,7 +186,9 @@ func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model 
 	tw.Flush()
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "prefill -> decode\thandoff\ttokens\ttime\tverdict")
+	fmt.Fprintln(tw, "prefill -> decode\tside channel\tKV moved\ttokens\ttime\tverdict")
+	handoffs := make([]*handoff, len(urls)) // each engine's first, as prefill
+	var unverified []string
 	for a := range urls {
 		for b := range urls {
 			if a == b {
@@ -186,24 +196,221 @@ func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model 
 			}
 			pair := names[a] + " -> " + names[b]
 			if !live[a] || !live[b] {
-				fmt.Fprintf(tw, "%s\t-\t-\t-\tSKIP (an engine failed above)\n", pair)
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\tSKIP (an engine failed above)\n", pair)
 				continue
 			}
 			start := time.Now()
-			keys, tokens, err := handoffProbe(ctx, client, urls[a], urls[b], model)
-			verdict, hand := "ok", strings.Join(keys, ",")
-			if err != nil {
-				verdict = "FAIL " + err.Error()
+			before, metered := nixlCounts(ctx, client, urls[b])
+			h, tokens, err := handoffProbe(ctx, client, urls[a], urls[b], model, pair)
+			if h != nil && handoffs[a] == nil {
+				handoffs[a] = h
+			}
+			took := time.Since(start)
+			moved, verdict := "-", ""
+			switch {
+			case h == nil:
+			case metered:
+				moved, verdict = nixlVerdict(ctx, client, urls[b], before, kvWait, h, err)
+			default:
+				moved = "?"
+				if err == nil && !contains(unverified, names[b]) {
+					unverified = append(unverified, names[b])
+				}
+			}
+			switch {
+			case err != nil:
+				verdict = "FAIL " + err.Error() + verdict
+			case verdict == "":
+				verdict = "ok"
+			}
+			if strings.HasPrefix(verdict, "FAIL") {
 				failed++
 			}
-			if hand == "" {
-				hand = "-"
+			hand := "-"
+			if h != nil {
+				hand = h.channel()
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", pair, hand, tokens, time.Since(start).Round(time.Millisecond), verdict)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pair, hand, moved, tokens, took.Round(time.Millisecond), verdict)
 		}
 	}
 	tw.Flush()
+	if len(unverified) > 0 {
+		fmt.Fprintf(out, "KV moved ?: %s export no vllm:nixl_ metrics, so a decode leg that recomputed the prompt instead of pulling its KV cannot be told from one that pulled\n", strings.Join(unverified, ", "))
+	}
+	failed += sideChannels(out, names, urls, handoffs)
 	return failed
+}
+
+// handoff is what a prefill leg's kv_transfer_params name: the engine's
+// NIXL side channel and engine id.
+type handoff struct {
+	params   json.RawMessage
+	host     string
+	port     int
+	engineID string
+}
+
+func (h *handoff) channel() string {
+	if h.host == "" && h.port == 0 {
+		return "-"
+	}
+	return net.JoinHostPort(h.host, strconv.Itoa(h.port))
+}
+
+// Names of the NIXL connector's metrics on the engine that pulls
+// (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py).
+const (
+	nixlTransfers = "vllm:nixl_xfer_time_seconds_count"
+	nixlBytes     = "vllm:nixl_bytes_transferred_sum"
+	nixlFailed    = "vllm:nixl_num_failed_transfers_total"
+)
+
+type nixlCount struct{ transfers, bytes, failed float64 }
+
+// nixlCounts reads an engine's NIXL transfer counts; ok is false when it
+// exports none (no /metrics, or no NIXL connector metrics).
+func nixlCounts(ctx context.Context, client *http.Client, u string) (nixlCount, bool) {
+	q, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/metrics", nil)
+	if err != nil {
+		return nixlCount{}, false
+	}
+	resp, err := client.Do(q)
+	if err != nil {
+		return nixlCount{}, false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nixlCount{}, false
+	}
+	m := api.MetricSums(string(b), nixlTransfers, nixlBytes, nixlFailed)
+	n, ok := m[nixlTransfers]
+	return nixlCount{transfers: n, bytes: m[nixlBytes], failed: m[nixlFailed]}, ok
+}
+
+// nixlVerdict waits up to wait for the decode engine's NIXL metrics to
+// count the pair's transfer (vLLM publishes a transfer's stats with a
+// later engine step) and says what moved: the KV, a failed transfer, or
+// nothing (the decode engine recomputed the prompt). With a decode leg
+// that failed (legErr) the verdict only adds what the metrics show.
+func nixlVerdict(ctx context.Context, client *http.Client, u string, before nixlCount, wait time.Duration, h *handoff, legErr error) (moved, verdict string) {
+	deadline := time.Now().Add(wait)
+	for {
+		now, ok := nixlCounts(ctx, client, u)
+		switch {
+		case ok && now.failed > before.failed:
+			if legErr != nil {
+				return "failed", fmt.Sprintf(" (the decode engine counted a failed KV transfer from side channel %s)", h.channel())
+			}
+			return "failed", fmt.Sprintf("FAIL the KV transfer from side channel %s failed and the decode engine recomputed the prompt (kv_load_failure_policy recompute): the prefill engine's VLLM_NIXL_SIDE_CHANNEL_HOST and _PORT must be reachable from the decode engine's host", h.channel())
+		case ok && now.transfers > before.transfers:
+			if legErr != nil {
+				return "yes", ""
+			}
+			if d := now.bytes - before.bytes; d > 0 {
+				return fmt.Sprintf("yes, %s", byteSize(d)), "ok"
+			}
+			return "yes", "ok"
+		}
+		if legErr != nil || !time.Now().Before(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if legErr != nil {
+		return "no", ""
+	}
+	return "no", fmt.Sprintf("FAIL the decode engine pulled no KV (%s did not rise in %s): it recomputed the prompt; is it running the NIXL connector (--kv-transfer-config)?", nixlTransfers, wait)
+}
+
+func byteSize(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+// sideChannels prints the NIXL side channel and engine id each engine's
+// handoffs name, and flags what keeps a decode engine from pulling: two
+// engines naming the same side channel or engine id, and a loopback side
+// channel on an engine other engines reach from another host. It returns
+// how many engines it flagged.
+func sideChannels(out io.Writer, names, urls []string, hs []*handoff) int {
+	seen := false
+	for _, h := range hs {
+		seen = seen || h != nil
+	}
+	if !seen {
+		return 0
+	}
+	hosts := make([]string, len(urls))
+	for i, u := range urls {
+		if pu, err := url.Parse(u); err == nil {
+			hosts[i] = pu.Hostname()
+		}
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "engine\tside channel\tengine id\tverdict")
+	flagged := 0
+	for i, h := range hs {
+		if h == nil {
+			continue
+		}
+		var why []string
+		for j := range i {
+			if hs[j] == nil {
+				continue
+			}
+			if h.channel() != "-" && hs[j].channel() == h.channel() {
+				why = append(why, fmt.Sprintf("the same side channel as %s: each engine needs its own (VLLM_NIXL_SIDE_CHANNEL_PORT per engine on one host, VLLM_NIXL_SIDE_CHANNEL_HOST set to the engine's address on each host)", names[j]))
+			}
+			if h.engineID != "" && hs[j].engineID == h.engineID {
+				why = append(why, fmt.Sprintf("the same NIXL engine id as %s: leave engine_id out of --kv-transfer-config (vLLM draws one per engine) or give each its own", names[j]))
+			}
+		}
+		if loopback(h.host) {
+			var away []string
+			for j := range urls {
+				if j != i && !sameHost(hosts[i], hosts[j]) {
+					away = append(away, names[j])
+				}
+			}
+			if len(away) > 0 {
+				why = append(why, fmt.Sprintf("a loopback side channel while %s reach it from another host: set VLLM_NIXL_SIDE_CHANNEL_HOST to an address of %s they can reach", strings.Join(away, ", "), names[i]))
+			}
+		}
+		verdict := "ok"
+		if len(why) > 0 {
+			verdict = "FAIL " + strings.Join(why, "; ")
+			flagged++
+		}
+		id := h.engineID
+		if id == "" {
+			id = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", names[i], h.channel(), id, verdict)
+	}
+	tw.Flush()
+	return flagged
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// sameHost compares two url hosts, every loopback name being one host.
+func sameHost(a, b string) bool {
+	return a == b || loopback(a) && loopback(b)
 }
 
 func contains(xs []string, x string) bool {
@@ -237,15 +444,23 @@ func getOK(ctx context.Context, client *http.Client, u string, into any) error {
 	return nil
 }
 
+// probeFiller makes the probe's prompt a few KV blocks long (vLLM's are
+// 16 tokens), so that there are whole blocks to move.
+const probeFiller = "The quick brown fox jumps over the lazy dog while the router moves this prompt's KV from one engine to another. "
+
 // handoffProbe runs the router's two legs once: a prefill leg on pu
 // (max_tokens 1, do_remote_decode) whose handoff a decode leg on du
-// consumes (max_tokens 2). It returns the handoff's keys and the decode's
-// output tokens.
-func handoffProbe(ctx context.Context, client *http.Client, pu, du, model string) ([]string, int, error) {
+// consumes (max_tokens 2). The prompt starts with the pair's name and a
+// fresh number, so no prefix cache holds any of it and the decode engine
+// has the whole prompt to pull. It returns the handoff (nil when the
+// prefill leg gave none) and the decode's output tokens.
+func handoffProbe(ctx context.Context, client *http.Client, pu, du, model, pair string) (*handoff, int, error) {
 	raw := map[string]json.RawMessage{}
 	mj, _ := json.Marshal(model)
 	raw["model"] = mj
-	raw["prompt"] = json.RawMessage(`"narwhal-bench check: a tiny prompt to move between engines"`)
+	prompt := fmt.Sprintf("narwhal-bench check %s %d. %s%s%s", pair, time.Now().UnixNano(), probeFiller, probeFiller, probeFiller)
+	pj, _ := json.Marshal(prompt)
+	raw["prompt"] = pj
 	raw["max_tokens"] = json.RawMessage(`2`)
 	raw["temperature"] = json.RawMessage(`0`)
 	body, err := api.PrefillBody(raw)
@@ -256,25 +471,33 @@ func handoffProbe(ctx context.Context, client *http.Client, pu, du, model string
 	if err != nil {
 		return nil, 0, fmt.Errorf("prefill leg: %v", err)
 	}
-	handoff := api.Handoff(rb)
-	if handoff == nil {
+	params := api.Handoff(rb)
+	if params == nil {
 		return nil, 0, errors.New("the prefill leg returned no kv_transfer_params (is the engine running the NIXL connector?)")
 	}
-	var kv map[string]json.RawMessage
-	_ = json.Unmarshal(handoff, &kv)
-	var keys []string
-	for _, k := range []string{"remote_engine_id", "remote_request_id", "remote_block_ids", "remote_host", "remote_port"} {
-		if _, ok := kv[k]; ok {
-			keys = append(keys, strings.TrimPrefix(k, "remote_"))
+	h := &handoff{params: params}
+	var kv api.KVTransferParams
+	if json.Unmarshal(params, &kv) == nil {
+		if kv.RemoteHost != nil {
+			h.host = *kv.RemoteHost
+		}
+		if kv.RemotePort != nil {
+			h.port = *kv.RemotePort
+		}
+		if kv.RemoteEngineID != nil {
+			h.engineID = *kv.RemoteEngineID
 		}
 	}
-	db, err := api.DecodeBody(raw, handoff)
+	if !kv.CanPull() {
+		return h, 0, errors.New("the prefill leg's kv_transfer_params lack remote_engine_id, remote_request_id, remote_host or remote_port: a decode engine would recompute the prompt")
+	}
+	db, err := api.DecodeBody(raw, params)
 	if err != nil {
-		return keys, 0, err
+		return h, 0, err
 	}
 	rb, err = postJSON(ctx, client, du+"/v1/completions", db)
 	if err != nil {
-		return keys, 0, fmt.Errorf("decode leg: %v", err)
+		return h, 0, fmt.Errorf("decode leg: %v", err)
 	}
 	var v struct {
 		Usage *struct {
@@ -282,9 +505,9 @@ func handoffProbe(ctx context.Context, client *http.Client, pu, du, model string
 		} `json:"usage"`
 	}
 	if json.Unmarshal(rb, &v) != nil || v.Usage == nil || v.Usage.CompletionTokens < 1 {
-		return keys, 0, errors.New("the decode leg accepted the handoff and produced no tokens")
+		return h, 0, errors.New("the decode leg accepted the handoff and produced no tokens")
 	}
-	return keys, v.Usage.CompletionTokens, nil
+	return h, v.Usage.CompletionTokens, nil
 }
 
 func postJSON(ctx context.Context, client *http.Client, u string, body []byte) ([]byte, error) {

@@ -3,10 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/narwhal-bench/narwhal-bench/fleet"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
@@ -82,8 +88,11 @@ func TestCheckProbe(t *testing.T) {
 	if code := run(context.Background(), []string{"narwhal-bench", "check", "--fleet", path, "--probe"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
 	}
-	if n := strings.Count(out.String(), "  ok\n"); n != 3+6 {
-		t.Errorf("%d ok rows, expected 3 engines and 6 pairs:\n%s", n, out.String())
+	if n := strings.Count(out.String(), "  ok\n"); n != 3+6+3 {
+		t.Errorf("%d ok rows, expected 3 engines, 6 pairs and 3 side channels:\n%s", n, out.String())
+	}
+	if n := strings.Count(out.String(), "  yes  "); n != 6 {
+		t.Errorf("%d pairs moved KV, expected 6:\n%s", n, out.String())
 	}
 	sf.Servers()[0].SetFaults(stub.Faults{NoHandoff: true})
 	out.Reset()
@@ -92,4 +101,134 @@ func TestCheckProbe(t *testing.T) {
 		t.Fatalf("exit %d, expected 1 with e0's two pairs failed:\n%s", code, out.String())
 	}
 	t.Log("\n" + out.String())
+
+	// A wrong side channel (VLLM_NIXL_SIDE_CHANNEL_HOST unset on a
+	// multi-host fleet): the decode legs fail under the default policy,
+	// and the decode engine's failed-transfer count says why.
+	sf.Servers()[0].SetFaults(stub.Faults{SideChannel: "localhost:5600"})
+	out.Reset()
+	code = run(context.Background(), []string{"narwhal-bench", "check", "--fleet", path, "--probe"}, &out, &errb)
+	if code != 1 || strings.Count(out.String(), "counted a failed KV transfer from side channel localhost:5600") != 2 {
+		t.Fatalf("exit %d, expected 1 with e0's two pairs failed by their transfers:\n%s", code, out.String())
+	}
+	// Two engines naming one side channel: the second is flagged.
+	sf.Servers()[1].SetFaults(stub.Faults{SideChannel: "localhost:5600"})
+	out.Reset()
+	run(context.Background(), []string{"narwhal-bench", "check", "--fleet", path, "--probe"}, &out, &errb)
+	if !strings.Contains(squeeze(out.String()), "e1 localhost:5600 e1 FAIL the same side channel as e0") {
+		t.Fatalf("a shared side channel not flagged:\n%s", out.String())
+	}
+	t.Log("\n" + out.String())
+}
+
+// Under kv_load_failure_policy recompute a decode engine that cannot pull
+// answers anyway: only its NIXL metrics tell, and check reads them.
+func TestCheckProbeSilentRecompute(t *testing.T) {
+	zero := 0.0
+	opts := stub.Options{Model: "stub", TimeScale: &zero, KVLoadFailurePolicy: stub.PolicyRecompute, AllowFaults: true}
+	var insts []stub.Instance
+	spec, _ := fleet.Load("demo")
+	all, err := stub.FromFleet(spec, 0, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range all[:2] {
+		in.Addr = "127.0.0.1:0"
+		insts = append(insts, in)
+	}
+	sf, err := stub.NewFleet(opts, insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sf.Close()
+	sf.Servers()[0].SetFaults(stub.Faults{SideChannel: "localhost:5600"})
+	names := []string{"e0", "e1"}
+	urls := []string{sf.Servers()[0].URL(), sf.Servers()[1].URL()}
+	var out strings.Builder
+	if failed := probeFleet(context.Background(), &out, names, urls, "", 10*time.Second, time.Second, nil); failed != 1 {
+		t.Fatalf("%d failed, expected e0 -> e1 alone:\n%s", failed, out.String())
+	}
+	if !strings.Contains(squeeze(out.String()), "e0 -> e1 localhost:5600 failed 2") ||
+		!strings.Contains(out.String(), "recomputed the prompt (kv_load_failure_policy recompute)") {
+		t.Errorf("the silent recompute not named:\n%s", out.String())
+	}
+	t.Log("\n" + out.String())
+}
+
+// fakeEngine answers the probe's two legs as an engine with a handoff
+// naming side channel host:port; its /metrics has NIXL series that never
+// move when nixl, none otherwise: a decode engine that recomputes every
+// prompt.
+func fakeEngine(t *testing.T, id, host string, port int, nixl bool) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"data":[{"id":"m"}]}`)
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if nixl {
+			io.WriteString(w, "vllm:nixl_xfer_time_seconds_count{engine=\"0\",model_name=\"m\"} 3\nvllm:nixl_num_failed_transfers_total{engine=\"0\",model_name=\"m\"} 0\n")
+		}
+	})
+	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), `"do_remote_decode":true`) {
+			fmt.Fprintf(w, `{"choices":[{"text":"x"}],"usage":{"completion_tokens":1},"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":%q,"remote_request_id":"r","remote_block_ids":[[1]],"remote_host":%q,"remote_port":%d}}`, id, host, port)
+			return
+		}
+		io.WriteString(w, `{"choices":[{"text":"xy"}],"usage":{"completion_tokens":2}}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// A decode engine whose NIXL metrics do not move recomputed the prompt: a
+// failure. One without NIXL metrics cannot be judged: said, not failed.
+func TestCheckProbeNoTransfer(t *testing.T) {
+	urls := []string{fakeEngine(t, "a", "127.0.0.1", 5600, true), fakeEngine(t, "b", "127.0.0.1", 5601, false)}
+	var out strings.Builder
+	if failed := probeFleet(context.Background(), &out, []string{"a", "b"}, urls, "", 10*time.Second, 300*time.Millisecond, nil); failed != 1 {
+		t.Fatalf("%d failed, expected b -> a alone:\n%s", failed, out.String())
+	}
+	for _, want := range []string{"b -> a 127.0.0.1:5601 no 2 ", "FAIL the decode engine pulled no KV",
+		"a -> b 127.0.0.1:5600 ? 2 ", "KV moved ?: b export no vllm:nixl_ metrics"} {
+		if !strings.Contains(squeeze(out.String()), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// The side-channel table flags a shared side channel, a shared engine id
+// and a loopback side channel on an engine others reach from another
+// host; engines on one host with loopback side channels are fine.
+func TestSideChannels(t *testing.T) {
+	h := func(host string, port int, id string) *handoff { return &handoff{host: host, port: port, engineID: id} }
+	var out strings.Builder
+	n := sideChannels(&out, []string{"a", "b", "c"}, []string{"http://localhost:8000", "http://127.0.0.1:8001", "http://[::1]:8002"},
+		[]*handoff{h("localhost", 5600, "x"), h("127.0.0.1", 5601, "y"), nil})
+	if n != 0 {
+		t.Errorf("one host, loopback side channels: %d flagged:\n%s", n, out.String())
+	}
+	out.Reset()
+	n = sideChannels(&out, []string{"a", "b", "c"}, []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"},
+		[]*handoff{h("localhost", 5600, "x"), h("localhost", 5600, "x"), h("10.0.0.3", 5600, "z")})
+	if n != 2 {
+		t.Errorf("%d flagged, expected a and b:\n%s", n, out.String())
+	}
+	for _, want := range []string{"a loopback side channel while b, c reach it from another host: set VLLM_NIXL_SIDE_CHANNEL_HOST to an address of a",
+		"the same side channel as a", "the same NIXL engine id as a", "c 10.0.0.3:5600 z ok"} {
+		if !strings.Contains(squeeze(out.String()), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// squeeze collapses the runs of spaces a table aligns its columns with.
+func squeeze(s string) string {
+	return regexp.MustCompile(` {2,}`).ReplaceAllString(s, " ")
 }

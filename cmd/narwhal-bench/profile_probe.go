@@ -150,23 +150,9 @@ func (p *engineProbe) load(ctx context.Context) (running, waiting float64, err e
 	if status != http.StatusOK {
 		return 0, 0, fmt.Errorf("answered %d", status)
 	}
-	var seenR, seenW bool
-	for _, line := range strings.Split(string(body), "\n") {
-		name, rest, ok := api.MetricSample(line)
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(rest, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "vllm:num_requests_running":
-			running, seenR = running+v, true
-		case "vllm:num_requests_waiting":
-			waiting, seenW = waiting+v, true
-		}
-	}
+	sums := api.MetricSums(string(body), "vllm:num_requests_running", "vllm:num_requests_waiting")
+	running, seenR := sums["vllm:num_requests_running"]
+	waiting, seenW := sums["vllm:num_requests_waiting"]
 	if !seenR || !seenW {
 		return 0, 0, errors.New("no vllm:num_requests_running and vllm:num_requests_waiting")
 	}

@@ -37,6 +37,11 @@ var external = map[string]string{
 	"--ssl-certfile":                 "vllm serve's flag, cited in docs/security.md",
 	"--ssl-ca-certs":                 "vllm serve's flag, cited in docs/security.md",
 	"--ssl-cert-reqs":                "vllm serve's flag, cited in docs/security.md",
+	"--kv-transfer-config":           "vllm serve's flag, cited in docs/vllm.md",
+	"--served-model-name":            "vllm serve's flag, cited in docs/vllm.md",
+	"--tensor-parallel-size":         "vllm serve's flag, cited in docs/vllm.md",
+	"--api-key":                      "vllm serve's flag, cited in docs/vllm.md",
+	"--port":                         "vllm serve's flag, cited in docs/vllm.md",
 }
 
 var flagRE = regexp.MustCompile(`(^|[^-\w])(--[a-z][a-z0-9-]*)`)

@@ -24,3 +24,19 @@ func TestMetricSample(t *testing.T) {
 		}
 	}
 }
+
+// MetricSums adds a name's samples over its label sets and leaves out a
+// name with no readable sample.
+func TestMetricSums(t *testing.T) {
+	text := `# HELP vllm:num_requests_running Requests.
+vllm:num_requests_running{engine="0",model_name="m"} 2
+vllm:num_requests_running{engine="1",model_name="m"} 3
+vllm:nixl_xfer_time_seconds_count{engine="0",model_name="m"} 7
+vllm:num_requests_waiting{engine="0"} NaNx
+other 9
+`
+	got := MetricSums(text, "vllm:num_requests_running", "vllm:nixl_xfer_time_seconds_count", "vllm:num_requests_waiting", "absent")
+	if len(got) != 2 || got["vllm:num_requests_running"] != 5 || got["vllm:nixl_xfer_time_seconds_count"] != 7 {
+		t.Fatalf("got %v", got)
+	}
+}

@@ -2,7 +2,10 @@ package stub
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
+	"strconv"
 
 	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
@@ -31,6 +34,13 @@ type Faults struct {
 	// same address, a new process start time, no KV, healthy (0 = it stays
 	// down).
 	RestartAfterMs int `json:"restart_after_ms,omitempty"`
+	// SideChannel, "HOST:PORT", is the KV side channel the handoffs name
+	// instead of the server's own, as a vLLM engine advertises whatever
+	// VLLM_NIXL_SIDE_CHANNEL_HOST and _PORT say (localhost:5600 when
+	// unset): a decode engine's pull from it fails, and with
+	// kv_load_failure_policy recompute the decode leg recomputes the
+	// prompt and answers as if nothing went wrong.
+	SideChannel string `json:"side_channel,omitempty"`
 }
 
 // SetFaults replaces the server's faults.
@@ -60,6 +70,12 @@ func (s *Server) serveFaults(w http.ResponseWriter, r *http.Request) {
 			api.WriteVLLMError(w, api.BadRequest("faults: crash_after, break_after, slow and restart_after_ms must be >= 0"))
 			return
 		}
+		if f.SideChannel != "" {
+			if _, _, err := splitSideChannel(f.SideChannel); err != nil {
+				api.WriteVLLMError(w, api.BadRequest("faults: side_channel: "+err.Error()))
+				return
+			}
+		}
 		s.SetFaults(f)
 	}
 	writeJSON(w, http.StatusOK, s.getFaults())
@@ -70,4 +86,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// splitSideChannel reads a side channel "HOST:PORT".
+func splitSideChannel(hp string) (string, int, error) {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: expected HOST:PORT", hp)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 || host == "" {
+		return "", 0, fmt.Errorf("%q: expected HOST:PORT with a port from 0 to 65535", hp)
+	}
+	return host, p, nil
 }

@@ -195,6 +195,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		tokens, delay, err := s.puller.Pull(ctx, *kv.RemoteEngineID, *kv.RemoteRequestID, *kv.RemoteHost, *kv.RemotePort)
 		if err != nil {
 			s.pulling.Add(-1)
+			s.metrics.nixlFailed.Inc()
 			if s.opts.KVLoadFailurePolicy == PolicyFail {
 				s.logf("stub %s: request %s: KV pull from %s failed: %v", s.id, rid, *kv.RemoteEngineID, err)
 				api.WriteVLLMError(w, api.ServerError(http.StatusInternalServerError,
@@ -204,10 +205,14 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 			s.logf("stub %s: request %s: KV pull failed (%v): recomputing the prompt", s.id, rid, err)
 			break
 		}
-		_ = tokens // the context is this engine's own count of the prompt
+		// The context is this engine's own count of the prompt; the
+		// transfer's bytes are the tokens pulled at the fleet's KV size.
+		xfer := s.scale(modelTime(delay))
 		select {
-		case <-time.After(s.scale(modelTime(delay))):
+		case <-time.After(xfer):
 			s.pulling.Add(-1)
+			s.metrics.nixlTime.Observe(xfer.Seconds())
+			s.metrics.nixlBytes.Observe(float64(tokens) * s.opts.KV.BytesPerToken)
 		case <-ctx.Done():
 			s.pulling.Add(-1)
 			return

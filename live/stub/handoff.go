@@ -255,6 +255,13 @@ func (p *fleetPuller) Pull(ctx context.Context, engineID, requestID, host string
 	s := p.local[engineID]
 	p.mu.RUnlock()
 	if s != nil {
+		// In-process only when the handoff names that server's own side
+		// channel; a wrong one is dialled, and fails, as vLLM's would.
+		if h, pt := s.ownSideChannel(); h != host || pt != port {
+			s = nil
+		}
+	}
+	if s != nil {
 		if s.crashed.Load() {
 			return 0, 0, fmt.Errorf("engine %s: down", engineID)
 		}

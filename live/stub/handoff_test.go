@@ -12,6 +12,7 @@ import (
 
 	"github.com/narwhal-bench/narwhal-bench/engine"
 	"github.com/narwhal-bench/narwhal-bench/live/api"
+	"github.com/narwhal-bench/narwhal-bench/timing"
 )
 
 const client = `{"model":"stub","prompt":"` + "a prompt of some length for the handoff test" + `","max_tokens":6,"stream":true,"stream_options":{"include_usage":true},"min_tokens":2}`
@@ -274,5 +275,73 @@ func TestLocalDecodeFromPinnedKV(t *testing.T) {
 	post(t, s.URL()+"/v1/completions", other, "X-Request-Id", "r2")
 	if q := queries(); q == "11" {
 		t.Error("another prompt was not prefilled")
+	}
+}
+
+// metricSums reads the named series of a server's /metrics, summed.
+func metricSums(t *testing.T, url string, names ...string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return api.MetricSums(string(b), names...)
+}
+
+// The engine that pulls counts each KV transfer in vLLM's NIXL connector
+// metrics, and each failed one; a handoff naming a wrong side channel
+// (the side_channel fault, a misconfigured VLLM_NIXL_SIDE_CHANNEL_HOST)
+// fails the pull even between engines of one process: an error under
+// kv_load_failure_policy fail, a silent recompute under recompute, which
+// only the failure counter shows.
+func TestNixlMetricsAndSideChannel(t *testing.T) {
+	const count, bytesSum, failed = "vllm:nixl_xfer_time_seconds_count", "vllm:nixl_bytes_transferred_sum", "vllm:nixl_num_failed_transfers_total"
+	for _, policy := range []string{PolicyFail, PolicyRecompute} {
+		t.Run(policy, func(t *testing.T) {
+			f := startFleet(t, 2, Options{KVLoadFailurePolicy: policy, KV: timing.KV{Latency: 0.01, BytesPerToken: 1000, Bandwidth: 1e9}})
+			p, d := f.Servers()[0], f.Servers()[1]
+			m := metricSums(t, d.URL(), count, bytesSum, failed)
+			if len(m) != 3 || m[count] != 0 || m[failed] != 0 {
+				t.Fatalf("before any transfer: %v", m)
+			}
+			if r := decodeLeg(t, d.URL(), "good", prefill(t, p.URL(), "good")); r.status != 200 {
+				t.Fatalf("decode: %d %s", r.status, r.body)
+			}
+			m = metricSums(t, d.URL(), count, bytesSum, failed)
+			if m[count] != 1 || m[bytesSum] <= 0 || m[failed] != 0 {
+				t.Fatalf("after one transfer: %v", m)
+			}
+			if m := metricSums(t, p.URL(), count, failed); m[count] != 0 || m[failed] != 0 {
+				t.Errorf("the prefill engine counted a transfer: %v", m)
+			}
+
+			p.SetFaults(Faults{SideChannel: "localhost:1"})
+			h := prefill(t, p.URL(), "wrong")
+			var kv api.KVTransferParams
+			if err := json.Unmarshal(h, &kv); err != nil || *kv.RemoteHost != "localhost" || *kv.RemotePort != 1 {
+				t.Fatalf("handoff %s: %v", h, err)
+			}
+			r := decodeLeg(t, d.URL(), "wrong", h)
+			switch policy {
+			case PolicyFail:
+				if r.status != 500 || !strings.Contains(string(r.body), "kv load failed") {
+					t.Errorf("pull from a wrong side channel: %d %s", r.status, r.body)
+				}
+			case PolicyRecompute:
+				if r.status != 200 {
+					t.Errorf("recompute: %d %s", r.status, r.body)
+				}
+			}
+			if m := metricSums(t, d.URL(), count, failed); m[count] != 1 || m[failed] != 1 {
+				t.Errorf("after a failed pull: %v", m)
+			}
+		})
+	}
+	// A side channel that is not HOST:PORT is refused.
+	f := startFleet(t, 1, Options{})
+	if r := post(t, f.Servers()[0].URL()+"/stub/faults", `{"side_channel":"nowhere"}`); r.status != 400 || !strings.Contains(string(r.body), "side_channel") {
+		t.Errorf("bad side channel: %d %s", r.status, r.body)
 	}
 }

@@ -21,6 +21,10 @@ type metrics struct {
 	// Per finished request, vLLM's intervals: waiting, prefill, decode
 	// and running (prefill + decode).
 	queue, prefill, decode, inference prometheus.Observer
+	// The NIXL connector's (vLLM's nixl/stats.py), on the engine that
+	// pulls: per transfer its duration and bytes, and failed transfers.
+	nixlTime, nixlBytes prometheus.Observer
+	nixlFailed          prometheus.Counter
 }
 
 // vLLM's buckets for the two latency histograms.
@@ -121,11 +125,25 @@ func newMetrics(s *Server) metrics {
 	prefill := hist("vllm:request_prefill_time_seconds", "Time spent in PREFILL phase: from first scheduled to the first token this engine produced.", requestBuckets)
 	decode := hist("vllm:request_decode_time_seconds", "Time spent in DECODE phase: from the first token this engine produced to the last.", requestBuckets)
 	inference := hist("vllm:request_inference_time_seconds", "Time spent in RUNNING phase: from first scheduled to the last token (prefill + decode).", requestBuckets)
+	// The NIXL connector's metrics, its buckets: 5 ms to 5 s, and 2 KiB
+	// to 8 GiB in steps of four.
+	nixlTime := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:nixl_xfer_time_seconds",
+		Help: "Histogram of transfer duration for NIXL KV Cache transfers.", ConstLabels: labels,
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0}})
+	var byteBuckets []float64
+	for i := 1; i < 25; i += 2 {
+		byteBuckets = append(byteBuckets, float64(int64(1)<<(10+i)))
+	}
+	nixlBytes := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vllm:nixl_bytes_transferred",
+		Help: "Histogram of bytes transferred per NIXL KV Cache transfers.", ConstLabels: labels, Buckets: byteBuckets})
+	nixlFailed := prometheus.NewCounter(prometheus.CounterOpts{Name: "vllm:nixl_num_failed_transfers_total",
+		Help: "Number of failed NIXL KV Cache transfers.", ConstLabels: labels})
 	s.reg.MustRegister(ttft, tpot, itl, prompt, gen, success, e2e, reqTPOT, reqPrompt, reqGen, queue, prefill, decode, inference,
-		cacheQueries, cacheHits)
+		cacheQueries, cacheHits, nixlTime, nixlBytes, nixlFailed)
 	return metrics{ttft: ttft, tpot: tpot, itl: itl, prompt: prompt, generate: gen, success: success,
 		e2e: e2e, reqTPOT: reqTPOT, reqPrompt: reqPrompt, reqGen: reqGen, cacheQueries: cacheQueries, cacheHits: cacheHits,
-		queue: queue, prefill: prefill, decode: decode, inference: inference}
+		queue: queue, prefill: prefill, decode: decode, inference: inference,
+		nixlTime: nixlTime, nixlBytes: nixlBytes, nixlFailed: nixlFailed}
 }
 
 // finished records a request that ended with reason (a finish reason, or

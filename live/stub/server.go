@@ -271,8 +271,19 @@ func (s *Server) URL() string {
 }
 
 // sideChannel is the host and port handoffs name: this server's HTTP
-// listener, which also serves the internal pull route (PullPath).
+// listener, which also serves the internal pull route (PullPath), unless
+// the SideChannel fault names another.
 func (s *Server) sideChannel() (string, int) {
+	if f := s.getFaults(); f.SideChannel != "" {
+		if host, port, err := splitSideChannel(f.SideChannel); err == nil {
+			return host, port
+		}
+	}
+	return s.ownSideChannel()
+}
+
+// ownSideChannel is this server's HTTP listener's host and port.
+func (s *Server) ownSideChannel() (string, int) {
 	s.mu.Lock()
 	ln := s.ln
 	s.mu.Unlock()
