@@ -252,6 +252,20 @@ func TestPrometheusScrape(t *testing.T) {
 	if up[""] != 2 {
 		t.Errorf("engines up %v, expected both stubs scraped", up)
 	}
+	// The decode engine's NIXL series count one transfer per handoff
+	// (the six without one pulled nothing), and no failure.
+	var moved map[string]float64
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if moved = p.vector(`sum by (engine) (vllm:nixl_xfer_time_seconds_count{job="engines"})`, "engine"); moved["e1"] == 34 {
+			break
+		}
+	}
+	if moved["e0"] != 0 || moved["e1"] != 34 {
+		t.Errorf("KV transfers by engine %v, expected 34 into e1", moved)
+	}
+	if f := p.vector(`sum(vllm:nixl_num_failed_transfers_total{job="engines"})`, ""); f[""] != 0 {
+		t.Errorf("failed KV transfers %v, expected none", f)
+	}
 	if roles := p.vector(`narwhal_engine_role{role="prefill"} == 1`, "engine"); len(roles) != 1 || roles["e0"] != 1 {
 		t.Errorf("prefill role series %v, expected e0", roles)
 	}
