@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -36,10 +38,19 @@ func checkCommand() *cli.Command {
 			&cli.StringFlag{Name: "model", Usage: "the model every engine must serve (default: the first engine's first model)"},
 			&cli.IntFlag{Name: "base-port", Usage: "engines at 127.0.0.1:P+i instead of the fleet file's urls"},
 			&cli.StringFlag{Name: "timeout", Value: "30s", Usage: "bound on each probe request"},
+			&cli.StringFlag{Name: "pairs", Value: "all", Usage: "with --probe, the prefill->decode pairs to probe: all (every ordered pair) or ring (each engine to the next and the previous: 2 per engine, for large fleets)"},
+			&cli.IntFlag{Name: "parallel", Value: 32, Usage: "with --probe, pairs probed at once at most (each engine still prefills for one pair and decodes for one at a time)"},
 		}, engineFlags()...),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if c.Args().Len() > 0 {
 				return usageError{fmt.Errorf("check: unexpected argument %q: every input is a flag", c.Args().First())}
+			}
+			opt := probeOptions{pairs: c.String("pairs"), parallel: int(c.Int("parallel"))}
+			if opt.pairs != "all" && opt.pairs != "ring" {
+				return usageError{fmt.Errorf("--pairs %q: expected all or ring", opt.pairs)}
+			}
+			if opt.parallel < 1 {
+				return usageError{fmt.Errorf("--parallel %d: expected at least 1", opt.parallel)}
 			}
 			out := c.Root().Writer
 			path := c.String("fleet")
@@ -65,7 +76,7 @@ func checkCommand() *cli.Command {
 				return err
 			}
 			urls := engineURLs(spec, base)
-			failed := probeFleet(ctx, out, spec.Names(), urls, c.String("model"), timeout, min(timeout, kvWait), tr)
+			failed := probeFleet(ctx, out, spec.Names(), urls, c.String("model"), timeout, min(timeout, kvWait), opt, tr)
 			if failed > 0 {
 				return fmt.Errorf("check: %d probe(s) failed", failed)
 			}
@@ -142,7 +153,7 @@ func checkFleet(path string, base int) (*fleet.Spec, []string) {
 // probeFleet checks each engine and each ordered pair; it prints its
 // tables and returns how many checks failed. kvWait bounds the wait for
 // a decode engine's NIXL metrics to show a pair's transfer.
-func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model string, timeout, kvWait time.Duration, tr http.RoundTripper) int {
+func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model string, timeout, kvWait time.Duration, opt probeOptions, tr http.RoundTripper) int {
 	client := &http.Client{Timeout: timeout, Transport: tr} // nil: Go's default
 	failed := 0
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -185,60 +196,146 @@ func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model 
 	}
 	tw.Flush()
 	fmt.Fprintln(out)
+	results := probePairs(ctx, client, names, urls, live, model, kvWait, opt)
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "prefill -> decode\tside channel\tKV moved\ttokens\ttime\tverdict")
 	handoffs := make([]*handoff, len(urls)) // each engine's first, as prefill
 	var unverified []string
-	for a := range urls {
-		for b := range urls {
-			if a == b {
-				continue
-			}
-			pair := names[a] + " -> " + names[b]
-			if !live[a] || !live[b] {
-				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\tSKIP (an engine failed above)\n", pair)
-				continue
-			}
-			start := time.Now()
-			before, metered := nixlCounts(ctx, client, urls[b])
-			h, tokens, err := handoffProbe(ctx, client, urls[a], urls[b], model, pair)
-			if h != nil && handoffs[a] == nil {
-				handoffs[a] = h
-			}
-			took := time.Since(start)
-			moved, verdict := "-", ""
-			switch {
-			case h == nil:
-			case metered:
-				moved, verdict = nixlVerdict(ctx, client, urls[b], before, kvWait, h, err)
-			default:
-				moved = "?"
-				if err == nil && !contains(unverified, names[b]) {
-					unverified = append(unverified, names[b])
-				}
-			}
-			switch {
-			case err != nil:
-				verdict = "FAIL " + err.Error() + verdict
-			case verdict == "":
-				verdict = "ok"
-			}
-			if strings.HasPrefix(verdict, "FAIL") {
-				failed++
-			}
-			hand := "-"
-			if h != nil {
-				hand = h.channel()
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pair, hand, moved, tokens, took.Round(time.Millisecond), verdict)
+	var nOK, nFail, nSkip int
+	for _, r := range results {
+		pair := names[r.a] + " -> " + names[r.b]
+		if r.skipped {
+			nSkip++
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\tSKIP (an engine failed above)\n", pair)
+			continue
 		}
+		if r.h != nil && handoffs[r.a] == nil {
+			handoffs[r.a] = r.h
+		}
+		if r.unverified && !contains(unverified, names[r.b]) {
+			unverified = append(unverified, names[r.b])
+		}
+		if strings.HasPrefix(r.verdict, "FAIL") {
+			nFail++
+		} else {
+			nOK++
+		}
+		hand := "-"
+		if r.h != nil {
+			hand = r.h.channel()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", pair, hand, r.moved, r.tokens, r.took.Round(time.Millisecond), r.verdict)
 	}
 	tw.Flush()
+	failed += nFail
+	fmt.Fprintf(out, "pairs: %d probed (%s), %d ok, %d failed, %d skipped\n", nOK+nFail, opt.pairs, nOK, nFail, nSkip)
 	if len(unverified) > 0 {
 		fmt.Fprintf(out, "KV moved ?: %s export no vllm:nixl_ metrics, so a decode leg that recomputed the prompt instead of pulling its KV cannot be told from one that pulled\n", strings.Join(unverified, ", "))
 	}
 	failed += sideChannels(out, names, urls, handoffs)
 	return failed
+}
+
+// probeOptions are check --probe's choices of pairs and concurrency.
+type probeOptions struct {
+	pairs    string // "all" (every ordered pair) or "ring" (each engine to the next and the previous)
+	parallel int    // pairs probed at once at most
+}
+
+// pairResult is one prefill->decode probe.
+type pairResult struct {
+	a, b       int
+	skipped    bool // an engine of the pair failed its own checks
+	h          *handoff
+	tokens     int
+	took       time.Duration
+	moved      string
+	verdict    string
+	unverified bool // the decode engine has no NIXL metrics
+}
+
+// probePairs probes the pairs in rounds: round k pairs engine i with
+// engine i+k (mod n), so within a round each engine prefills for one
+// pair and decodes for one, and a decode engine's NIXL counts change for
+// its one pair alone. Up to opt.parallel pairs of a round run at once.
+// The results come back in (prefill, decode) order.
+func probePairs(ctx context.Context, client *http.Client, names, urls []string, live []bool, model string, kvWait time.Duration, opt probeOptions) []pairResult {
+	var results []pairResult
+	for _, pairs := range pairRounds(len(urls), opt.pairs == "ring") {
+		round := make([]pairResult, 0, len(pairs))
+		for _, p := range pairs {
+			round = append(round, pairResult{a: p[0], b: p[1]})
+		}
+		sem := make(chan struct{}, max(opt.parallel, 1))
+		var wg sync.WaitGroup
+		for i := range round {
+			r := &round[i]
+			if !live[r.a] || !live[r.b] {
+				r.skipped = true
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				probePair(ctx, client, names, urls, model, kvWait, r)
+			}()
+		}
+		wg.Wait()
+		results = append(results, round...)
+	}
+	sort.Slice(results, func(i, j int) bool {
+		if results[i].a != results[j].a {
+			return results[i].a < results[j].a
+		}
+		return results[i].b < results[j].b
+	})
+	return results
+}
+
+// pairRounds lists the ordered pairs of n engines in rounds: round k
+// holds (i, i+k mod n) for every i, so each engine is the prefill of one
+// pair and the decode of one per round. All rounds give every ordered
+// pair once; ring keeps the rounds k = 1 and n-1 (each engine to the next
+// and the previous).
+func pairRounds(n int, ring bool) [][][2]int {
+	var rounds [][][2]int
+	for k := 1; k < n; k++ {
+		if ring && k != 1 && k != n-1 {
+			continue
+		}
+		round := make([][2]int, 0, n)
+		for a := range n {
+			round = append(round, [2]int{a, (a + k) % n})
+		}
+		rounds = append(rounds, round)
+	}
+	return rounds
+}
+
+// probePair runs one pair's two legs and reads the decode engine's NIXL
+// counts around them.
+func probePair(ctx context.Context, client *http.Client, names, urls []string, model string, kvWait time.Duration, r *pairResult) {
+	start := time.Now()
+	before, metered := nixlCounts(ctx, client, urls[r.b])
+	h, tokens, err := handoffProbe(ctx, client, urls[r.a], urls[r.b], model, names[r.a]+" -> "+names[r.b])
+	r.h, r.tokens, r.took = h, tokens, time.Since(start)
+	r.moved = "-"
+	switch {
+	case h == nil:
+	case metered:
+		r.moved, r.verdict = nixlVerdict(ctx, client, urls[r.b], before, kvWait, h, err)
+	default:
+		r.moved = "?"
+		r.unverified = err == nil
+	}
+	switch {
+	case err != nil:
+		r.verdict = "FAIL " + err.Error() + r.verdict
+	case r.verdict == "":
+		r.verdict = "ok"
+	}
 }
 
 // handoff is what a prefill leg's kv_transfer_params name: the engine's

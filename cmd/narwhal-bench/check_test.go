@@ -148,7 +148,7 @@ func TestCheckProbeSilentRecompute(t *testing.T) {
 	names := []string{"e0", "e1"}
 	urls := []string{sf.Servers()[0].URL(), sf.Servers()[1].URL()}
 	var out strings.Builder
-	if failed := probeFleet(context.Background(), &out, names, urls, "", 10*time.Second, time.Second, nil); failed != 1 {
+	if failed := probeFleet(context.Background(), &out, names, urls, "", 10*time.Second, time.Second, probeOptions{pairs: "all", parallel: 4}, nil); failed != 1 {
 		t.Fatalf("%d failed, expected e0 -> e1 alone:\n%s", failed, out.String())
 	}
 	if !strings.Contains(squeeze(out.String()), "e0 -> e1 localhost:5600 failed 2") ||
@@ -192,7 +192,7 @@ func fakeEngine(t *testing.T, id, host string, port int, nixl bool) string {
 func TestCheckProbeNoTransfer(t *testing.T) {
 	urls := []string{fakeEngine(t, "a", "127.0.0.1", 5600, true), fakeEngine(t, "b", "127.0.0.1", 5601, false)}
 	var out strings.Builder
-	if failed := probeFleet(context.Background(), &out, []string{"a", "b"}, urls, "", 10*time.Second, 300*time.Millisecond, nil); failed != 1 {
+	if failed := probeFleet(context.Background(), &out, []string{"a", "b"}, urls, "", 10*time.Second, 300*time.Millisecond, probeOptions{pairs: "all", parallel: 4}, nil); failed != 1 {
 		t.Fatalf("%d failed, expected b -> a alone:\n%s", failed, out.String())
 	}
 	for _, want := range []string{"b -> a 127.0.0.1:5601 no 2 ", "FAIL the decode engine pulled no KV",
@@ -231,4 +231,80 @@ func TestSideChannels(t *testing.T) {
 // squeeze collapses the runs of spaces a table aligns its columns with.
 func squeeze(s string) string {
 	return regexp.MustCompile(` {2,}`).ReplaceAllString(s, " ")
+}
+
+// Rounds give every ordered pair once (ring: each engine to its two
+// neighbours), and no engine prefills or decodes for two pairs of one
+// round, so a decode engine's NIXL counts move for one pair at a time.
+func TestPairRounds(t *testing.T) {
+	for n := 1; n <= 9; n++ {
+		for _, ring := range []bool{false, true} {
+			seen := map[[2]int]int{}
+			for _, round := range pairRounds(n, ring) {
+				pre, dec := map[int]bool{}, map[int]bool{}
+				for _, p := range round {
+					if p[0] == p[1] || pre[p[0]] || dec[p[1]] {
+						t.Fatalf("n %d ring %v: round %v has %v twice or to itself", n, ring, round, p)
+					}
+					pre[p[0]], dec[p[1]] = true, true
+					seen[p]++
+				}
+			}
+			want := n * (n - 1)
+			if ring {
+				want = min(want, 2*n)
+			}
+			if len(seen) != want {
+				t.Errorf("n %d ring %v: %d pairs, expected %d", n, ring, len(seen), want)
+			}
+			for p, c := range seen {
+				if c != 1 {
+					t.Errorf("n %d ring %v: %v probed %d times", n, ring, p, c)
+				}
+				if ring && (p[1]-p[0]+n)%n != 1 && (p[0]-p[1]+n)%n != 1 {
+					t.Errorf("n %d ring: %v is not a neighbour pair", n, p)
+				}
+			}
+		}
+	}
+}
+
+// --pairs ring probes each engine's two neighbours; bad --pairs and
+// --parallel exit 2 naming the flag.
+func TestCheckProbeRing(t *testing.T) {
+	urls := []string{fakeEngine(t, "a", "127.0.0.1", 5600, false), fakeEngine(t, "b", "127.0.0.1", 5601, false),
+		fakeEngine(t, "c", "127.0.0.1", 5602, false), fakeEngine(t, "d", "127.0.0.1", 5603, false)}
+	var b strings.Builder
+	b.WriteString("name: ring\ninstances:\n  list:\n")
+	for i, u := range urls {
+		fmt.Fprintf(&b, "    - {name: e%d, url: %q, profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.002}}\n", i, u)
+	}
+	b.WriteString("slo: {ttft: 2s, tpot: 100ms}\n")
+	path := filepath.Join(t.TempDir(), "ring.yaml")
+	os.WriteFile(path, []byte(b.String()), 0o644)
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"narwhal-bench", "check", "--fleet", path, "--probe", "--pairs", "ring", "--parallel", "2"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	got := squeeze(out.String())
+	for _, want := range []string{"e0 -> e1 ", "e0 -> e3 ", "e2 -> e3 ", "e3 -> e0 ", "pairs: 8 probed (ring), 8 ok, 0 failed, 0 skipped"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(got, "e0 -> e2 ") {
+		t.Errorf("ring probed e0 -> e2:\n%s", out.String())
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pairs", "some"}, `--pairs "some": expected all or ring`},
+		{[]string{"--parallel", "0"}, "--parallel 0: expected at least 1"},
+	} {
+		errb.Reset()
+		if code := run(context.Background(), append([]string{"narwhal-bench", "check", "--fleet", path, "--probe"}, c.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%v: exit %d, %q", c.args, code, errb.String())
+		}
+	}
 }
