@@ -654,6 +654,13 @@ func (c *Core) EngineDown(now event.Time, inst event.Instance, cause event.Cause
 // takes placements again in the role it holds. The core journals the
 // change.
 func (c *Core) EngineUp(now event.Time, inst event.Instance, gen uint64) error {
+	return c.EngineUpBy(now, inst, gen, event.CauseEngineUp)
+}
+
+// EngineUpBy is EngineUp journaled with another cause: an operator
+// returning a cordoned engine to service (event.CauseOperator), where
+// EngineDown took it out with the same cause.
+func (c *Core) EngineUpBy(now event.Time, inst event.Instance, gen uint64, cause event.Cause) error {
 	in, err := c.instance("engine up", inst)
 	if err != nil {
 		return err
@@ -667,7 +674,7 @@ func (c *Core) EngineUp(now event.Time, inst event.Instance, gen uint64) error {
 	c.v.setDown(inst, false)
 	in.Generation = gen
 	c.v.records = append(c.v.records, event.Record{At: now, Kind: event.KindHealth, Inst: inst,
-		Peer: event.NoInstance, Tokens: int64(gen), Cause: event.CauseEngineUp, Text: "up"})
+		Peer: event.NoInstance, Tokens: int64(gen), Cause: cause, Text: "up"})
 	c.drain(now)
 	return nil
 }

@@ -125,7 +125,7 @@ const (
 	// Role-move reasons.
 	CauseController // a role controller moved it
 	CauseInline     // Algorithm 1 flipped it inline to place a request
-	CauseOperator   // an operator moved it
+	CauseOperator   // an operator moved it, or cordoned or uncordoned it (KindHealth)
 	// Engine health (KindHealth) and live failures.
 	CauseEngineDown // the engine stopped answering (connection refused, crash, failed probe)
 	CauseEngineUp   // the engine answers again (Tokens = its process generation)

@@ -283,7 +283,7 @@ func (g *Gate) identify(q *http.Request) (t *tenant, presented bool) {
 // adminPaths are the operator routes: with tenants configured, only an
 // admin tenant reads them.
 func adminPath(p string) bool {
-	return p == "/state" || p == "/journal" || p == "/metrics" || strings.HasPrefix(p, "/debug/")
+	return p == "/state" || p == "/journal" || p == "/metrics" || strings.HasPrefix(p, "/debug/") || strings.HasPrefix(p, "/engines/")
 }
 
 // Wrap puts the gate in front of next.

@@ -152,6 +152,13 @@ tenants:
 	if c, _ := call("GET", "/state", "bearer ops-key", false); c != 200 {
 		t.Errorf("/state as ops: %d", c)
 	}
+	// Cordoning is an operator's: refused to a tenant that is not admin.
+	if c, b := call("POST", "/engines/e0/cordon", "Bearer evals-key", false); c != 403 || code(b) != "not_admin" {
+		t.Errorf("cordon as evals: %d %v", c, b)
+	}
+	if c, _ := call("POST", "/engines/e0/uncordon", "Bearer ops-key", false); c != 200 {
+		t.Errorf("uncordon as ops: %d", c)
+	}
 	// The scheduled-send header moves a request's measured start: an
 	// admin tenant's only (a refusal spends none of evals' rate).
 	scheduled := func(auth string) (int, map[string]any) {

@@ -169,7 +169,7 @@ func (r *Router) claimEjection(e *engine) bool {
 	defer r.ejectMu.Unlock()
 	up := 0
 	for _, o := range r.engines {
-		if o != e && !o.br.ejected() {
+		if o != e && !o.br.ejected() && !o.cordoned.Load() {
 			up++
 		}
 	}

@@ -39,6 +39,7 @@ type Metrics struct {
 
 	role      *prometheus.GaugeVec // engine, role
 	up        *prometheus.GaugeVec // engine
+	cordoned  *prometheus.GaugeVec // engine
 	gen       *prometheus.GaugeVec // engine
 	started   *prometheus.GaugeVec // engine
 	moves     *prometheus.CounterVec
@@ -135,7 +136,8 @@ func newMetrics(arm string, slo event.SLO, names []string) *Metrics {
 	m.spilled = counter("narwhal_spilled_prompts_total", "Prompts run on an idle decode engine, as one request, because no prefill engine could start them within the TTFT SLO (burst spill; the journal's admit cause spilled).")
 	m.tokenize = counterVec("narwhal_prompt_counts_total", "Prompt lengths by where they came from: engine (an engine's POST /tokenize, with --tokenize) or estimate (--tokenize on, but no engine answered in time).", "source")
 	m.role = gaugeVec("narwhal_engine_role", "1 for the role each engine holds (prefill, decode, mixed, none), 0 for the others.", "engine", "role")
-	m.up = gaugeVec("narwhal_engine_up", "1 while the engine takes placements, 0 while it is ejected (down).", "engine")
+	m.up = gaugeVec("narwhal_engine_up", "1 unless the router ejected the engine (down); a cordoned engine counts as up (an operator took it out: narwhal_engine_cordoned).", "engine")
+	m.cordoned = gaugeVec("narwhal_engine_cordoned", "1 while an operator has the engine cordoned (POST /engines/NAME/cordon): it takes no new legs, and those on it finish.", "engine")
 	m.gen = gaugeVec("narwhal_engine_generation", "The engine's process generation as the router counts it (bumped when a new process start time is seen).", "engine")
 	m.started = gaugeVec("narwhal_engine_process_start_time_seconds", "The engine's process_start_time_seconds as last probed (0 until read).", "engine")
 	m.moves = counterVec("narwhal_role_moves_total", "Role moves (opening roles excluded), by new role and cause (controller, inline, operator, engine_down).", "to", "cause")
@@ -148,6 +150,7 @@ func newMetrics(arm string, slo event.SLO, names []string) *Metrics {
 	m.journalErrors = counter("narwhal_journal_errors_total", "Records the journal failed to store (its sticky error: every record after the first failure).")
 	for _, n := range names {
 		m.up.WithLabelValues(n).Set(1)
+		m.cordoned.WithLabelValues(n).Set(0)
 		m.gen.WithLabelValues(n)
 		m.started.WithLabelValues(n)
 		m.ejections.WithLabelValues(n)
@@ -199,8 +202,9 @@ func (m *Metrics) ended(kind event.Kind, cause event.Cause) {
 }
 
 // engines sets every engine's role, health and generation from the core's
-// view (owner, after records that change them).
-func (m *Metrics) engines(v *core.View, names []string) {
+// view (owner, after records that change them). A cordoned engine is down
+// in the core but up here unless its breaker is open.
+func (m *Metrics) engines(v *core.View, names []string, engs []*engine) {
 	for i, n := range names {
 		in := v.Instance(event.Instance(i))
 		for _, r := range []event.Role{event.RolePrefill, event.RoleDecode, event.RoleMixed, event.RoleNone} {
@@ -210,11 +214,17 @@ func (m *Metrics) engines(v *core.View, names []string) {
 			}
 			m.role.WithLabelValues(n, r.String()).Set(val)
 		}
-		up := 1.0
-		if in.Down {
+		up, cordoned := 1.0, 0.0
+		if engs[i].cordoned.Load() {
+			cordoned = 1
+			if engs[i].br.ejected() {
+				up = 0
+			}
+		} else if in.Down {
 			up = 0
 		}
 		m.up.WithLabelValues(n).Set(up)
+		m.cordoned.WithLabelValues(n).Set(cordoned)
 		m.gen.WithLabelValues(n).Set(float64(in.Generation))
 	}
 }

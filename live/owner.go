@@ -22,6 +22,7 @@ const (
 	msgState                         // a GET /state snapshot
 	msgEngine                        // an engine failed or answered again
 	msgRetry                         // a leg failed: place the request again (live/retry.go)
+	msgCordon                        // an operator cordons (up false) or uncordons an engine
 )
 
 // msg is one fact from a handler. The owner answers on the flight's reply
@@ -38,6 +39,8 @@ type msg struct {
 	gen  uint64
 	// msgState: where to send the snapshot.
 	state chan State
+	// msgCordon: where to send the answer.
+	cordon chan cordonReply
 }
 
 // flight is one request in the router: shared by its handler and the
@@ -113,6 +116,9 @@ type owner struct {
 	err        error
 	names      []string     // engine names, for the metrics' labels
 	prefixes   *prefixIndex // nil unless the router is prefix-aware
+	// heldGen is, per engine, the generation a readmission brought while
+	// it was cordoned (0: none): it rejoins at it when uncordoned.
+	heldGen []uint64
 }
 
 // obsMark is what the owner last read of an engine's gap counters.
@@ -141,7 +147,7 @@ func newOwner(r *Router, c *core.Core) *owner {
 		names[i] = e.name
 	}
 	o := &owner{r: r, core: c, active: make(map[event.RequestID]*flight), tickAt: event.Never,
-		lastObs: make([]obsMark, n), names: names}
+		lastObs: make([]obsMark, n), names: names, heldGen: make([]uint64, n)}
 	if pc := r.cfg.PrefixCache; pc != nil {
 		o.prefixes = newPrefixIndex(pc.BlockTokens)
 	}
@@ -287,14 +293,22 @@ func (o *owner) handle(m msg) {
 		}
 	case msgState:
 		m.state <- o.snapshot(now)
+	case msgCordon:
+		m.cordon <- o.setCordon(now, m.inst, !m.up)
 	case msgEngine:
-		if m.up {
+		if m.up && o.r.engines[m.inst].cordoned.Load() {
+			// Readmitted (or restarted) while cordoned: it stays out of
+			// service until uncordoned, at this generation.
+			o.heldGen[m.inst] = max(o.heldGen[m.inst], m.gen)
+		} else if m.up {
 			o.fact(o.core.EngineUp(now, m.inst, m.gen))
 		} else {
 			o.fact(o.core.EngineDown(now, m.inst, event.CauseEngineDown))
 			o.killLegs(m.inst)
 		}
 		o.apply(o.core.Ready())
+		// (A cordoned engine's health changes no record of the core.)
+		o.r.met.engines(o.core.View(), o.names, o.r.engines)
 	case msgRetry:
 		o.retry(now, m)
 	}
@@ -398,7 +412,7 @@ func (o *owner) apply(rd core.Ready) {
 		o.emit(&r)
 	}
 	if len(rd.Records) > 0 {
-		o.r.met.engines(o.core.View(), o.names)
+		o.r.met.engines(o.core.View(), o.names, o.r.engines)
 	}
 	var fenced []*flight
 	for _, d := range rd.Decisions {

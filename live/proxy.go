@@ -48,7 +48,9 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("GET /ready", r.ready)
 	mux.HandleFunc("GET /state", r.stateHandler)
 	mux.Handle("GET /metrics", r.met.Handler())
-	for _, p := range []string{"/v1/completions", "/v1/chat/completions"} {
+	mux.HandleFunc("POST /engines/{name}/cordon", r.cordonHandler(true))
+	mux.HandleFunc("POST /engines/{name}/uncordon", r.cordonHandler(false))
+	for _, p := range []string{"/v1/completions", "/v1/chat/completions", "/engines/{name}/cordon", "/engines/{name}/uncordon"} {
 		// A known route with another method: 405, as vLLM answers.
 		mux.HandleFunc(p, func(w http.ResponseWriter, q *http.Request) {
 			w.Header().Set("Allow", http.MethodPost)
@@ -58,7 +60,7 @@ func (r *Router) Handler() http.Handler {
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
 		api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error",
-			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /ready, /state or /metrics", q.Method, q.URL.Path)})
+			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /ready, /state or /metrics, or POST /engines/NAME/cordon or /uncordon", q.Method, q.URL.Path)})
 	})
 	return mux
 }
@@ -114,7 +116,7 @@ func (r *Router) ready(w http.ResponseWriter, _ *http.Request) {
 	}
 	up := 0
 	for _, e := range r.engines {
-		if !r.failing(e) {
+		if !r.failing(e) && !e.cordoned.Load() {
 			up++
 		}
 	}

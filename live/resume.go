@@ -23,6 +23,10 @@ type Resume struct {
 	// down (a health record at time 0) and are readmitted as any ejected
 	// engine is (a new process, or the same after a hold). Nil: none.
 	Down []bool
+	// Cordoned marks the engines an operator had cordoned: they open
+	// cordoned (a health record at time 0, cause operator) until
+	// uncordoned here. Nil: none.
+	Cordoned []bool
 	// Starts is each engine's process start time as last probed (0:
 	// unknown): the process a readmission, or a restart seen by the
 	// liveness sweep, must differ from.
@@ -41,7 +45,7 @@ func ResumeFrom(s State, names []string) (*Resume, error) {
 		return nil, fmt.Errorf("live: resume: moves %d: expected a count of 0 or more", s.Moves)
 	}
 	rs := &Resume{Roles: make([]event.Role, len(names)), Generations: make([]uint64, len(names)),
-		Down: make([]bool, len(names)), Starts: make([]float64, len(names)), Moves: s.Moves}
+		Down: make([]bool, len(names)), Cordoned: make([]bool, len(names)), Starts: make([]float64, len(names)), Moves: s.Moves}
 	for i, e := range s.Engines {
 		if e.Name != names[i] {
 			return nil, fmt.Errorf("live: resume: engine %d is %q in the published state, %q in this fleet", i, e.Name, names[i])
@@ -54,7 +58,7 @@ func ResumeFrom(s State, names []string) (*Resume, error) {
 			// (0 is unknown; startTime reads no other.)
 			return nil, fmt.Errorf("live: resume: engine %s: process_start_s %v: expected a time after the epoch, or 0", e.Name, e.ProcessStart)
 		}
-		rs.Roles[i], rs.Generations[i], rs.Down[i], rs.Starts[i] = r, e.Generation, e.Down, e.ProcessStart
+		rs.Roles[i], rs.Generations[i], rs.Down[i], rs.Cordoned[i], rs.Starts[i] = r, e.Generation, e.Down, e.Cordoned, e.ProcessStart
 	}
 	return rs, nil
 }
@@ -65,7 +69,7 @@ func (r *Router) resume(c *core.Core) error {
 	if rs == nil {
 		return nil
 	}
-	for _, l := range []int{len(rs.Generations), len(rs.Down), len(rs.Starts)} {
+	for _, l := range []int{len(rs.Generations), len(rs.Down), len(rs.Cordoned), len(rs.Starts)} {
 		if l != 0 && l != len(r.engines) {
 			return fmt.Errorf("live: resume: %d entries for %d engines", l, len(r.engines))
 		}
@@ -104,6 +108,15 @@ func (r *Router) resume(c *core.Core) error {
 			return fmt.Errorf("live: resume: %w", err)
 		}
 		r.resumedDown = append(r.resumedDown, e)
+	}
+	for i, cordoned := range rs.Cordoned {
+		if !cordoned {
+			continue
+		}
+		r.engines[i].cordoned.Store(true)
+		if err := c.EngineDown(0, event.Instance(i), event.CauseOperator); err != nil {
+			return fmt.Errorf("live: resume: %w", err)
+		}
 	}
 	r.o.moves = rs.Moves
 	return nil

@@ -198,6 +198,10 @@ type engine struct {
 	// max_model_len); modelsFailed counts the tries that got no answer.
 	modelsRead   atomic.Bool
 	modelsFailed atomic.Int64
+	// cordoned: an operator took it out of service (POST
+	// /engines/NAME/cordon); written by the owner, read by GET /ready and
+	// the breakers.
+	cordoned atomic.Bool
 }
 
 // Router is the live driver: an OpenAI-compatible HTTP front end whose

@@ -28,8 +28,12 @@ type EngineState struct {
 	URL  string `json:"url"`
 	Role string `json:"role"`
 	// Online is false while the engine is down or still starting a role.
-	Online     bool   `json:"online"`
+	Online bool `json:"online"`
+	// Down: the router ejected it (its breaker is open). Cordoned: an
+	// operator took it out of service (POST /engines/NAME/cordon); it
+	// takes no new legs either way.
 	Down       bool   `json:"down"`
+	Cordoned   bool   `json:"cordoned,omitempty"`
 	Generation uint64 `json:"generation"`
 	// ProcessStart is the engine's process_start_time_seconds as last
 	// probed (0: not yet read): a new leader's baseline for a restart.
@@ -65,7 +69,9 @@ func (o *owner) snapshot(now event.Time) State {
 		if in.Online(now) {
 			s.SplitOnline[in.Role.String()]++
 		}
-		es := EngineState{Name: e.name, URL: e.base, Role: in.Role.String(), Online: in.Online(now), Down: in.Down,
+		cordoned := e.cordoned.Load()
+		es := EngineState{Name: e.name, URL: e.base, Role: in.Role.String(), Online: in.Online(now),
+			Down: in.Down && !cordoned || cordoned && e.br.ejected(), Cordoned: cordoned,
 			Generation: in.Generation, PrefillLegs: in.PrefillCount, PrefillTokens: in.PrefillTokens,
 			DecodeLegs: in.DecodeCount, DecodeTokens: decodeCtx[i], MeanIntervalSeconds: in.MeanInterval}
 		if in.Moved {

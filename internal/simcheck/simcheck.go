@@ -173,7 +173,9 @@ func (c *Checker) Record(r *event.Record) {
 		delete(c.stayOK, r.Req)
 		delete(c.avoid, r.Req)
 	case event.KindHealth:
-		c.down[r.Inst] = r.Cause != event.CauseEngineUp
+		// "down" (a failure, or an operator's cordon) or "up" (answering
+		// again, or returned to service).
+		c.down[r.Inst] = r.Text != "up"
 	case event.KindDecision:
 		var d struct {
 			Retry event.RequestID `json:"retry"`

@@ -1,0 +1,99 @@
+package live
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+)
+
+// Cordoning takes an engine out of service for maintenance without
+// failing anything: the core stops placing legs there (EngineDown, cause
+// operator, as a failure would) but, unlike an ejection, the legs already
+// there run to their end. The controllers see one engine fewer, as after
+// a failure, and cover its role. The breaker keeps watching the engine: a
+// restart while cordoned is seen (a new generation) but does not return
+// it to service; uncordoning does, once the breaker has it answering.
+
+// cordonReply is the owner's answer to POST /engines/NAME/(un)cordon.
+type cordonReply struct {
+	state EngineState
+	err   *api.Error
+}
+
+// setCordon cordons (on) or uncordons engine inst (owner goroutine).
+// Cordoning the last engine that takes placements is refused: nothing
+// would serve.
+func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonReply {
+	e := o.r.engines[inst]
+	switch {
+	case on && !e.cordoned.Load():
+		serving := 0
+		for _, x := range o.r.engines {
+			if x != e && !x.cordoned.Load() && !x.br.ejected() {
+				serving++
+			}
+		}
+		if serving == 0 {
+			return cordonReply{err: &api.Error{Status: http.StatusConflict, Type: api.TypeInvalidRequest, Code: "last_engine",
+				Message: fmt.Sprintf("engine %s: it is the last engine taking placements; cordoning it would leave none (uncordon another, or wait for an ejected one to be readmitted)", e.name)}}
+		}
+		e.cordoned.Store(true)
+		o.fact(o.core.EngineDown(now, inst, event.CauseOperator))
+		o.r.logf("narwhal-bench: engine %s cordoned: no new legs; those on it finish", e.name)
+	case !on && e.cordoned.Load():
+		e.cordoned.Store(false)
+		if e.br.ejected() {
+			// Back when its readmission probes admit it.
+			o.r.logf("narwhal-bench: engine %s uncordoned; it is ejected and returns when it answers again", e.name)
+			break
+		}
+		gen := max(o.core.View().Instance(inst).Generation, o.heldGen[inst])
+		o.heldGen[inst] = 0
+		o.fact(o.core.EngineUpBy(now, inst, gen, event.CauseOperator))
+		o.r.logf("narwhal-bench: engine %s uncordoned: it takes placements again", e.name)
+	}
+	o.apply(o.core.Ready())
+	o.r.met.engines(o.core.View(), o.names, o.r.engines)
+	return cordonReply{state: o.snapshot(now).Engines[inst]}
+}
+
+// cordonHandler serves POST /engines/{name}/cordon and /uncordon.
+func (r *Router) cordonHandler(on bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, q *http.Request) {
+		if r.stopping(w) {
+			return
+		}
+		name := q.PathValue("name")
+		var e *engine
+		for _, x := range r.engines {
+			if x.name == name {
+				e = x
+			}
+		}
+		if e == nil {
+			api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error", Code: "no_engine",
+				Message: fmt.Sprintf("engine %q: no such engine in the fleet (GET /state lists them)", name)})
+			return
+		}
+		ch := make(chan cordonReply, 1)
+		if !r.send(msg{kind: msgCordon, inst: e.idx, up: !on, cordon: ch}) {
+			api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+			return
+		}
+		select {
+		case rep := <-ch:
+			if rep.err != nil {
+				api.WriteError(w, rep.err)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(rep.state)
+		case <-r.stopped:
+			api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
+		}
+	}
+}

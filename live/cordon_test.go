@@ -1,0 +1,267 @@
+package live
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/narwhal-bench/narwhal-bench/core"
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/live/api"
+)
+
+// cordon POSTs /engines/NAME/cordon or /uncordon and returns the status
+// and the engine's state (or the error's code).
+func cordon(t *testing.T, r *rig, name, verb string) (int, EngineState, string) {
+	t.Helper()
+	resp, err := http.Post(r.url+"/engines/"+name+"/"+verb, "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var es EngineState
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(b, &es); err != nil {
+			t.Fatalf("%s %s: %s: %v", verb, name, b, err)
+		}
+		return resp.StatusCode, es, ""
+	}
+	e := api.ParseError(resp.StatusCode, b)
+	if e == nil {
+		t.Fatalf("%s %s: %d without an error body: %s", verb, name, resp.StatusCode, b)
+	}
+	return resp.StatusCode, es, e.Code
+}
+
+// streamAll sends n streamed requests of want tokens at once and returns
+// each one's streamed token count and error (nil when it ended with
+// [DONE] and no error event).
+func streamAll(t *testing.T, r *rig, n, want int, tag string) ([]int, []error) {
+	t.Helper()
+	counts, errs := make([]int, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"stub","prompt":"%s %d","max_tokens":%d,"min_tokens":%d,"stream":true}`, tag, i, want, want)
+			resp, err := http.Post(r.url+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(resp.Body)
+				errs[i] = fmt.Errorf("status %d: %s", resp.StatusCode, b)
+				return
+			}
+			sr := api.NewSSEReader(resp.Body)
+			for {
+				p, done, err := sr.ReadEvent()
+				if done {
+					return
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if strings.Contains(string(p), `"error"`) {
+					errs[i] = fmt.Errorf("error event: %s", p)
+					return
+				}
+				if strings.Contains(string(p), `"choices":[{`) {
+					counts[i]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return counts, errs
+}
+
+// An operator cordons a decode engine that holds streams: they run to
+// their end, new legs go elsewhere, /state, /ready and the metrics say
+// so, and uncordoning returns it to service. The last engine taking
+// placements cannot be cordoned; unknown engines are a 404. Every request
+// ends exactly once and none is placed on the engine while it is
+// cordoned (the journal's invariants: a cordon is a health record, cause
+// operator).
+func TestCordonDrainsAndReturns(t *testing.T) {
+	spec := testFleetWith(t, 3, "{a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.01}", "{ttft: 2s, tpot: 100ms}")
+	r := startRigSpec(t, spec, rigOpts{arm: "static:1P2D"})
+	const want = 40
+
+	// Streams on both decode engines; cordon e1 while they run.
+	var first [2][]int
+	var firstErr [2][]error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		first[0], firstErr[0] = streamAll(t, r, 6, want, "before")
+	}()
+	waitFor(t, "decode legs on e1", func() bool { st, _ := r.router.State(); return st.Engines[1].DecodeLegs > 0 })
+	code, es, _ := cordon(t, r, "e1", "cordon")
+	if code != 200 || !es.Cordoned || es.Down || es.DecodeLegs == 0 {
+		t.Fatalf("cordon e1: %d %+v, expected cordoned, not down, its streams still there", code, es)
+	}
+	cordonedAt := len(r.jr.records())
+	if code, es, _ := cordon(t, r, "e1", "cordon"); code != 200 || !es.Cordoned {
+		t.Errorf("cordon again: %d %+v, expected the same answer", code, es)
+	}
+	first[1], firstErr[1] = streamAll(t, r, 6, want, "during")
+	<-done
+	for k := range first {
+		for i, n := range first[k] {
+			if firstErr[k][i] != nil || n != want {
+				t.Errorf("stream %d/%d: %d tokens, %v: expected %d and no error", k, i, n, firstErr[k][i], want)
+			}
+		}
+	}
+	for _, rec := range r.jr.records()[cordonedAt:] {
+		if rec.Kind == event.KindDecodeStart && rec.Inst == 1 {
+			t.Fatalf("a decode placed on cordoned e1: %+v", rec)
+		}
+	}
+	st, _ := r.router.State()
+	if !st.Engines[1].Cordoned || st.Engines[1].DecodeLegs != 0 {
+		t.Errorf("e1 after its streams: %+v, expected cordoned and drained", st.Engines[1])
+	}
+	resp, err := http.Get(r.url + "/ready")
+	if code, _ := statusJSON(t, resp, err); code != 200 {
+		t.Errorf("/ready with e1 cordoned: %d", code)
+	}
+	metrics := func() string {
+		resp, err := http.Get(r.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	m := metrics()
+	for _, line := range []string{`narwhal_engine_cordoned{engine="e1"} 1`, `narwhal_engine_up{engine="e1"} 1`, `narwhal_engine_cordoned{engine="e2"} 0`} {
+		if !strings.Contains(m, line) {
+			t.Errorf("/metrics lacks %s", line)
+		}
+	}
+
+	// e2 too: e0 alone takes placements, and cannot be cordoned.
+	if code, _, _ := cordon(t, r, "e2", "cordon"); code != 200 {
+		t.Fatalf("cordon e2: %d", code)
+	}
+	if code, _, c := cordon(t, r, "e0", "cordon"); code != 409 || c != "last_engine" {
+		t.Errorf("cordon the last engine: %d %q, expected 409 last_engine", code, c)
+	}
+	if counts, errs := streamAll(t, r, 2, 4, "alone"); errs[0] != nil || errs[1] != nil || counts[0] != 4 {
+		t.Errorf("served by e0 alone: %v %v", counts, errs)
+	}
+	if code, _, c := cordon(t, r, "e9", "cordon"); code != 404 || c != "no_engine" {
+		t.Errorf("unknown engine: %d %q", code, c)
+	}
+	if resp, err := http.Get(r.url + "/engines/e1/cordon"); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET cordon: %v %v", resp.StatusCode, err)
+	}
+
+	// Uncordoned, e1 takes decode legs again.
+	uncordonAt := len(r.jr.records())
+	if code, es, _ := cordon(t, r, "e1", "uncordon"); code != 200 || es.Cordoned || es.Down {
+		t.Fatalf("uncordon e1: %d %+v", code, es)
+	}
+	cordon(t, r, "e2", "uncordon")
+	if _, errs := streamAll(t, r, 8, 4, "after"); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	back := false
+	for _, rec := range r.jr.records()[uncordonAt:] {
+		back = back || rec.Kind == event.KindDecodeStart && rec.Inst == 1
+	}
+	if !back {
+		t.Errorf("no decode on e1 after it was uncordoned")
+	}
+	r.stop()
+	recs := r.jr.records()
+	var health []string
+	for _, rec := range recs {
+		if rec.Kind == event.KindHealth {
+			health = append(health, fmt.Sprintf("e%d %s %s", rec.Inst, rec.Text, rec.Cause))
+		}
+	}
+	if got := strings.Join(health, ", "); got != "e1 down operator, e2 down operator, e1 up operator, e2 up operator" {
+		t.Errorf("health records: %s", got)
+	}
+	checkJournal(t, recs)
+}
+
+// A cordoned engine that restarts (a new process, as an upgrade during
+// maintenance would) stays out of service until uncordoned, and then
+// rejoins at its new generation; a router resuming another's state keeps
+// the cordon.
+func TestCordonHoldsAcrossRestartAndResume(t *testing.T) {
+	r := startRig(t, rigOpts{n: 3, arm: "static:1P2D", configure: func(c *Config) { c.SweepInterval = 20 * time.Millisecond }})
+	waitFor(t, "e1's start time read", func() bool { st, _ := r.router.State(); return st.Engines[1].ProcessStart != 0 })
+	if code, _, _ := cordon(t, r, "e1", "cordon"); code != 200 {
+		t.Fatal(code)
+	}
+	st, _ := r.router.State()
+	started := st.Engines[1].ProcessStart
+	victim := r.stubs.Servers()[1]
+	victim.Kill()
+	time.Sleep(50 * time.Millisecond)
+	if err := victim.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new process seen, answering", func() bool {
+		st, _ := r.router.State()
+		return st.Engines[1].ProcessStart != started && !st.Engines[1].Down
+	})
+	if st, _ := r.router.State(); !st.Engines[1].Cordoned || st.Engines[1].Generation != 0 || st.Engines[1].Online {
+		t.Fatalf("e1 rejoined while cordoned: %+v", st.Engines[1])
+	}
+
+	// A router resuming this state keeps e1 cordoned.
+	published, _ := r.router.State()
+	rs, err := ResumeFrom(published, r.router.cfg.Fleet.Names())
+	if err != nil || !rs.Cordoned[1] {
+		t.Fatalf("resume: %v %+v", err, rs)
+	}
+	ctrl, err := core.NewController("static:1P2D", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Fleet: r.router.cfg.Fleet, URLs: r.router.cfg.URLs, Controller: ctrl, Model: "stub", Recorder: &memJournal{}, Resume: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(ctx) }()
+	if st, _ := b.State(); !st.Engines[1].Cordoned || st.Engines[1].Down {
+		t.Errorf("the resumed router's e1: %+v, expected cordoned", st.Engines[1])
+	}
+	cancel()
+	<-ran
+
+	if code, es, _ := cordon(t, r, "e1", "uncordon"); code != 200 || es.Cordoned || es.Generation != 1 {
+		t.Fatalf("uncordon: %d %+v, expected back at generation 1", code, es)
+	}
+	r.stop()
+	var last event.Record
+	for _, rec := range r.jr.records() {
+		if rec.Kind == event.KindHealth && rec.Inst == 1 {
+			last = rec
+		}
+	}
+	if last.Text != "up" || last.Cause != event.CauseOperator || last.Tokens != 1 {
+		t.Errorf("e1's last health record %+v: expected up by the operator at generation 1", last)
+	}
+	checkJournal(t, r.jr.records())
+}
