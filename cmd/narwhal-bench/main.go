@@ -30,7 +30,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return &cli.Command{
 			Usage:    "simulate and benchmark adaptive prefill/decode allocation for LLM serving",
 			Version:  version,
-			Commands: []*cli.Command{simcli.Command(stderr, benchJournal{}), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr), liveCommand(stderr), checkCommand(), profileCommand(stderr), bundleCommand(stderr)},
+			Commands: []*cli.Command{simcli.Command(stderr, benchJournal{}), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr), liveCommand(stderr), checkCommand(), profileCommand(stderr), bundleCommand(stderr), cordonCommand(stderr)},
 			Action: func(ctx context.Context, c *cli.Command) error {
 				if c.Args().Len() > 0 {
 					return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub, serve, live, check, profile or bundle (see --help)", c.Args().First())}

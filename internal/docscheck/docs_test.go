@@ -67,6 +67,7 @@ func binaryFlags(t *testing.T) map[string]string {
 		{"narwhal-report", "--help"},
 		{"narwhal-bench", "check", "--help"},
 		{"narwhal-bench", "profile", "--help"},
+		{"narwhal-bench", "cordon", "--help"},
 	} {
 		out, err := exec.Command(filepath.Join(bin, c[0]), c[1:]...).CombinedOutput()
 		if err != nil {
