@@ -46,6 +46,11 @@ func checkCommand() *cli.Command {
 				return usageError{fmt.Errorf("check: unexpected argument %q: every input is a flag", c.Args().First())}
 			}
 			opt := probeOptions{pairs: c.String("pairs"), parallel: int(c.Int("parallel"))}
+			for _, f := range []string{"pairs", "parallel"} {
+				if c.IsSet(f) && !c.Bool("probe") {
+					return usageError{fmt.Errorf("--%s: only with --probe", f)}
+				}
+			}
 			if opt.pairs != "all" && opt.pairs != "ring" {
 				return usageError{fmt.Errorf("--pairs %q: expected all or ring", opt.pairs)}
 			}
@@ -230,7 +235,7 @@ func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model 
 	failed += nFail
 	fmt.Fprintf(out, "pairs: %d probed (%s), %d ok, %d failed, %d skipped\n", nOK+nFail, opt.pairs, nOK, nFail, nSkip)
 	if len(unverified) > 0 {
-		fmt.Fprintf(out, "KV moved ?: %s export no vllm:nixl_ metrics, so a decode leg that recomputed the prompt instead of pulling its KV cannot be told from one that pulled\n", strings.Join(unverified, ", "))
+		fmt.Fprintf(out, "KV moved ?: no vllm:nixl_ metrics on %s (vLLM has them only with a KV connector configured), so a decode leg there that recomputed the prompt cannot be told from one that pulled its KV\n", strings.Join(unverified, ", "))
 	}
 	failed += sideChannels(out, names, urls, handoffs)
 	return failed
@@ -318,23 +323,28 @@ func pairRounds(n int, ring bool) [][][2]int {
 // counts around them.
 func probePair(ctx context.Context, client *http.Client, names, urls []string, model string, kvWait time.Duration, r *pairResult) {
 	start := time.Now()
-	before, metered := nixlCounts(ctx, client, urls[r.b])
-	h, tokens, err := handoffProbe(ctx, client, urls[r.a], urls[r.b], model, names[r.a]+" -> "+names[r.b])
+	before, metered, readErr := nixlCounts(ctx, client, urls[r.b], kvWait)
+	h, tokens, sent, err := handoffProbe(ctx, client, urls[r.a], urls[r.b], model, names[r.a]+" -> "+names[r.b])
 	r.h, r.tokens, r.took = h, tokens, time.Since(start)
 	r.moved = "-"
+	var note string
 	switch {
-	case h == nil:
+	case !sent:
+	case readErr != nil:
+		r.moved, note = "?", fmt.Sprintf(" (KV transfer not verified: the decode engine's /metrics: %v)", readErr)
 	case metered:
-		r.moved, r.verdict = nixlVerdict(ctx, client, urls[r.b], before, kvWait, h, err)
+		r.moved, note = nixlVerdict(ctx, client, urls[r.b], before, kvWait, h, err)
 	default:
 		r.moved = "?"
 		r.unverified = err == nil
 	}
 	switch {
 	case err != nil:
-		r.verdict = "FAIL " + err.Error() + r.verdict
-	case r.verdict == "":
-		r.verdict = "ok"
+		r.verdict = "FAIL " + err.Error() + note
+	case strings.HasPrefix(note, "FAIL"):
+		r.verdict = note
+	default:
+		r.verdict = "ok" + note
 	}
 }
 
@@ -364,60 +374,86 @@ const (
 
 type nixlCount struct{ transfers, bytes, failed float64 }
 
-// nixlCounts reads an engine's NIXL transfer counts; ok is false when it
-// exports none (no /metrics, or no NIXL connector metrics).
-func nixlCounts(ctx context.Context, client *http.Client, u string) (nixlCount, bool) {
+// nixlCounts reads an engine's NIXL transfer counts, bounded by limit.
+// ok is false when the engine exports none; err says its /metrics could
+// not be read.
+func nixlCounts(ctx context.Context, client *http.Client, u string, limit time.Duration) (nixlCount, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	q, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/metrics", nil)
 	if err != nil {
-		return nixlCount{}, false
+		return nixlCount{}, false, err
 	}
 	resp, err := client.Do(q)
 	if err != nil {
-		return nixlCount{}, false
+		return nixlCount{}, false, fmt.Errorf("unreachable: %v", errors.Unwrap(err))
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if resp.StatusCode != http.StatusOK {
-		return nixlCount{}, false
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nixlCount{}, false, nil // no metrics at all: not verifiable
+	case resp.StatusCode != http.StatusOK:
+		return nixlCount{}, false, fmt.Errorf("answered %d", resp.StatusCode)
+	case err != nil:
+		return nixlCount{}, false, err
 	}
 	m := api.MetricSums(string(b), nixlTransfers, nixlBytes, nixlFailed)
 	n, ok := m[nixlTransfers]
-	return nixlCount{transfers: n, bytes: m[nixlBytes], failed: m[nixlFailed]}, ok
+	return nixlCount{transfers: n, bytes: m[nixlBytes], failed: m[nixlFailed]}, ok, nil
 }
 
 // nixlVerdict waits up to wait for the decode engine's NIXL metrics to
-// count the pair's transfer (vLLM publishes a transfer's stats with a
-// later engine step) and says what moved: the KV, a failed transfer, or
-// nothing (the decode engine recomputed the prompt). With a decode leg
-// that failed (legErr) the verdict only adds what the metrics show.
-func nixlVerdict(ctx context.Context, client *http.Client, u string, before nixlCount, wait time.Duration, h *handoff, legErr error) (moved, verdict string) {
+// count the pair's transfer, or its failure (vLLM publishes a transfer's
+// stats with a later engine step), and says what moved. With a decode
+// leg that failed (legErr) it waits as well, so that a failure counted
+// late is not charged to the engine's next pair, and returns only a note
+// to add to the leg's error. A transfer counted wins over a failure
+// counted in the same wait (the failure is said).
+func nixlVerdict(ctx context.Context, client *http.Client, u string, before nixlCount, wait time.Duration, h *handoff, legErr error) (moved, note string) {
 	deadline := time.Now().Add(wait)
+	read := false
+	var lastErr error
 	for {
-		now, ok := nixlCounts(ctx, client, u)
-		switch {
-		case ok && now.failed > before.failed:
-			if legErr != nil {
+		now, ok, err := nixlCounts(ctx, client, u, max(time.Until(deadline), 100*time.Millisecond))
+		if err != nil {
+			lastErr = err
+		} else if ok {
+			read = true
+			moved, failed := now.transfers > before.transfers, now.failed > before.failed
+			switch {
+			case moved && legErr != nil:
+				return "yes", " (the decode engine did count a KV transfer)"
+			case moved:
+				size := "yes"
+				if d := now.bytes - before.bytes; d > 0 {
+					size = "yes, " + byteSize(d)
+				}
+				if failed {
+					return size, " (the decode engine also counted a failed transfer meanwhile)"
+				}
+				return size, ""
+			case failed && legErr != nil:
 				return "failed", fmt.Sprintf(" (the decode engine counted a failed KV transfer from side channel %s)", h.channel())
+			case failed:
+				return "failed", fmt.Sprintf("FAIL the KV transfer from side channel %s failed and the decode engine recomputed the prompt (kv_load_failure_policy recompute): the prefill engine's VLLM_NIXL_SIDE_CHANNEL_HOST and _PORT must be reachable from the decode engine's host", h.channel())
 			}
-			return "failed", fmt.Sprintf("FAIL the KV transfer from side channel %s failed and the decode engine recomputed the prompt (kv_load_failure_policy recompute): the prefill engine's VLLM_NIXL_SIDE_CHANNEL_HOST and _PORT must be reachable from the decode engine's host", h.channel())
-		case ok && now.transfers > before.transfers:
-			if legErr != nil {
-				return "yes", ""
-			}
-			if d := now.bytes - before.bytes; d > 0 {
-				return fmt.Sprintf("yes, %s", byteSize(d)), "ok"
-			}
-			return "yes", "ok"
 		}
-		if legErr != nil || !time.Now().Before(deadline) || ctx.Err() != nil {
+		if !time.Now().Before(deadline) || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	if legErr != nil {
+	switch {
+	case !read:
+		return "?", fmt.Sprintf(" (KV transfer not verified: the decode engine's /metrics: %v)", lastErr)
+	case legErr != nil:
 		return "no", ""
 	}
-	return "no", fmt.Sprintf("FAIL the decode engine pulled no KV (%s did not rise in %s): it recomputed the prompt; is it running the NIXL connector (--kv-transfer-config)?", nixlTransfers, wait)
+	return "no", fmt.Sprintf("FAIL the decode engine counted no KV transfer in %s (%s did not rise) and answered anyway: it computed the prompt itself. Its log says why: most often the NIXL handshake with side channel %s failed (unreachable, or an engine id or configuration mismatch), which some vLLM releases do not count as a failed transfer", wait, nixlTransfers, h.channel())
 }
 
 func byteSize(b float64) string {
@@ -460,8 +496,8 @@ func sideChannels(out io.Writer, names, urls []string, hs []*handoff) int {
 			continue
 		}
 		var why []string
-		for j := range i {
-			if hs[j] == nil {
+		for j := range hs {
+			if j == i || hs[j] == nil {
 				continue
 			}
 			if h.channel() != "-" && hs[j].channel() == h.channel() {
@@ -479,7 +515,11 @@ func sideChannels(out io.Writer, names, urls []string, hs []*handoff) int {
 				}
 			}
 			if len(away) > 0 {
-				why = append(why, fmt.Sprintf("a loopback side channel while %s reach it from another host: set VLLM_NIXL_SIDE_CHANNEL_HOST to an address of %s they can reach", strings.Join(away, ", "), names[i]))
+				verb := "pull"
+				if len(away) == 1 {
+					verb = "pulls"
+				}
+				why = append(why, fmt.Sprintf("a side channel on %s, which reaches only the engine's own host, while %s %s from another host: set VLLM_NIXL_SIDE_CHANNEL_HOST to an address of %s they can reach", h.host, strings.Join(away, ", "), verb, names[i]))
 			}
 		}
 		verdict := "ok"
@@ -497,12 +537,17 @@ func sideChannels(out io.Writer, names, urls []string, hs []*handoff) int {
 	return flagged
 }
 
+// loopback says whether a side-channel host reaches only its own machine
+// from elsewhere: a loopback name or address, or the unspecified address
+// (VLLM_NIXL_SIDE_CHANNEL_HOST=0.0.0.0: the engine listens on every
+// interface but advertises 0.0.0.0, which a decode engine dials as
+// itself).
 func loopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}
 	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
 }
 
 // sameHost compares two url hosts, every loopback name being one host.
@@ -550,8 +595,9 @@ const probeFiller = "The quick brown fox jumps over the lazy dog while the route
 // consumes (max_tokens 2). The prompt starts with the pair's name and a
 // fresh number, so no prefix cache holds any of it and the decode engine
 // has the whole prompt to pull. It returns the handoff (nil when the
-// prefill leg gave none) and the decode's output tokens.
-func handoffProbe(ctx context.Context, client *http.Client, pu, du, model, pair string) (*handoff, int, error) {
+// prefill leg gave none), the decode's output tokens, and whether the
+// decode leg was sent.
+func handoffProbe(ctx context.Context, client *http.Client, pu, du, model, pair string) (*handoff, int, bool, error) {
 	raw := map[string]json.RawMessage{}
 	mj, _ := json.Marshal(model)
 	raw["model"] = mj
@@ -562,15 +608,15 @@ func handoffProbe(ctx context.Context, client *http.Client, pu, du, model, pair 
 	raw["temperature"] = json.RawMessage(`0`)
 	body, err := api.PrefillBody(raw)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	rb, err := postJSON(ctx, client, pu+"/v1/completions", body)
 	if err != nil {
-		return nil, 0, fmt.Errorf("prefill leg: %v", err)
+		return nil, 0, false, fmt.Errorf("prefill leg: %v", err)
 	}
 	params := api.Handoff(rb)
 	if params == nil {
-		return nil, 0, errors.New("the prefill leg returned no kv_transfer_params (is the engine running the NIXL connector?)")
+		return nil, 0, false, errors.New("the prefill leg returned no kv_transfer_params (is the engine running the NIXL connector?)")
 	}
 	h := &handoff{params: params}
 	var kv api.KVTransferParams
@@ -586,15 +632,15 @@ func handoffProbe(ctx context.Context, client *http.Client, pu, du, model, pair 
 		}
 	}
 	if !kv.CanPull() {
-		return h, 0, errors.New("the prefill leg's kv_transfer_params lack remote_engine_id, remote_request_id, remote_host or remote_port: a decode engine would recompute the prompt")
+		return h, 0, false, errors.New("the prefill leg's kv_transfer_params lack remote_engine_id, remote_request_id, remote_host or remote_port: a decode engine would recompute the prompt")
 	}
 	db, err := api.DecodeBody(raw, params)
 	if err != nil {
-		return h, 0, err
+		return h, 0, false, err
 	}
 	rb, err = postJSON(ctx, client, du+"/v1/completions", db)
 	if err != nil {
-		return h, 0, fmt.Errorf("decode leg: %v", err)
+		return h, 0, true, fmt.Errorf("decode leg: %v", err)
 	}
 	var v struct {
 		Usage *struct {
@@ -602,9 +648,9 @@ func handoffProbe(ctx context.Context, client *http.Client, pu, du, model, pair 
 		} `json:"usage"`
 	}
 	if json.Unmarshal(rb, &v) != nil || v.Usage == nil || v.Usage.CompletionTokens < 1 {
-		return h, 0, errors.New("the decode leg accepted the handoff and produced no tokens")
+		return h, 0, true, errors.New("the decode leg accepted the handoff and produced no tokens")
 	}
-	return h, v.Usage.CompletionTokens, nil
+	return h, v.Usage.CompletionTokens, true, nil
 }
 
 func postJSON(ctx context.Context, client *http.Client, u string, body []byte) ([]byte, error) {
@@ -622,7 +668,7 @@ func postJSON(ctx context.Context, client *http.Client, u string, body []byte) (
 	if resp.StatusCode != http.StatusOK {
 		msg := strings.TrimSpace(string(b))
 		if len(msg) > 200 {
-			msg = msg[:200]
+			msg = msg[:200] + "..."
 		}
 		return nil, fmt.Errorf("answered %d: %s", resp.StatusCode, msg)
 	}

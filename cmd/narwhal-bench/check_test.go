@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,17 +106,17 @@ func TestCheckProbe(t *testing.T) {
 	// A wrong side channel (VLLM_NIXL_SIDE_CHANNEL_HOST unset on a
 	// multi-host fleet): the decode legs fail under the default policy,
 	// and the decode engine's failed-transfer count says why.
-	sf.Servers()[0].SetFaults(stub.Faults{SideChannel: "localhost:5600"})
+	sf.Servers()[0].SetFaults(stub.Faults{SideChannel: "localhost:1"})
 	out.Reset()
 	code = run(context.Background(), []string{"narwhal-bench", "check", "--fleet", path, "--probe"}, &out, &errb)
-	if code != 1 || strings.Count(out.String(), "counted a failed KV transfer from side channel localhost:5600") != 2 {
+	if code != 1 || strings.Count(out.String(), "counted a failed KV transfer from side channel localhost:1") != 2 {
 		t.Fatalf("exit %d, expected 1 with e0's two pairs failed by their transfers:\n%s", code, out.String())
 	}
 	// Two engines naming one side channel: the second is flagged.
-	sf.Servers()[1].SetFaults(stub.Faults{SideChannel: "localhost:5600"})
+	sf.Servers()[1].SetFaults(stub.Faults{SideChannel: "localhost:1"})
 	out.Reset()
 	run(context.Background(), []string{"narwhal-bench", "check", "--fleet", path, "--probe"}, &out, &errb)
-	if !strings.Contains(squeeze(out.String()), "e1 localhost:5600 e1 FAIL the same side channel as e0") {
+	if !strings.Contains(squeeze(out.String()), "e1 localhost:1 e1 FAIL the same side channel as e0") {
 		t.Fatalf("a shared side channel not flagged:\n%s", out.String())
 	}
 	t.Log("\n" + out.String())
@@ -144,14 +145,14 @@ func TestCheckProbeSilentRecompute(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sf.Close()
-	sf.Servers()[0].SetFaults(stub.Faults{SideChannel: "localhost:5600"})
+	sf.Servers()[0].SetFaults(stub.Faults{SideChannel: "localhost:1"})
 	names := []string{"e0", "e1"}
 	urls := []string{sf.Servers()[0].URL(), sf.Servers()[1].URL()}
 	var out strings.Builder
 	if failed := probeFleet(context.Background(), &out, names, urls, "", 10*time.Second, time.Second, probeOptions{pairs: "all", parallel: 4}, nil); failed != 1 {
 		t.Fatalf("%d failed, expected e0 -> e1 alone:\n%s", failed, out.String())
 	}
-	if !strings.Contains(squeeze(out.String()), "e0 -> e1 localhost:5600 failed 2") ||
+	if !strings.Contains(squeeze(out.String()), "e0 -> e1 localhost:1 failed 2") ||
 		!strings.Contains(out.String(), "recomputed the prompt (kv_load_failure_policy recompute)") {
 		t.Errorf("the silent recompute not named:\n%s", out.String())
 	}
@@ -159,19 +160,43 @@ func TestCheckProbeSilentRecompute(t *testing.T) {
 }
 
 // fakeEngine answers the probe's two legs as an engine with a handoff
-// naming side channel host:port; its /metrics has NIXL series that never
-// move when nixl, none otherwise: a decode engine that recomputes every
-// prompt.
+// naming side channel host:port. Its /metrics has NIXL series that never
+// move when nixl (a decode engine that computes every prompt itself),
+// none otherwise; fakeOpts make it misbehave further.
 func fakeEngine(t *testing.T, id, host string, port int, nixl bool) string {
+	return fakeEngineWith(t, id, host, port, fakeOpts{nixl: nixl})
+}
+
+type fakeOpts struct {
+	nixl bool
+	// metricsFailAfter: /metrics answers 500 after this many reads (0: never).
+	metricsFailAfter int
+	// failFrom: a decode leg whose handoff names this side-channel port
+	// answers 500, and the failed transfer is counted 50 ms later (vLLM
+	// publishes it with a later step); other decode legs count a
+	// transfer at once.
+	failFrom int
+}
+
+func fakeEngineWith(t *testing.T, id, host string, port int, o fakeOpts) string {
 	t.Helper()
+	var mu sync.Mutex
+	reads, moved, failed := 0, 3, 0
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {})
 	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"data":[{"id":"m"}]}`)
 	})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-		if nixl {
-			io.WriteString(w, "vllm:nixl_xfer_time_seconds_count{engine=\"0\",model_name=\"m\"} 3\nvllm:nixl_num_failed_transfers_total{engine=\"0\",model_name=\"m\"} 0\n")
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		if o.metricsFailAfter > 0 && reads > o.metricsFailAfter {
+			w.WriteHeader(500)
+			return
+		}
+		if o.nixl {
+			fmt.Fprintf(w, "vllm:nixl_xfer_time_seconds_count{engine=\"0\",model_name=\"m\"} %d\nvllm:nixl_num_failed_transfers_total{engine=\"0\",model_name=\"m\"} %d\n", moved, failed)
 		}
 	})
 	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) {
@@ -179,6 +204,17 @@ func fakeEngine(t *testing.T, id, host string, port int, nixl bool) string {
 		if strings.Contains(string(b), `"do_remote_decode":true`) {
 			fmt.Fprintf(w, `{"choices":[{"text":"x"}],"usage":{"completion_tokens":1},"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":%q,"remote_request_id":"r","remote_block_ids":[[1]],"remote_host":%q,"remote_port":%d}}`, id, host, port)
 			return
+		}
+		if o.failFrom != 0 && strings.Contains(string(b), fmt.Sprintf(`"remote_port":%d`, o.failFrom)) {
+			time.AfterFunc(50*time.Millisecond, func() { mu.Lock(); failed++; mu.Unlock() })
+			w.WriteHeader(500)
+			io.WriteString(w, `{"error":{"message":"kv load failed","type":"InternalServerError","code":500}}`)
+			return
+		}
+		if o.failFrom != 0 {
+			mu.Lock()
+			moved++
+			mu.Unlock()
 		}
 		io.WriteString(w, `{"choices":[{"text":"xy"}],"usage":{"completion_tokens":2}}`)
 	})
@@ -195,8 +231,8 @@ func TestCheckProbeNoTransfer(t *testing.T) {
 	if failed := probeFleet(context.Background(), &out, []string{"a", "b"}, urls, "", 10*time.Second, 300*time.Millisecond, probeOptions{pairs: "all", parallel: 4}, nil); failed != 1 {
 		t.Fatalf("%d failed, expected b -> a alone:\n%s", failed, out.String())
 	}
-	for _, want := range []string{"b -> a 127.0.0.1:5601 no 2 ", "FAIL the decode engine pulled no KV",
-		"a -> b 127.0.0.1:5600 ? 2 ", "KV moved ?: b export no vllm:nixl_ metrics"} {
+	for _, want := range []string{"b -> a 127.0.0.1:5601 no 2 ", "FAIL the decode engine counted no KV transfer in 300ms",
+		"most often the NIXL handshake with side channel 127.0.0.1:5601 failed", "a -> b 127.0.0.1:5600 ? 2 ", "KV moved ?: no vllm:nixl_ metrics on b"} {
 		if !strings.Contains(squeeze(out.String()), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -220,11 +256,19 @@ func TestSideChannels(t *testing.T) {
 	if n != 2 {
 		t.Errorf("%d flagged, expected a and b:\n%s", n, out.String())
 	}
-	for _, want := range []string{"a loopback side channel while b, c reach it from another host: set VLLM_NIXL_SIDE_CHANNEL_HOST to an address of a",
-		"the same side channel as a", "the same NIXL engine id as a", "c 10.0.0.3:5600 z ok"} {
+	for _, want := range []string{"a side channel on localhost, which reaches only the engine's own host, while b, c pull from another host: set VLLM_NIXL_SIDE_CHANNEL_HOST to an address of a",
+		"the same side channel as a", "the same NIXL engine id as a", "the same side channel as b", "c 10.0.0.3:5600 z ok"} {
 		if !strings.Contains(squeeze(out.String()), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// VLLM_NIXL_SIDE_CHANNEL_HOST=0.0.0.0 is advertised as it is: another
+	// host's decode engine dials itself.
+	out.Reset()
+	n = sideChannels(&out, []string{"a", "b"}, []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000"},
+		[]*handoff{h("0.0.0.0", 5600, "x"), h("10.0.0.2", 5600, "y")})
+	if n != 1 || !strings.Contains(out.String(), "a side channel on 0.0.0.0, which reaches only the engine's own host, while b pulls from another host") {
+		t.Errorf("0.0.0.0 across hosts: %d flagged:\n%s", n, out.String())
 	}
 }
 
@@ -301,10 +345,42 @@ func TestCheckProbeRing(t *testing.T) {
 	}{
 		{[]string{"--pairs", "some"}, `--pairs "some": expected all or ring`},
 		{[]string{"--parallel", "0"}, "--parallel 0: expected at least 1"},
+		{[]string{"--probe=false", "--pairs", "ring"}, "--pairs: only with --probe"},
 	} {
 		errb.Reset()
 		if code := run(context.Background(), append([]string{"narwhal-bench", "check", "--fleet", path, "--probe"}, c.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%v: exit %d, %q", c.args, code, errb.String())
+		}
+	}
+}
+
+// A decode engine whose /metrics stops answering mid-probe is not
+// accused of recomputing: its transfer is unverified. A failed transfer
+// a decode engine counts after its 500 is charged to that pair, not to
+// the next pair into the same engine, which moved KV.
+func TestCheckProbeMetricsTrouble(t *testing.T) {
+	urls := []string{fakeEngineWith(t, "a", "127.0.0.1", 5600, fakeOpts{nixl: true}), fakeEngineWith(t, "b", "127.0.0.1", 5601, fakeOpts{nixl: true, metricsFailAfter: 1})}
+	var out strings.Builder
+	if failed := probeFleet(context.Background(), &out, []string{"a", "b"}, urls, "", 10*time.Second, 300*time.Millisecond, probeOptions{pairs: "all", parallel: 4}, nil); failed != 1 {
+		t.Fatalf("%d failed, expected b -> a alone:\n%s", failed, out.String())
+	}
+	if got := squeeze(out.String()); !strings.Contains(got, "a -> b 127.0.0.1:5600 ? 2 ") || !strings.Contains(got, "ok (KV transfer not verified: the decode engine's /metrics: answered 500)") {
+		t.Errorf("unreadable metrics:\n%s", out.String())
+	}
+
+	// z fails legs from y's side channel and counts each failure late:
+	// y -> z (round 1) fails; x -> z (round 2) moves KV and passes.
+	// (x and y fail legs from port 1, which no handoff names: they move
+	// KV for every pair.)
+	urls = []string{fakeEngineWith(t, "x", "127.0.0.1", 5600, fakeOpts{nixl: true, failFrom: 1}), fakeEngineWith(t, "y", "127.0.0.1", 5601, fakeOpts{nixl: true, failFrom: 1}),
+		fakeEngineWith(t, "z", "127.0.0.1", 5602, fakeOpts{nixl: true, failFrom: 5601})}
+	out.Reset()
+	probeFleet(context.Background(), &out, []string{"x", "y", "z"}, urls, "", 10*time.Second, time.Second, probeOptions{pairs: "all", parallel: 4}, nil)
+	got := squeeze(out.String())
+	for _, want := range []string{"x -> z 127.0.0.1:5600 yes 2 ", "y -> z 127.0.0.1:5601 failed 0 ",
+		"(the decode engine counted a failed KV transfer from side channel 127.0.0.1:5601)", "pairs: 6 probed (all), 5 ok, 1 failed"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 }
