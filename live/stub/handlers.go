@@ -195,6 +195,9 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		tokens, delay, err := s.puller.Pull(ctx, *kv.RemoteEngineID, *kv.RemoteRequestID, *kv.RemoteHost, *kv.RemotePort)
 		if err != nil {
 			s.pulling.Add(-1)
+			if ctx.Err() != nil {
+				return // the client went away during the pull: not the transfer's failure
+			}
 			s.metrics.nixlFailed.Inc()
 			if s.opts.KVLoadFailurePolicy == PolicyFail {
 				s.logf("stub %s: request %s: KV pull from %s failed: %v", s.id, rid, *kv.RemoteEngineID, err)
