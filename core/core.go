@@ -554,7 +554,10 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 	default:
 		d = c.ctrl.PlaceDecode(v, r)
 	}
-	if c.placeableDown(d, r.ID) {
+	// A request one engine serves whole is already decoding where it
+	// runs: an engine cordoned meanwhile (down to new placements) keeps
+	// it, and one that failed has its leg ended by the driver.
+	if !r.Local && c.placeableDown(d, r.ID) {
 		c.forget(r.ID)
 		v.out = append(v.out, Decision{Kind: Fail, Req: r.ID, Inst: event.NoInstance, Cause: event.CauseUnavailable})
 		return nil

@@ -111,28 +111,49 @@ func (c *Core) forget(id event.RequestID) {
 // requests fail with CauseUnavailable.
 func (c *Core) coverRole(inst event.Instance) {
 	v := &c.v
-	role := v.inst[inst].Role
-	if role != event.RolePrefill && role != event.RoleDecode {
+	role, needed, donor, others := v.cover(inst)
+	if !needed {
 		return
+	}
+	if donor != event.NoInstance {
+		v.Move(donor, role, v.now, event.CauseEngineDown,
+			fmt.Sprintf("instance %d, the last online %s engine, is down", inst, role))
+		return
+	}
+	why := "no other engine can move: the online engines serve both phases"
+	if others == 0 {
+		why = "no engine is online: requests fail with cause unavailable until one is back"
+	}
+	v.Decide(CoverDecision{Down: inst, Role: role.String(), Why: why})
+}
+
+// cover says what losing inst does to its role: needed when inst holds
+// prefill or decode and no other online engine does; then the donor
+// coverRole would move into the role (NoInstance: none can move) and how
+// many engines of the other phase are online.
+func (v *View) cover(inst event.Instance) (role event.Role, needed bool, donor event.Instance, others int) {
+	role, donor = v.inst[inst].Role, event.NoInstance
+	if role != event.RolePrefill && role != event.RoleDecode {
+		return role, false, donor, 0
 	}
 	online := func(r event.Role) int {
 		n := 0
 		for i := range v.inst {
-			if in := &v.inst[i]; in.Role == r && in.Online(v.now) {
+			if in := &v.inst[i]; event.Instance(i) != inst && in.Role == r && in.Online(v.now) {
 				n++
 			}
 		}
 		return n
 	}
 	if online(role) > 0 {
-		return
+		return role, false, donor, 0
 	}
 	other := event.RoleDecode
 	if role == event.RoleDecode {
 		other = event.RolePrefill
 	}
-	donor := event.NoInstance
-	if online(other) >= 2 {
+	others = online(other)
+	if others >= 2 {
 		var best int
 		for i := range v.inst {
 			in := &v.inst[i]
@@ -145,14 +166,15 @@ func (c *Core) coverRole(inst event.Instance) {
 			}
 		}
 	}
-	if donor != event.NoInstance {
-		v.Move(donor, role, v.now, event.CauseEngineDown,
-			fmt.Sprintf("instance %d, the last online %s engine, is down", inst, role))
-		return
-	}
-	why := "no other engine can move: the online engines serve both phases"
-	if online(other) == 0 {
-		why = "no engine is online: requests fail with cause unavailable until one is back"
-	}
-	v.Decide(CoverDecision{Down: inst, Role: role.String(), Why: why})
+	return role, true, donor, others
+}
+
+// Uncovered says whether taking inst out of service now would leave its
+// role (prefill or decode) with no online engine and none that coverRole
+// could move into it: the role would then be served only by the fleet
+// fallback of the controllers that have one, or not at all. The live
+// router refuses to cordon such an engine.
+func (v *View) Uncovered(inst event.Instance) (event.Role, bool) {
+	role, needed, donor, _ := v.cover(inst)
+	return role, needed && donor == event.NoInstance
 }

@@ -25,12 +25,22 @@ type cordonReply struct {
 }
 
 // setCordon cordons (on) or uncordons engine inst (owner goroutine).
-// Cordoning the last engine that takes placements is refused: nothing
-// would serve.
+// Cordoning the last engine that takes placements is refused (nothing
+// would serve), and so is cordoning the last online engine of a role that
+// no other engine could be moved into: only the fleet fallback of some
+// controllers would serve that phase then, and the others (ray, dynamo)
+// would fail every request.
 func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonReply {
 	e := o.r.engines[inst]
 	switch {
 	case on && !e.cordoned.Load():
+		if role, uncovered := o.core.View().Uncovered(inst); uncovered {
+			return cordonReply{err: &api.Error{Status: http.StatusConflict, Type: api.TypeInvalidRequest, Code: "last_in_role",
+				Message: fmt.Sprintf("engine %s: it is the last online %s engine and no other engine can take its role (the other phase keeps fewer than two online); uncordon another engine or wait for one to be readmitted first", e.name, role)}}
+		}
+		// Under the breakers' lock, as claimEjection counts: an ejection
+		// and a cordon at once cannot both take the last place.
+		o.r.ejectMu.Lock()
 		serving := 0
 		for _, x := range o.r.engines {
 			if x != e && !x.cordoned.Load() && !x.br.ejected() {
@@ -38,10 +48,12 @@ func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonRe
 			}
 		}
 		if serving == 0 {
+			o.r.ejectMu.Unlock()
 			return cordonReply{err: &api.Error{Status: http.StatusConflict, Type: api.TypeInvalidRequest, Code: "last_engine",
 				Message: fmt.Sprintf("engine %s: it is the last engine taking placements; cordoning it would leave none (uncordon another, or wait for an ejected one to be readmitted)", e.name)}}
 		}
 		e.cordoned.Store(true)
+		o.r.ejectMu.Unlock()
 		o.fact(o.core.EngineDown(now, inst, event.CauseOperator))
 		o.r.logf("narwhal-bench: engine %s cordoned: no new legs; those on it finish", e.name)
 	case !on && e.cordoned.Load():

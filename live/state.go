@@ -1,6 +1,7 @@
 package live
 
 import (
+	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
@@ -46,6 +47,11 @@ type EngineState struct {
 	PrefillTokens int64 `json:"prefill_tokens"`
 	DecodeLegs    int   `json:"decode_legs"`
 	DecodeTokens  int64 `json:"decode_tokens"`
+	// HandoffsPending counts requests whose prompt this engine prefilled
+	// and whose decode leg elsewhere has not had its first token yet: the
+	// KV it still holds for them (a cordoned engine is drained once this
+	// and its legs are 0).
+	HandoffsPending int `json:"handoffs_pending"`
 	// MeanIntervalSeconds is the monitor's last mean decode gap.
 	MeanIntervalSeconds float64 `json:"mean_interval_s"`
 	// LastMoveSeconds is when its role last changed (router clock); absent
@@ -63,6 +69,12 @@ func (o *owner) snapshot(now event.Time) State {
 	// here for display only: telling the core would make its decisions
 	// depend on when an operator polls.)
 	decodeCtx, _ := o.residentDecode()
+	pending := make([]int, len(o.r.engines))
+	for _, f := range o.active {
+		if f.stage == core.StageDecode && f.decode != f.prefill && f.prefill != event.NoInstance && f.firstAt == 0 {
+			pending[f.prefill]++
+		}
+	}
 	for i, e := range o.r.engines {
 		in := v.Instance(event.Instance(i))
 		s.Split[in.Role.String()]++
@@ -72,7 +84,9 @@ func (o *owner) snapshot(now event.Time) State {
 		cordoned := e.cordoned.Load()
 		es := EngineState{Name: e.name, URL: e.base, Role: in.Role.String(), Online: in.Online(now),
 			Down: in.Down && !cordoned || cordoned && e.br.ejected(), Cordoned: cordoned,
-			Generation: in.Generation, PrefillLegs: in.PrefillCount, PrefillTokens: in.PrefillTokens,
+			// A restart seen while cordoned: the generation it rejoins at
+			// (published, so a new leader keeps it).
+			Generation: max(in.Generation, o.heldGen[i]), HandoffsPending: pending[i], PrefillLegs: in.PrefillCount, PrefillTokens: in.PrefillTokens,
 			DecodeLegs: in.DecodeCount, DecodeTokens: decodeCtx[i], MeanIntervalSeconds: in.MeanInterval}
 		if in.Moved {
 			t := in.LastMove.Seconds()

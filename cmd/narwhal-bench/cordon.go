@@ -83,13 +83,14 @@ func cordonCommand(stderr io.Writer) *cli.Command {
 				fmt.Fprintf(out, "%s uncordoned: %s\n", name, serviceNote(es))
 				return nil
 			}
-			fmt.Fprintf(out, "%s cordoned: %d prefill and %d decode legs on it finish there; no new ones\n", name, es.PrefillLegs, es.DecodeLegs)
+			fmt.Fprintf(out, "%s cordoned: %d prefill and %d decode legs on it finish there, %d decode legs elsewhere are still to take their KV from it; no new ones\n",
+				name, es.PrefillLegs, es.DecodeLegs, es.HandoffsPending)
 			if wait == 0 {
 				return nil
 			}
 			start := time.Now()
 			deadline := start.Add(wait)
-			last := es.PrefillLegs + es.DecodeLegs
+			last := es.PrefillLegs + es.DecodeLegs + es.HandoffsPending
 			for {
 				if last == 0 {
 					fmt.Fprintf(out, "%s drained in %s\n", name, time.Since(start).Round(100*time.Millisecond))
@@ -100,17 +101,20 @@ func cordonCommand(stderr io.Writer) *cli.Command {
 				}
 				select {
 				case <-ctx.Done():
-					return fmt.Errorf("cordon: interrupted with %d legs still on %s (it stays cordoned)", last, name)
+					return fmt.Errorf("cordon: %d legs still on %s (it stays cordoned): %w", last, name, ctx.Err())
 				case <-time.After(min(500*time.Millisecond, time.Until(deadline))):
 				}
 				var st live.State
 				if err := rc.do(ctx, http.MethodGet, "/state", &st); err != nil {
+					if ctx.Err() != nil {
+						return fmt.Errorf("cordon: %d legs still on %s (it stays cordoned): %w", last, name, ctx.Err())
+					}
 					return fmt.Errorf("cordon: reading the router's state: %w", err)
 				}
 				n := -1
 				for _, e := range st.Engines {
 					if e.Name == name {
-						n = e.PrefillLegs + e.DecodeLegs
+						n = e.PrefillLegs + e.DecodeLegs + e.HandoffsPending
 						if !e.Cordoned {
 							return fmt.Errorf("cordon: %s was uncordoned while waiting", name)
 						}

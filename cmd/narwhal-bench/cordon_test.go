@@ -23,16 +23,16 @@ func TestCordonCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a process")
 	}
-	base := freePorts(t, 3)
+	base := freePorts(t, 4)
 	router := fmt.Sprintf("http://127.0.0.1:%d", base)
-	fleetFile := filepath.Join(t.TempDir(), "two.yaml")
-	os.WriteFile(fleetFile, []byte(`name: two
+	fleetFile := filepath.Join(t.TempDir(), "three.yaml")
+	os.WriteFile(fleetFile, []byte(`name: three
 instances:
-  count: 2
+  count: 3
   profile: {a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.01}
 slo: {ttft: 2s, tpot: 100ms}
 `), 0o644)
-	_, errb := child(t, "serve", "--fleet", fleetFile, "--arm", "static:1P1D", "--stub", "--base-port", fmt.Sprint(base+1),
+	_, errb := child(t, "serve", "--fleet", fleetFile, "--arm", "static:1P2D", "--stub", "--base-port", fmt.Sprint(base+1),
 		"--listen", fmt.Sprintf("127.0.0.1:%d", base), "--model", "stub")
 	waitHTTP(t, router+"/health", errb)
 
@@ -70,7 +70,7 @@ slo: {ttft: 2s, tpot: 100ms}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		var st live.State
-		if json.Unmarshal(b, &st) == nil && len(st.Engines) == 2 && st.Engines[1].DecodeLegs > 0 {
+		if json.Unmarshal(b, &st) == nil && len(st.Engines) == 3 && st.Engines[1].DecodeLegs > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -87,8 +87,9 @@ slo: {ttft: 2s, tpot: 100ms}
 			t.Errorf("stream %d cut by the cordon: %.300s", i, b)
 		}
 	}
-	// e0 is now the only engine taking placements.
-	if code, out, errs := runCLI(t, "cordon", "--router", router, "--engine", "e0"); code != 1 || !strings.Contains(errs, "last engine taking placements") {
+	// e0, the one prefill engine, cannot be cordoned: e2 alone decodes
+	// now, and could not take its role.
+	if code, out, errs := runCLI(t, "cordon", "--router", router, "--engine", "e0"); code != 1 || !strings.Contains(errs, "last online prefill engine") {
 		t.Errorf("cordon the last engine: exit %d %q %q", code, out, errs)
 	}
 	if code, out, errs := runCLI(t, "cordon", "--router", router, "--engine", "e1", "--uncordon"); code != 0 || out != "e1 uncordoned: it takes placements again\n" {

@@ -33,7 +33,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Commands: []*cli.Command{simcli.Command(stderr, benchJournal{}), runCommand(stderr), exportCommand(), stubCommand(stderr), serveCommand(stderr), liveCommand(stderr), checkCommand(), profileCommand(stderr), bundleCommand(stderr), cordonCommand(stderr)},
 			Action: func(ctx context.Context, c *cli.Command) error {
 				if c.Args().Len() > 0 {
-					return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub, serve, live, check, profile or bundle (see --help)", c.Args().First())}
+					return usageError{fmt.Errorf("unknown command %q: expected sim, run, export, stub, serve, live, check, profile, bundle or cordon (see --help)", c.Args().First())}
 				}
 				return cli.ShowAppHelp(c)
 			},
