@@ -169,6 +169,52 @@ func (v *View) cover(inst event.Instance) (role event.Role, needed bool, donor e
 	return role, true, donor, others
 }
 
+// CordonDecision is journaled when a cordon asked of the core is refused.
+type CordonDecision struct {
+	Cordon event.Instance `json:"cordon"`
+	// Refused is last_engine or last_in_role (as the live router's 409).
+	Refused string `json:"refused"`
+	Why     string `json:"why"`
+}
+
+// Cordon takes inst out of service for maintenance, as an operator asks
+// (the simulator's --cordon; the live router checks the same rules with
+// its breakers and calls EngineDown): no new placement goes there (cause
+// operator) while the work resident there runs to its end. It refuses,
+// journaling a CordonDecision and returning its code, when inst is the
+// last engine up (last_engine) or the last online engine of a role that
+// no other engine could be moved into (last_in_role, View.Uncovered).
+// Uncordon with EngineUpBy(..., event.CauseOperator).
+func (c *Core) Cordon(now event.Time, inst event.Instance) (refused string, err error) {
+	in, err := c.instance("cordon", inst)
+	if err != nil {
+		return "", err
+	}
+	if err := c.advance(now); err != nil {
+		return "", err
+	}
+	if in.Down {
+		return "", nil
+	}
+	up := 0
+	for i := range c.v.inst {
+		if event.Instance(i) != inst && !c.v.inst[i].Down {
+			up++
+		}
+	}
+	why := ""
+	if up == 0 {
+		refused, why = "last_engine", "it is the last engine up"
+	} else if role, ok := c.v.Uncovered(inst); ok {
+		refused, why = "last_in_role", fmt.Sprintf("it is the last online %s engine and no other engine can take its role", role)
+	}
+	if refused != "" {
+		c.v.Decide(CordonDecision{Cordon: inst, Refused: refused, Why: why})
+		return refused, nil
+	}
+	return "", c.EngineDown(now, inst, event.CauseOperator)
+}
+
 // Uncovered says whether taking inst out of service now would leave its
 // role (prefill or decode) with no online engine and none that coverRole
 // could move into it: the role would then be served only by the fleet

@@ -52,6 +52,9 @@ type RunMeta struct {
 	// journal's arrivals then carry the prefix groups the router priced
 	// (Record.PrefixGroup), and sim --replay of it keeps prefix caches.
 	PrefixCache bool `json:"prefix_cache,omitempty"`
+	// Cordons are the maintenance windows a simulation played (sim
+	// --cordon, canonical: "e3@60s+120s,..."); "" for none.
+	Cordons string `json:"cordons,omitempty"`
 }
 
 // Encode returns m as JSON.

@@ -122,6 +122,7 @@ type runRow struct {
 	LagP99s     float64 `parquet:"lag_p99_s"`
 	Degraded    bool    `parquet:"degraded"`
 	PrefixCache bool    `parquet:"prefix_cache"`
+	Cordons     string  `parquet:"cordons"`
 }
 
 // Table file names, in the order Export writes them.
@@ -545,7 +546,7 @@ func (e *exporter) run(dir string) (err error) {
 		StartUnixNano: m.StartUnixNano, Records: records, Offered: int64(e.fold.Len()), Partial: partial,
 		Target: m.Target, Replay: m.Replay, Interrupted: m.Partial, Planned: int64(m.Planned), Sent: int64(m.Sent),
 		LagP50s: m.LagP50, LagP90s: m.LagP90, LagP99s: m.LagP99, Degraded: m.Degraded,
-		PrefixCache: m.PrefixCache}); err != nil {
+		PrefixCache: m.PrefixCache, Cordons: m.Cordons}); err != nil {
 		return fmt.Errorf("run %s: %w", name, err)
 	}
 	for _, end := range []func() error{e.requests.endRun, e.roleMoves.endRun, e.decisions.endRun, e.faults.endRun} {

@@ -153,7 +153,7 @@ func ReadExportEach(dir string, o ReadExportOptions, fn func(run *ExportedRun, r
 			TTFTSLO: rr.TTFTSLOs, TPOTSLO: rr.TPOTSLOs, StartUnixNano: rr.StartUnixNano,
 			Target: rr.Target, Replay: rr.Replay, Partial: rr.Interrupted, Planned: int(rr.Planned), Sent: int(rr.Sent),
 			LagP50: rr.LagP50s, LagP90: rr.LagP90s, LagP99: rr.LagP99s, Degraded: rr.Degraded,
-			PrefixCache: rr.PrefixCache}
+			PrefixCache: rr.PrefixCache, Cordons: rr.Cordons}
 		run.Moves = moves[rr.Run]
 		read := false
 		rows := func(yield func([]event.Row) error) error {

@@ -48,6 +48,12 @@ type Config struct {
 	// that never ticks, a static split, then placed on a view that
 	// drifted further from the engines with every request).
 	ObserveEvery event.Time
+	// Cordons are maintenance windows: from From to Until the instance is
+	// cordoned (core.Cordon: no new placement there, the work resident
+	// there runs to its end), then uncordoned. A cordon the core refuses
+	// (the last engine up, or the last online engine of a role none could
+	// take over) is journaled as a decision and skipped with its window.
+	Cordons []Cordon
 	// TokenHook, when set, is called for every output token with its
 	// 1-based index and time, in time order per request. It costs an event
 	// per token; tests use it to check causality.
@@ -88,7 +94,26 @@ func (c *Config) Validate() error {
 	if c.DrainLimit < 0 {
 		errs = append(errs, fmt.Errorf("drain_limit: %v: expected >= 0", c.DrainLimit))
 	}
+	for i, w := range c.Cordons {
+		switch {
+		case w.Inst < 0 || int(w.Inst) >= len(c.Profiles):
+			errs = append(errs, fmt.Errorf("cordons[%d]: instance %d: expected 0 to %d", i, w.Inst, len(c.Profiles)-1))
+		case w.From < 0 || w.Until <= w.From:
+			errs = append(errs, fmt.Errorf("cordons[%d]: from %v until %v: expected 0 <= from < until", i, w.From, w.Until))
+		}
+		for j, o := range c.Cordons[:i] {
+			if o.Inst == w.Inst && w.From < o.Until && o.From < w.Until {
+				errs = append(errs, fmt.Errorf("cordons[%d]: instance %d from %v until %v overlaps cordons[%d]: expected one window at a time per instance", i, w.Inst, w.From, w.Until, j))
+			}
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// Cordon is one maintenance window (Config.Cordons).
+type Cordon struct {
+	Inst        event.Instance
+	From, Until event.Time
 }
 
 // Request is one offered request.

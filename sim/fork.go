@@ -64,6 +64,7 @@ func (s *Sim) Fork(rec event.Recorder, ctrl core.Controller) (*Sim, error) {
 		c.eng[i] = s.eng[i].clone()
 	}
 	c.heap = slices.Clone(s.heap)
+	c.refusedCordon = slices.Clone(s.refusedCordon)
 	c.due = nil
 	c.dueHead = 0
 	if err := c.retick(c.core.NextTick()); err != nil {

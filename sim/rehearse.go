@@ -67,6 +67,7 @@ func NewRehearser(cfg Config, rc core.RehearsalConfig) *Rehearser {
 	cfg.DrainLimit = 120 * event.Second
 	cfg.TokenHook = nil
 	cfg.Pinned = nil
+	cfg.Cordons = nil // the run's windows are at its own times, not a replay's
 	return &Rehearser{cfg: cfg, window: rc.Window, tiles: max(1, rc.Tiles), misses: rc.MinGain, share: rc.Margin}
 }
 

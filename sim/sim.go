@@ -40,6 +40,7 @@ const (
 	evKVReady                    // a decode leg's KV arrived at its engine
 	evTick                       // the controller asked for a tick
 	evStart                      // an idle engine starts its next iteration
+	evCordon                     // a maintenance window opens (gen 1) or closes (gen 0) on engine eng
 )
 
 type ev struct {
@@ -177,10 +178,13 @@ func (s *sliceSource) Err() error { return nil }
 type Sim struct {
 	cfg  Config
 	core *core.Core
-	rec  event.Recorder
-	src  Source
-	st   []reqState // ring of request states, len a power of two
-	mask int32
+	// refusedCordon marks the instances whose open maintenance window the
+	// core refused (nil until one is).
+	refusedCordon []bool
+	rec           event.Recorder
+	src           Source
+	st            []reqState // ring of request states, len a power of two
+	mask          int32
 	// slots is the ring's size when Run handed it back (Slots).
 	slots int
 	base  int32 // requests below base have ended; their states are gone
@@ -430,6 +434,10 @@ func (s *Sim) start() {
 	}
 	s.started = true
 	s.applyCore()
+	for _, w := range s.cfg.Cordons {
+		s.push(ev{at: w.From, kind: evCordon, eng: int32(w.Inst), gen: 1})
+		s.push(ev{at: w.Until, kind: evCordon, eng: int32(w.Inst), gen: 0})
+	}
 	// Until the source is drained the drain limit is unknown, and it
 	// cannot bind: every arrival comes before it.
 	s.drainEnd = event.Never
@@ -490,6 +498,8 @@ func (s *Sim) loop(until event.Time) (paused bool) {
 			if e.gen == s.eng[e.eng].gen {
 				s.startIteration(&s.eng[e.eng])
 			}
+		case evCordon:
+			s.cordon(event.Instance(e.eng), e.gen == 1)
 		case evTick:
 			if e.gen == s.tickGen {
 				s.tickAt, s.tickAsked = event.Never, false
@@ -499,6 +509,27 @@ func (s *Sim) loop(until event.Time) (paused bool) {
 		}
 	}
 	return false
+}
+
+// cordon opens or closes a maintenance window on inst. A window whose
+// cordon the core refused closes without an uncordon.
+func (s *Sim) cordon(inst event.Instance, on bool) {
+	if on {
+		refused, err := s.core.Cordon(s.now, inst)
+		if refused != "" {
+			if s.refusedCordon == nil {
+				s.refusedCordon = make([]bool, len(s.eng))
+			}
+			s.refusedCordon[inst] = true
+		}
+		s.fact(err)
+		return
+	}
+	if s.refusedCordon != nil && s.refusedCordon[inst] {
+		s.refusedCordon[inst] = false
+		return
+	}
+	s.fact(s.core.EngineUpBy(s.now, inst, s.core.View().Instance(inst).Generation, event.CauseOperator))
 }
 
 // fact carries out what the core decided after a fact it was fed, or

@@ -3,11 +3,13 @@ package sweep
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/fleet"
+	"github.com/narwhal-bench/narwhal-bench/sim"
 	"github.com/narwhal-bench/narwhal-bench/traces"
 )
 
@@ -39,6 +41,10 @@ type Options struct {
 	Version   string
 	// Refine is Config.Refine: bisections of each arm's sustained rate.
 	Refine int
+	// Cordons are maintenance windows, "NAME@START+DURATION" separated by
+	// commas ("e3@60s+2m"): engine NAME of the fleet is cordoned from
+	// START for DURATION (Config.Cordons).
+	Cordons string
 }
 
 // OptionError is bad input in one option of Options; Option is its name
@@ -129,6 +135,11 @@ func Resolve(o Options) (cfg Config, notes []string, err error) {
 	}
 	if o.Seed != nil {
 		cfg.Seed = *o.Seed
+	}
+	if o.Cordons != "" {
+		if cfg.Cordons, cfg.CordonSpec, err = ParseCordons(o.Cordons, fl.Names()); err != nil {
+			return cfg, nil, optErr("cordon", err)
+		}
 	}
 	cfg.SLO.TTFT, cfg.SLO.TPOT = event.Time(tr.SLO.TTFT), event.Time(tr.SLO.TPOT)
 	for _, f := range []struct {
@@ -267,4 +278,41 @@ func ParseDuration(s string) (event.Time, error) {
 		return 0, fmt.Errorf("%q: expected a positive duration such as 2.1s or 45ms", s)
 	}
 	return d, nil
+}
+
+// ParseCordons reads maintenance windows, "NAME@START+DURATION" separated
+// by commas, naming engines of names, and returns them with their
+// canonical spelling (durations in seconds), which run metadata carries.
+func ParseCordons(spec string, names []string) ([]sim.Cordon, string, error) {
+	var ws []sim.Cordon
+	var canon []string
+	for i, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		name, times, ok := strings.Cut(item, "@")
+		start, dur, ok2 := strings.Cut(times, "+")
+		if !ok || !ok2 || name == "" {
+			return nil, "", fmt.Errorf("%q (window %d): expected NAME@START+DURATION, such as e3@60s+2m", item, i+1)
+		}
+		inst := slices.Index(names, name)
+		if inst < 0 {
+			return nil, "", fmt.Errorf("%q (window %d): no engine %q in the fleet: expected one of %s", item, i+1, name, strings.Join(names, ", "))
+		}
+		from, err := event.ParseDuration(start)
+		if err != nil || from < 0 {
+			return nil, "", fmt.Errorf("%q (window %d): start %q: expected a duration of 0 or more, such as 60s", item, i+1, start)
+		}
+		d, err := ParseDuration(dur)
+		if err != nil || d <= 0 {
+			return nil, "", fmt.Errorf("%q (window %d): duration %q: expected a duration above 0, such as 2m", item, i+1, dur)
+		}
+		w := sim.Cordon{Inst: event.Instance(inst), From: from, Until: from + d}
+		for j, o := range ws {
+			if o.Inst == w.Inst && w.From < o.Until && o.From < w.Until {
+				return nil, "", fmt.Errorf("%q (window %d) overlaps window %d on %s: expected one window at a time per engine", item, i+1, j+1, name)
+			}
+		}
+		ws = append(ws, w)
+		canon = append(canon, fmt.Sprintf("%s@%gs+%gs", name, from.Seconds(), d.Seconds()))
+	}
+	return ws, strings.Join(canon, ","), nil
 }

@@ -143,6 +143,8 @@ type Multi struct {
 	// Refine is the bisections that refined each seed's sustained rates
 	// (Config.Refine; each seed's runs for it are in PerSeed[i].Refined).
 	Refine int `json:"refine,omitempty"`
+	// Cordons are the maintenance windows every run played (Result.Cordons).
+	Cordons string `json:"cordons,omitempty"`
 }
 
 // CellStat is one (arm, rate) cell over seeds.
@@ -177,7 +179,7 @@ func ExecuteSeeds(cfg Config, seeds []uint64) (*Multi, error) {
 
 func (m *Multi) summarise() {
 	r0 := m.PerSeed[0]
-	m.Trace, m.Fleet, m.Rates, m.Arms, m.SLO, m.Refine = r0.Trace, r0.Fleet, r0.Rates, r0.Arms, r0.SLO, r0.Refine
+	m.Trace, m.Fleet, m.Rates, m.Arms, m.SLO, m.Refine, m.Cordons = r0.Trace, r0.Fleet, r0.Rates, r0.Arms, r0.SLO, r0.Refine, r0.Cordons
 	m.Sustained, m.GridTop, m.Crossing = map[string]Stat{}, map[string]int{}, map[string]Stat{}
 	for k := range r0.Runs {
 		var att, fail, mv, rev []float64
@@ -242,7 +244,7 @@ func WriteMultiTable(w interface{ Write([]byte) (int, error) }, m *Multi) error 
 		len(m.Seeds), seedList(m.Seeds))
 	fmt.Fprintf(&b, "cells: mean share of offered requests that met both SLOs [%s]\n", kind)
 	fmt.Fprintf(&b, "sustained: highest rate such that it and every lower swept rate reach 90%%, per seed, then over seeds (a seed with none counts 0)\n")
-	b.WriteString(refineNote(m.Refine) + "\n")
+	b.WriteString(cordonNote(m.Cordons) + refineNote(m.Refine) + "\n")
 	width := len("arm")
 	for _, a := range m.Arms {
 		width = max(width, len(a))

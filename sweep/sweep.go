@@ -42,6 +42,11 @@ type Config struct {
 	PrefixCache bool
 	// Admission is the core's admission gate (default open).
 	Admission core.Admission
+	// Cordons are maintenance windows every run plays (sim.Config.Cordons;
+	// the hindsight arms' searches too); CordonSpec is their canonical
+	// spelling, stamped into each run's metadata.
+	Cordons    []sim.Cordon
+	CordonSpec string
 	// Workers bounds the runs in flight (default GOMAXPROCS).
 	Workers int
 	// Progress, when set, is called after each run (and each rate's oracle
@@ -223,6 +228,9 @@ type Result struct {
 	// Sustained and SustainedCrossing but not in Runs.
 	Refine  int   `json:"refine,omitempty"`
 	Refined []Run `json:"refined,omitempty"`
+	// Cordons are the maintenance windows every run played (sim --cordon,
+	// canonical); absent for none.
+	Cordons string `json:"cordons,omitempty"`
 }
 
 // SLOJSON is the objectives in seconds.
@@ -329,6 +337,7 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	simCfg.DrainLimit = cfg.Fleet.Drain()
 	simCfg.Admission = cfg.Admission
+	simCfg.Cordons = cfg.Cordons
 	// One workload per rate: each run streams its requests from the trace
 	// as the simulated clock reaches them. A rate's trace is generated
 	// whole once, shared read-only by every arm, only when the oracle's
@@ -357,7 +366,7 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	res := &Result{Trace: cfg.Trace.Name, Fleet: cfg.Fleet.Name, Instances: n, Seed: cfg.Seed,
 		SLO: SLOJSON{TTFT: slo.TTFT.Seconds(), TPOT: slo.TPOT.Seconds()}, BaseRate: base, Rates: rates, Arms: cfg.Arms,
-		Runs: make([]Run, len(cfg.Arms)*len(rates))}
+		Runs: make([]Run, len(cfg.Arms)*len(rates)), Cordons: cfg.CordonSpec}
 	scoreSLO := slo
 
 	workers := cfg.Workers
@@ -446,6 +455,7 @@ func Execute(cfg Config) (*Result, error) {
 					// After the hash, which has the cache in its settings
 					// already: runs journaled before the field hash the same.
 					meta.PrefixCache = cfg.PrefixCache
+					meta.Cordons = cfg.CordonSpec // (in the hash through the fleet's settings)
 					moveLogs[k] = &moveLog{}
 					if p := plans[ri]; arm == "oracle" && p != nil && p.run != nil && cfg.Journal == nil {
 						// The oracle plays a rival whose whole run the
@@ -797,6 +807,14 @@ func newConfigHasher(cfg sim.Config) configHasher {
 			panic(fmt.Sprintf("sweep: config hash: %v", err))
 		}
 		h.tail = append(append([]byte(`,"Admission":`), adm...), '}')
+	}
+	if len(cfg.Cordons) > 0 {
+		// Absent without windows, so hashes from before them still match.
+		cw, err := json.Marshal(cfg.Cordons)
+		if err != nil {
+			panic(fmt.Sprintf("sweep: config hash: %v", err))
+		}
+		h.tail = append(append(h.tail[:len(h.tail)-1], `,"Cordons":`...), append(cw, '}')...)
 	}
 	return h
 }

@@ -12,6 +12,13 @@ import (
 
 // refineNote is the tables' line on refined sustained rates ("" when the
 // grid alone gave them).
+func cordonNote(cordons string) string {
+	if cordons == "" {
+		return ""
+	}
+	return fmt.Sprintf("maintenance windows (--cordon, every run): %s\n", cordons)
+}
+
 func refineNote(refine int) string {
 	if refine == 0 {
 		return ""
@@ -29,7 +36,7 @@ func WriteTable(w io.Writer, r *Result) error {
 		r.Trace, r.BaseRate, r.Seed, r.Fleet, r.Instances, r.SLO.TTFT, r.SLO.TPOT)
 	fmt.Fprintf(&b, "cells: share of offered requests that met both SLOs; sustained: highest rate such that it and every lower rate reach 90%%\n")
 	fmt.Fprintf(&b, "(crossing: where attainment crosses 90%%, interpolated; \">= X, grid top\": passes at the top swept rate, so X is a floor)\n")
-	b.WriteString(refineNote(r.Refine) + "\n")
+	b.WriteString(cordonNote(r.Cordons) + refineNote(r.Refine) + "\n")
 	width := len("arm")
 	for _, a := range r.Arms {
 		width = max(width, len(a))

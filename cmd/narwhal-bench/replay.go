@@ -23,7 +23,7 @@ func replayAction(c *cli.Command, stderr io.Writer) error {
 	// The journal fixes the trace, its rates and seed, and the settings it
 	// ran with: a flag that would change them is refused, never ignored.
 	for _, f := range []string{"trace", "trace-format", "speedup", "arrival-cv", "batch-mean", "rates", "seed", "seeds",
-		"prefix-cache", "admission", "refine", "resume", "force"} {
+		"prefix-cache", "admission", "refine", "resume", "force", "cordon"} {
 		if c.IsSet(f) {
 			return usageError{fmt.Errorf("--%s with --replay: the journal fixes it (--replay takes --fleet, --arms, --ttft-slo, --tpot-slo, --journal, --no-parquet, --json)", f)}
 		}

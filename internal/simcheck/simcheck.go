@@ -130,6 +130,9 @@ func (c *Checker) Record(r *event.Record) {
 		}
 	case event.KindAdmit:
 		ro := c.roles[r.Inst]
+		if c.down[r.Inst] {
+			c.errorf("request %d: prompt placed on %d at %v while it is down (failed or cordoned)", r.Req, r.Inst, r.At)
+		}
 		switch {
 		case r.Cause == event.CauseSpilled:
 			// Burst spill places a prompt only on a decode engine, which
@@ -158,6 +161,10 @@ func (c *Checker) Record(r *event.Record) {
 	case event.KindDecodeStart:
 		if f, ok := c.first[r.Req]; !ok || r.At < f {
 			c.errorf("request %d: decode placed at %v before its first token (%v, %v)", r.Req, r.At, f, ok)
+		}
+		if c.down[r.Inst] && r.Inst != r.Peer {
+			// (A request decoding where its prompt ran stays there.)
+			c.errorf("request %d: decode placed on %d at %v while it is down (failed or cordoned)", r.Req, r.Inst, r.At)
 		}
 		if ro := c.roles[r.Inst]; !takesDecode(ro) {
 			switch {
