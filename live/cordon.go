@@ -73,39 +73,48 @@ func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonRe
 	return cordonReply{state: o.snapshot(now).Engines[inst]}
 }
 
+// Cordon cordons (on) or uncordons the engine named name, as POST
+// /engines/NAME/cordon and /uncordon do, and returns its state; the error
+// is an *api.Error (404 no_engine, 409 last_engine or last_in_role, 503
+// when the router stops).
+func (r *Router) Cordon(name string, on bool) (EngineState, error) {
+	var e *engine
+	for _, x := range r.engines {
+		if x.name == name {
+			e = x
+		}
+	}
+	if e == nil {
+		return EngineState{}, &api.Error{Status: http.StatusNotFound, Type: "not_found_error", Code: "no_engine",
+			Message: fmt.Sprintf("engine %q: no such engine in the fleet (GET /state lists them)", name)}
+	}
+	ch := make(chan cordonReply, 1)
+	if !r.send(msg{kind: msgCordon, inst: e.idx, up: !on, cordon: ch}) {
+		return EngineState{}, api.Unavailable("the router is stopping", time.Second)
+	}
+	select {
+	case rep := <-ch:
+		if rep.err != nil {
+			return EngineState{}, rep.err
+		}
+		return rep.state, nil
+	case <-r.stopped:
+		return EngineState{}, api.Unavailable("the router is stopping", time.Second)
+	}
+}
+
 // cordonHandler serves POST /engines/{name}/cordon and /uncordon.
 func (r *Router) cordonHandler(on bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, q *http.Request) {
 		if r.stopping(w) {
 			return
 		}
-		name := q.PathValue("name")
-		var e *engine
-		for _, x := range r.engines {
-			if x.name == name {
-				e = x
-			}
-		}
-		if e == nil {
-			api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error", Code: "no_engine",
-				Message: fmt.Sprintf("engine %q: no such engine in the fleet (GET /state lists them)", name)})
+		es, err := r.Cordon(q.PathValue("name"), on)
+		if err != nil {
+			api.WriteError(w, err.(*api.Error))
 			return
 		}
-		ch := make(chan cordonReply, 1)
-		if !r.send(msg{kind: msgCordon, inst: e.idx, up: !on, cordon: ch}) {
-			api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
-			return
-		}
-		select {
-		case rep := <-ch:
-			if rep.err != nil {
-				api.WriteError(w, rep.err)
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(rep.state)
-		case <-r.stopped:
-			api.WriteError(w, api.Unavailable("the router is stopping", time.Second))
-		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(es)
 	}
 }

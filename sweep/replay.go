@@ -137,6 +137,14 @@ func Replay(src *ReplaySource, cfg ReplayConfig) (run Run, err error) {
 		Seed: m.Seed, Trace: m.Trace, TraceHash: m.TraceHash, Fleet: cfg.Fleet.Name, Instances: n,
 		GPUs: n * cfg.Fleet.GPUsPerInstance, TTFTSLO: slo.TTFT.Seconds(), TPOTSLO: slo.TPOT.Seconds(),
 		Replay: src.Dir, Planned: m.Planned, Sent: len(src.Reqs), Partial: m.Partial, PrefixCache: src.PrefixCache()}
+	if m.Cordons != "" {
+		// The live run's maintenance windows, played again.
+		ws, canon, err := ParseCordons(m.Cordons, cfg.Fleet.Names())
+		if err != nil {
+			return Run{}, fmt.Errorf("replay %s: its cordons: %w", src.Name, err)
+		}
+		simCfg.Cordons, meta.Cordons = ws, canon
+	}
 	meta.ConfigHash = configHash(simCfg, meta)
 	var fold event.Fold
 	moves := &moveLog{}

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -31,6 +32,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/live/loadgen"
 	"github.com/narwhal-bench/narwhal-bench/live/stub"
 	"github.com/narwhal-bench/narwhal-bench/report"
+	"github.com/narwhal-bench/narwhal-bench/sim"
 	"github.com/narwhal-bench/narwhal-bench/sweep"
 	"github.com/narwhal-bench/narwhal-bench/traces"
 )
@@ -56,6 +58,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "journal", Usage: "write each run's journal to DIR/ARM@RATE, the client's own timings to DIR/client/ARM@RATE.csv, and the Parquet export to DIR/parquet"},
 			&cli.BoolFlag{Name: "no-parquet", Usage: "with --journal: skip the Parquet export"},
 			&cli.BoolFlag{Name: "stub", Usage: "with --fleet: first start stub engines for the fleet in this process (loopback, free ports): a whole live run without a GPU"},
+			&cli.StringFlag{Name: "cordon", Usage: "with --fleet: maintenance windows, NAME@START+DURATION separated by commas (e3@20s+30s): the router in this process cordons engine NAME at START after the load generator starts, for DURATION, as sim --cordon plays them (sim --replay replays them)"},
 			&cli.BoolFlag{Name: "prefix-cache", Usage: "with --fleet: the engines keep prefix caches (vLLM's automatic prefix caching; with --stub, the stubs', sized by the fleet's prefix_cache) and the router's placement prices them, as sim --prefix-cache"},
 			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost; anything but 1 makes times disagree with sim)"},
 			&cli.IntFlag{Name: "base-port", Usage: "with --fleet: engines at 127.0.0.1:P+i instead of the fleet file's urls", DefaultText: "the urls"},
@@ -99,15 +102,19 @@ type liveRun struct {
 	noParquet   bool
 	stub        bool
 	prefixCache bool // --prefix-cache: stub caches, prefix-aware placement
-	timeScale   float64
-	basePort    int
-	listen      string // --listen: the in-process router's address
-	model       string
-	lg          loadgen.Config
-	duration    time.Duration
-	limit       int
-	json        bool
-	progressTo  io.Writer
+	// cordons are --cordon's windows (trace time) and their canonical
+	// spelling (run metadata).
+	cordons    []sim.Cordon
+	cordonSpec string
+	timeScale  float64
+	basePort   int
+	listen     string // --listen: the in-process router's address
+	model      string
+	lg         loadgen.Config
+	duration   time.Duration
+	limit      int
+	json       bool
+	progressTo io.Writer
 	// sloFrom names a default the SLOs came from (--target with a trace
 	// that names none): said on stderr, since goodput depends on them.
 	sloFrom string
@@ -184,6 +191,9 @@ func liveConfig(c *cli.Command, stderr io.Writer) (*liveRun, error) {
 	if c.IsSet("seed") {
 		lc.seed = c.Uint64("seed")
 	}
+	if lc.target != "" && c.String("cordon") != "" {
+		return nil, fmt.Errorf("--cordon with --target: the target's engines are not this process's to cordon (cordon them on the target's own router)")
+	}
 	if lc.target != "" {
 		if !strings.HasPrefix(lc.target, "http://") && !strings.HasPrefix(lc.target, "https://") {
 			return nil, fmt.Errorf("--target %q: expected http://HOST:PORT or https://...", lc.target)
@@ -224,6 +234,11 @@ func liveConfig(c *cli.Command, stderr io.Writer) (*liveRun, error) {
 		}
 		if _, err := core.NewController(lc.arm, lc.spec.Size()); err != nil {
 			return nil, fmt.Errorf("--arm: %w", err)
+		}
+		if spec := c.String("cordon"); spec != "" {
+			if lc.cordons, lc.cordonSpec, err = sweep.ParseCordons(spec, lc.spec.Names()); err != nil {
+				return nil, fmt.Errorf("--cordon: %w", err)
+			}
 		}
 	}
 	if tr.SLO.TTFT > 0 || tr.SLO.TPOT > 0 {
@@ -487,6 +502,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	} else {
 		meta.Fleet, meta.Instances = "target", 1
 	}
+	meta.Cordons = lc.cordonSpec
 	meta.ConfigHash = liveConfigHash(lc, meta)
 	cfg := lc.lg
 	// Each rate's prompts differ from the other rates' (the same seed
@@ -571,7 +587,9 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 		}
 		fmt.Fprintf(stderr, "narwhal-bench: live: %d requests at %s req/s through the router at %s (%s, %s, %d engines)\n",
 			len(plan), fmtRate(rate), cfg.URL, lc.arm, lc.spec.Name, lc.spec.Size())
+		stopCordons := playCordons(rt, lc.spec.Names(), lc.cordons, stderr)
 		res, err = loadgen.Run(ctx, cfg, plan)
+		stopCordons()
 		stopFlush()
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = srv.Shutdown(sctx)
@@ -874,5 +892,43 @@ type moveCount int
 func (m *moveCount) Record(r *event.Record) {
 	if r.Kind == event.KindRoleMove && !r.Opening() {
 		*m++
+	}
+}
+
+// playCordons cordons and uncordons the router's engines at the windows'
+// times, counted from now (the load generator starts at once, at trace
+// time 0), until the returned stop is called. A cordon the router refuses
+// is said on stderr, and its window passes without an uncordon.
+func playCordons(rt *live.Router, names []string, ws []sim.Cordon, stderr io.Writer) (stop func()) {
+	if len(ws) == 0 {
+		return func() {}
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	var timers []*time.Timer
+	refused := map[int]bool{}
+	for i, w := range ws {
+		name := names[w.Inst]
+		timers = append(timers, time.AfterFunc(time.Until(start.Add(time.Duration(w.From))), func() {
+			if _, err := rt.Cordon(name, true); err != nil {
+				mu.Lock()
+				refused[i] = true
+				mu.Unlock()
+				fmt.Fprintf(stderr, "narwhal-bench: live: --cordon %s at %v: %v\n", name, time.Duration(w.From), err)
+			}
+		}))
+		timers = append(timers, time.AfterFunc(time.Until(start.Add(time.Duration(w.Until))), func() {
+			mu.Lock()
+			skip := refused[i]
+			mu.Unlock()
+			if !skip {
+				_, _ = rt.Cordon(name, false)
+			}
+		}))
+	}
+	return func() {
+		for _, t := range timers {
+			t.Stop()
+		}
 	}
 }

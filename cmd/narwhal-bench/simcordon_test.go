@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/narwhal-bench/narwhal-bench/event"
+	"github.com/narwhal-bench/narwhal-bench/internal/simcheck"
 	"github.com/narwhal-bench/narwhal-bench/journal"
 )
 
@@ -72,5 +76,78 @@ func TestSimCordon(t *testing.T) {
 	}
 	if code, _, errs := runCLI(t, "sim", "--replay", dir, "--cordon", "e1@1s+1s"); code != 2 || !strings.Contains(errs, "--cordon with --replay") {
 		t.Errorf("--cordon with --replay: exit %d %q", code, errs)
+	}
+}
+
+// live --cordon plays the windows through the router in this process:
+// the journal has the cordon and the uncordon (cause operator) near their
+// times and no prompt or decode placed on the engine between them (the
+// invariants' checker), its metadata carries the windows, and sim
+// --replay plays the same windows. --cordon with --target is refused.
+func TestLiveCordon(t *testing.T) {
+	fleetPath, tracePath := liveFiles(t, "4s")
+	dir := filepath.Join(t.TempDir(), "live")
+	code, out, errs := liveCLI(t, context.Background(), "live", "--fleet", fleetPath, "--stub", "--trace", tracePath,
+		"--arm", "static:1P2D", "--cordon", "e2@1s+2s", "--journal", dir)
+	if code != 0 {
+		t.Fatalf("live: exit %d\n%s\n%s", code, out, errs)
+	}
+	runs, err := journal.Runs(dir)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs %v %v", runs, err)
+	}
+	r, err := journal.Open(runs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := r.Meta(); m.Cordons != "e2@1s+2s" {
+		t.Errorf("metadata cordons %q", m.Cordons)
+	}
+	check := simcheck.New(t)
+	var health []event.Record
+	if err := r.Replay(func(rec *event.Record) error {
+		if rec.Seq > 0 { // (the run's metadata record is not the run's)
+			check.Record(rec)
+		}
+		if rec.Kind == event.KindHealth {
+			health = append(health, *rec)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if len(health) != 2 || health[0].Inst != 2 || health[0].Text != "down" || health[0].Cause != event.CauseOperator ||
+		health[1].Text != "up" || health[1].Cause != event.CauseOperator {
+		t.Fatalf("health records %+v: expected e2 down then up by the operator", health)
+	}
+	// Near their times (the router starts a little before the load).
+	if d := health[1].At - health[0].At; d < 1900*event.Millisecond || d > 2500*event.Millisecond {
+		t.Errorf("the window lasted %v, expected about 2 s", d)
+	}
+
+	replayDir := filepath.Join(t.TempDir(), "replay")
+	if code, _, errs := runCLI(t, "sim", "--replay", dir, "--fleet", fleetPath, "--journal", replayDir); code != 0 {
+		t.Fatalf("replay: exit %d %s", code, errs)
+	}
+	rruns, _ := journal.Runs(replayDir)
+	rr, err := journal.Open(rruns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rhealth []string
+	rr.Replay(func(rec *event.Record) error {
+		if rec.Kind == event.KindHealth {
+			rhealth = append(rhealth, fmt.Sprintf("%d %s %.0fs", rec.Inst, rec.Text, rec.At.Seconds()))
+		}
+		return nil
+	})
+	if m := rr.Meta(); m.Cordons != "e2@1s+2s" || strings.Join(rhealth, ", ") != "2 down 1s, 2 up 3s" {
+		t.Errorf("the replay's cordons %q, health %v", m.Cordons, rhealth)
+	}
+	rr.Close()
+
+	if code, _, errs := liveCLI(t, context.Background(), "live", "--target", "http://127.0.0.1:1", "--trace", tracePath, "--cordon", "e2@1s+2s"); code != 2 || !strings.Contains(errs, "--cordon with --target") {
+		t.Errorf("--cordon with --target: exit %d %q", code, errs)
 	}
 }
