@@ -60,23 +60,7 @@ func TestCheckProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	zero := 0.0
-	opts := stub.Options{Model: "stub", TimeScale: &zero}
-	insts, err := stub.FromFleet(spec, 0, &opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	insts = insts[:3]
-	for i := range insts {
-		insts[i].Addr = "127.0.0.1:0"
-	}
-	sf, err := stub.NewFleet(opts, insts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sf.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer sf.Close()
+	sf := firstStubs(t, spec, 3, stub.Options{Model: "stub", TimeScale: &zero})
 	var b strings.Builder
 	b.WriteString("name: probe\ninstances:\n  list:\n")
 	for _, s := range sf.Servers() {
@@ -126,25 +110,8 @@ func TestCheckProbe(t *testing.T) {
 // answers anyway: only its NIXL metrics tell, and check reads them.
 func TestCheckProbeSilentRecompute(t *testing.T) {
 	zero := 0.0
-	opts := stub.Options{Model: "stub", TimeScale: &zero, KVLoadFailurePolicy: stub.PolicyRecompute, AllowFaults: true}
-	var insts []stub.Instance
 	spec, _ := fleet.Load("demo")
-	all, err := stub.FromFleet(spec, 0, &opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, in := range all[:2] {
-		in.Addr = "127.0.0.1:0"
-		insts = append(insts, in)
-	}
-	sf, err := stub.NewFleet(opts, insts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sf.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer sf.Close()
+	sf := firstStubs(t, spec, 2, stub.Options{Model: "stub", TimeScale: &zero, KVLoadFailurePolicy: stub.PolicyRecompute, AllowFaults: true})
 	sf.Servers()[0].SetFaults(stub.Faults{SideChannel: "localhost:1"})
 	names := []string{"e0", "e1"}
 	urls := []string{sf.Servers()[0].URL(), sf.Servers()[1].URL()}
@@ -383,4 +350,27 @@ func TestCheckProbeMetricsTrouble(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// firstStubs starts stub engines for the first n instances of spec on
+// loopback ports the OS picks, closed at the test's end.
+func firstStubs(t *testing.T, spec *fleet.Spec, n int, opts stub.Options) *stub.Fleet {
+	t.Helper()
+	insts, err := stub.FromFleet(spec, 0, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts = insts[:n]
+	for i := range insts {
+		insts[i].Addr = "127.0.0.1:0"
+	}
+	sf, err := stub.NewFleet(opts, insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sf.Close)
+	return sf
 }
