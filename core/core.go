@@ -554,10 +554,11 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 	default:
 		d = c.ctrl.PlaceDecode(v, r)
 	}
-	// A request one engine serves whole is already decoding where it
-	// runs: an engine cordoned meanwhile (down to new placements) keeps
-	// it, and one that failed has its leg ended by the driver.
-	if !r.Local && c.placeableDown(d, r.ID) {
+	// A request that decodes where its prompt ran (one engine serving it
+	// whole, or a stay) keeps that engine when it was cordoned meanwhile
+	// (down to new placements); one that failed has its leg ended by the
+	// driver.
+	if d != r.PrefillInst && c.placeableDown(d, r.ID) {
 		c.forget(r.ID)
 		v.out = append(v.out, Decision{Kind: Fail, Req: r.ID, Inst: event.NoInstance, Cause: event.CauseUnavailable})
 		return nil

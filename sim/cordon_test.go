@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 )
 
@@ -22,7 +23,7 @@ func (r *recorder) Record(rec *event.Record) { r.recs = append(r.recs, *rec) }
 // engine in service.
 func TestCordonWindows(t *testing.T) {
 	arms := []string{"static:2P2D", "static:2P2D/alg1", "aggregated", "hybrid:1P3M", "adaptive", "arrow", "planner", "coldswap", "dynamo", "ray"}
-	reqs := randomTrace(7, 400, 6)
+	reqs := randomTrace(7, 400, 12)
 	for _, arm := range arms {
 		t.Run(arm, func(t *testing.T) {
 			cfg := refConfig(4)
@@ -30,8 +31,15 @@ func TestCordonWindows(t *testing.T) {
 			var health []string
 			var rec recorder
 			_, st := runCheckerWith(t, cfg, mustController(t, arm, 4), reqs, &rec)
-			if st.Finished == 0 {
-				t.Fatalf("nothing finished: %+v", st)
+			if st.Finished == 0 || st.Failed != 0 {
+				t.Fatalf("%+v: expected requests finished and none failed (a cordon fails nothing, work on the engine included)", st)
+			}
+			// With the admission queue too: an uncordon drains the queue
+			// onto the engine after its health record.
+			qcfg := cfg
+			qcfg.Admission = core.Admission{Mode: core.AdmitQueue, Deadline: 5 * event.Second}
+			if _, qst := runCheckerWith(t, qcfg, mustController(t, arm, 4), reqs); qst.Failed != 0 {
+				t.Errorf("queue gate: %+v", qst)
 			}
 			refused := 0
 			for _, r := range rec.recs {
@@ -90,5 +98,23 @@ func TestCordonRefused(t *testing.T) {
 		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "cordons[1]") {
 			t.Errorf("%+v: %v", w, err)
 		}
+	}
+}
+
+// Windows of one engine that touch, listed out of order, both hold: the
+// first's close comes before the second's open at their shared instant.
+func TestCordonTouchingWindows(t *testing.T) {
+	cfg := refConfig(4)
+	cfg.Cordons = []Cordon{{Inst: 3, From: 20 * event.Second, Until: 30 * event.Second}, {Inst: 3, From: 10 * event.Second, Until: 20 * event.Second}}
+	var rec recorder
+	runCheckerWith(t, cfg, mustController(t, "static:2P2D", 4), randomTrace(5, 300, 6), &rec)
+	var health []string
+	for _, r := range rec.recs {
+		if r.Kind == event.KindHealth {
+			health = append(health, fmt.Sprintf("%s@%.0fs", r.Text, r.At.Seconds()))
+		}
+	}
+	if got := strings.Join(health, " "); got != "down@10s up@20s down@20s up@30s" {
+		t.Errorf("health records %s", got)
 	}
 }

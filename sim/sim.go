@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"sync"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
@@ -434,9 +436,15 @@ func (s *Sim) start() {
 	}
 	s.started = true
 	s.applyCore()
+	// The windows' ends in time order, a close before an open at one
+	// instant (windows of one engine may touch, listed in any order).
+	ends := make([]ev, 0, 2*len(s.cfg.Cordons))
 	for _, w := range s.cfg.Cordons {
-		s.push(ev{at: w.From, kind: evCordon, eng: int32(w.Inst), gen: 1})
-		s.push(ev{at: w.Until, kind: evCordon, eng: int32(w.Inst), gen: 0})
+		ends = append(ends, ev{at: w.From, kind: evCordon, eng: int32(w.Inst), gen: 1}, ev{at: w.Until, kind: evCordon, eng: int32(w.Inst), gen: 0})
+	}
+	slices.SortStableFunc(ends, func(a, b ev) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.gen, b.gen)) })
+	for _, e := range ends {
+		s.push(e)
 	}
 	// Until the source is drained the drain limit is unknown, and it
 	// cannot bind: every arrival comes before it.
@@ -606,6 +614,13 @@ func (s *Sim) applyCore() {
 	// order knows each engine's role at every placement (an inline flip's
 	// placement follows its flip; live's owner writes the records first).
 	next := 0
+	// A health record (a cordon, an uncordon) comes before the placements
+	// the change allowed: an uncordon drains the admission queue there.
+	for next < len(rd.Records) && rd.Records[next].Kind == event.KindHealth {
+		r := rd.Records[next]
+		next++
+		s.emit(&r)
+	}
 	records := func(move bool) {
 		for next < len(rd.Records) {
 			r := rd.Records[next]

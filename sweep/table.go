@@ -10,8 +10,7 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/score"
 )
 
-// refineNote is the tables' line on refined sustained rates ("" when the
-// grid alone gave them).
+// cordonNote is the tables' line on maintenance windows ("" for none).
 func cordonNote(cordons string) string {
 	if cordons == "" {
 		return ""
@@ -19,6 +18,8 @@ func cordonNote(cordons string) string {
 	return fmt.Sprintf("maintenance windows (--cordon, every run): %s\n", cordons)
 }
 
+// refineNote is the tables' line on refined sustained rates ("" when the
+// grid alone gave them).
 func refineNote(refine int) string {
 	if refine == 0 {
 		return ""

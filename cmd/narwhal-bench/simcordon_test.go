@@ -69,10 +69,15 @@ func TestSimCordon(t *testing.T) {
 		{"e1@1s+0s", `duration "0s": expected a duration above 0`},
 		{"e1@-1s+2s", `start "-1s"`},
 		{"e1@1s+5s,e1@3s+5s", "overlaps window 1 on e1"},
+		{"e1@2000000h+2000000h", `start "2000000h": expected a duration from 0 to 1000h`},
+		{"e1@60+1s", `start "60"`},
 	} {
 		if code, _, errs := runCLI(t, "sim", "--trace", "demo", "--arms", "static:4P4D", "--cordon", c.spec); code != 2 || !strings.Contains(errs, "--cordon") || !strings.Contains(errs, c.want) {
 			t.Errorf("--cordon %s: exit %d %q, expected 2 and %q", c.spec, code, errs, c.want)
 		}
+	}
+	if code, _, errs := runCLI(t, "sim", "--trace", "demo", "--arms", "static:4P4D,oracle", "--cordon", "e1@1s+1s"); code != 2 || !strings.Contains(errs, "--cordon: with the hindsight arm oracle") {
+		t.Errorf("--cordon with the oracle: exit %d %q", code, errs)
 	}
 	if code, _, errs := runCLI(t, "sim", "--replay", dir, "--cordon", "e1@1s+1s"); code != 2 || !strings.Contains(errs, "--cordon with --replay") {
 		t.Errorf("--cordon with --replay: exit %d %q", code, errs)

@@ -104,7 +104,7 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 			&cli.StringFlag{Name: "tpot-slo", Usage: "override the TPOT SLO (e.g. 45ms)"},
 			&cli.BoolFlag{Name: "prefix-cache", Usage: "turn on each engine's prefix cache (sized by the fleet's prefix_cache, default 16-token blocks, 200,000 tokens)"},
 			&cli.StringFlag{Name: "admission", Usage: "admission gate: open (place every arrival at once) or queue (price each arrival's TTFT; queue it until it fits or its deadline passes); default: the fleet's, else open"},
-			&cli.StringFlag{Name: "cordon", Usage: "maintenance windows, NAME@START+DURATION separated by commas (e3@60s+2m): engine NAME is cordoned from START (trace time) for DURATION, as serve's POST /engines/NAME/cordon: no new legs there, those on it finish (docs/sim.md)"},
+			&cli.StringFlag{Name: "cordon", Usage: "maintenance windows, NAME@START+DURATION separated by commas (e3@60s+2m): engine NAME is cordoned from START (simulated time) for DURATION, as serve's POST /engines/NAME/cordon: no new legs there, those on it finish (docs/sim.md)"},
 			&cli.IntFlag{Name: "refine", Usage: "bisect each arm's sustained rate N times (0 to 8) within the grid step above it: N more runs per arm, the rate resolved to a step over 2^N (not with --journal)"},
 			&cli.IntFlag{Name: "workers", Usage: "runs in parallel, 0 for one per CPU", DefaultText: "one per CPU"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (see docs/sim.md)"},
