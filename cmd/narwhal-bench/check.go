@@ -234,6 +234,7 @@ func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model 
 	tw.Flush()
 	failed += nFail
 	fmt.Fprintf(out, "pairs: %d probed (%s), %d ok, %d failed, %d skipped\n", nOK+nFail, opt.pairs, nOK, nFail, nSkip)
+	slowLinks(out, names, results)
 	if len(unverified) > 0 {
 		fmt.Fprintf(out, "KV moved ?: no vllm:nixl_ metrics on %s (vLLM has them only with a KV connector configured), so a decode leg there that recomputed the prompt cannot be told from one that pulled its KV\n", strings.Join(unverified, ", "))
 	}
@@ -256,7 +257,8 @@ type pairResult struct {
 	took       time.Duration
 	moved      string
 	verdict    string
-	unverified bool // the decode engine has no NIXL metrics
+	unverified bool    // the decode engine has no NIXL metrics
+	rate       float64 // the KV transfer's bytes a second, as the decode engine timed it (0: unknown)
 }
 
 // probePairs probes the pairs in rounds: round k pairs engine i with
@@ -333,7 +335,7 @@ func probePair(ctx context.Context, client *http.Client, names, urls []string, m
 	case readErr != nil:
 		r.moved, note = "?", fmt.Sprintf(" (KV transfer not verified: the decode engine's /metrics: %v)", readErr)
 	case metered:
-		r.moved, note = nixlVerdict(ctx, client, urls[r.b], before, kvWait, h, err)
+		r.moved, note, r.rate = nixlVerdict(ctx, client, urls[r.b], before, kvWait, h, err)
 	default:
 		r.moved = "?"
 		r.unverified = err == nil
@@ -346,6 +348,44 @@ func probePair(ctx context.Context, client *http.Client, names, urls []string, m
 	default:
 		r.verdict = "ok" + note
 	}
+}
+
+// slowLinks says which pairs moved their KV at under a quarter of the
+// median rate of the pairs the decode engines timed (three at least): a
+// link far slower than the others, as when UCX falls back to TCP between
+// two hosts. A note, not a failure: the pair works.
+func slowLinks(out io.Writer, names []string, results []pairResult) {
+	var rates []float64
+	for _, r := range results {
+		if r.rate > 0 {
+			rates = append(rates, r.rate)
+		}
+	}
+	if len(rates) < 3 {
+		return
+	}
+	sort.Float64s(rates)
+	median := rates[len(rates)/2]
+	if len(rates)%2 == 0 {
+		median = (rates[len(rates)/2-1] + rates[len(rates)/2]) / 2
+	}
+	var slow []string
+	for _, r := range results {
+		if r.rate > 0 && r.rate < median/4 {
+			slow = append(slow, fmt.Sprintf("%s -> %s %s", names[r.a], names[r.b], byteRate(r.rate)))
+		}
+	}
+	if len(slow) > 0 {
+		fmt.Fprintf(out, "slow KV links: %s, under a quarter of the median %s over %d pairs (the decode engine's vllm:nixl_xfer_time_seconds): UCX may have fallen back to TCP between these engines (UCX_TLS, UCX_NET_DEVICES; ucx_info -d on both hosts)\n",
+			strings.Join(slow, ", "), byteRate(median), len(rates))
+	}
+}
+
+func byteRate(bps float64) string {
+	if bps >= 1e9 {
+		return fmt.Sprintf("%.2f GB/s", bps/1e9)
+	}
+	return fmt.Sprintf("%.1f MB/s", bps/1e6)
 }
 
 // handoff is what a prefill leg's kv_transfer_params name: the engine's
@@ -368,11 +408,12 @@ func (h *handoff) channel() string {
 // (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py).
 const (
 	nixlTransfers = "vllm:nixl_xfer_time_seconds_count"
+	nixlTime      = "vllm:nixl_xfer_time_seconds_sum"
 	nixlBytes     = "vllm:nixl_bytes_transferred_sum"
 	nixlFailed    = "vllm:nixl_num_failed_transfers_total"
 )
 
-type nixlCount struct{ transfers, bytes, failed float64 }
+type nixlCount struct{ transfers, seconds, bytes, failed float64 }
 
 // nixlCounts reads an engine's NIXL transfer counts, bounded by limit.
 // ok is false when the engine exports none; err says its /metrics could
@@ -398,9 +439,9 @@ func nixlCounts(ctx context.Context, client *http.Client, u string, limit time.D
 	case err != nil:
 		return nixlCount{}, false, err
 	}
-	m := api.MetricSums(string(b), nixlTransfers, nixlBytes, nixlFailed)
+	m := api.MetricSums(string(b), nixlTransfers, nixlTime, nixlBytes, nixlFailed)
 	n, ok := m[nixlTransfers]
-	return nixlCount{transfers: n, bytes: m[nixlBytes], failed: m[nixlFailed]}, ok, nil
+	return nixlCount{transfers: n, seconds: m[nixlTime], bytes: m[nixlBytes], failed: m[nixlFailed]}, ok, nil
 }
 
 // nixlVerdict waits up to wait for the decode engine's NIXL metrics to
@@ -410,7 +451,7 @@ func nixlCounts(ctx context.Context, client *http.Client, u string, limit time.D
 // late is not charged to the engine's next pair, and returns only a note
 // to add to the leg's error. A transfer counted wins over a failure
 // counted in the same wait (the failure is said).
-func nixlVerdict(ctx context.Context, client *http.Client, u string, before nixlCount, wait time.Duration, h *handoff, legErr error) (moved, note string) {
+func nixlVerdict(ctx context.Context, client *http.Client, u string, before nixlCount, wait time.Duration, h *handoff, legErr error) (moved, note string, rate float64) {
 	deadline := time.Now().Add(wait)
 	read := false
 	var lastErr error
@@ -423,20 +464,25 @@ func nixlVerdict(ctx context.Context, client *http.Client, u string, before nixl
 			moved, failed := now.transfers > before.transfers, now.failed > before.failed
 			switch {
 			case moved && legErr != nil:
-				return "yes", " (the decode engine did count a KV transfer)"
+				return "yes", " (the decode engine did count a KV transfer)", 0
 			case moved:
 				size := "yes"
-				if d := now.bytes - before.bytes; d > 0 {
-					size = "yes, " + byteSize(d)
+				db, dt := now.bytes-before.bytes, now.seconds-before.seconds
+				if db > 0 {
+					size = "yes, " + byteSize(db)
+					if dt > 0 {
+						size += fmt.Sprintf(" in %s", time.Duration(dt*float64(time.Second)).Round(10*time.Microsecond))
+						rate = db / dt
+					}
 				}
 				if failed {
-					return size, " (the decode engine also counted a failed transfer meanwhile)"
+					return size, " (the decode engine also counted a failed transfer meanwhile)", rate
 				}
-				return size, ""
+				return size, "", rate
 			case failed && legErr != nil:
-				return "failed", fmt.Sprintf(" (the decode engine counted a failed KV transfer from side channel %s)", h.channel())
+				return "failed", fmt.Sprintf(" (the decode engine counted a failed KV transfer from side channel %s)", h.channel()), 0
 			case failed:
-				return "failed", fmt.Sprintf("FAIL the KV transfer from side channel %s failed and the decode engine recomputed the prompt (kv_load_failure_policy recompute): the prefill engine's VLLM_NIXL_SIDE_CHANNEL_HOST and _PORT must be reachable from the decode engine's host", h.channel())
+				return "failed", fmt.Sprintf("FAIL the KV transfer from side channel %s failed and the decode engine recomputed the prompt (kv_load_failure_policy recompute): the prefill engine's VLLM_NIXL_SIDE_CHANNEL_HOST and _PORT must be reachable from the decode engine's host", h.channel()), 0
 			}
 		}
 		if !time.Now().Before(deadline) || ctx.Err() != nil {
@@ -449,11 +495,11 @@ func nixlVerdict(ctx context.Context, client *http.Client, u string, before nixl
 	}
 	switch {
 	case !read:
-		return "?", fmt.Sprintf(" (KV transfer not verified: the decode engine's /metrics: %v)", lastErr)
+		return "?", fmt.Sprintf(" (KV transfer not verified: the decode engine's /metrics: %v)", lastErr), 0
 	case legErr != nil:
-		return "no", ""
+		return "no", "", 0
 	}
-	return "no", fmt.Sprintf("FAIL the decode engine counted no KV transfer in %s (%s did not rise) and answered anyway: it computed the prompt itself. Its log says why: most often the NIXL handshake with side channel %s failed (unreachable, or an engine id or configuration mismatch), which some vLLM releases do not count as a failed transfer", wait, nixlTransfers, h.channel())
+	return "no", fmt.Sprintf("FAIL the decode engine counted no KV transfer in %s (%s did not rise) and answered anyway: it computed the prompt itself. Its log says why: most often the NIXL handshake with side channel %s failed (unreachable, or an engine id or configuration mismatch), which some vLLM releases do not count as a failed transfer", wait, nixlTransfers, h.channel()), 0
 }
 
 func byteSize(b float64) string {

@@ -374,3 +374,35 @@ func firstStubs(t *testing.T, spec *fleet.Spec, n int, opts stub.Options) *stub.
 	t.Cleanup(sf.Close)
 	return sf
 }
+
+// A decode engine whose KV pulls run far slower than the others' (the
+// stub's slow fault, standing in for UCX over TCP) is named among the
+// slow links, with each pair's size and time; the check still passes.
+func TestCheckProbeSlowLinks(t *testing.T) {
+	spec, err := fleet.Parse([]byte(`name: links
+instances:
+  count: 4
+  profile: {a: 0, b: 1.0e-6, c: 0.001, slope: 1.0e-8, intercept: 0.002}
+kv: {latency: 2ms, bytes_per_token: 131072, bandwidth: 2.5e10}
+slo: {ttft: 2s, tpot: 100ms}
+`), "links.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := firstStubs(t, spec, 4, stub.Options{Model: "stub", AllowFaults: true})
+	sf.Servers()[3].SetFaults(stub.Faults{Slow: 20})
+	var names, urls []string
+	for _, s := range sf.Servers() {
+		names, urls = append(names, s.ID()), append(urls, s.URL())
+	}
+	var out strings.Builder
+	if failed := probeFleet(context.Background(), &out, names, urls, "", 10*time.Second, 2*time.Second, probeOptions{pairs: "all", parallel: 4}, nil); failed != 0 {
+		t.Fatalf("%d failed:\n%s", failed, out.String())
+	}
+	got := squeeze(out.String())
+	if !regexp.MustCompile(`slow KV links: e0 -> e3 [0-9.]+ [MG]B/s, e1 -> e3 [0-9.]+ [MG]B/s, e2 -> e3 [0-9.]+ [MG]B/s, under a quarter of the median`).MatchString(got) ||
+		!regexp.MustCompile(`e0 -> e1 127\.0\.0\.1:\d+ yes, [0-9.]+ MiB in [0-9.]+ms `).MatchString(got) {
+		t.Errorf("slow links not named:\n%s", out.String())
+	}
+	t.Log("\n" + out.String())
+}
