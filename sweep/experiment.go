@@ -42,6 +42,9 @@ type Experiment struct {
 	Seeds []uint64 `yaml:"seeds"`
 	// PrefixCache lists the prefix-cache settings to run (default [false]).
 	PrefixCache []bool `yaml:"prefix_cache"`
+	// Cordons are maintenance windows every run plays, as sim --cordon
+	// takes them ("e3@60s+2m,e4@300s+2m"); "" for none.
+	Cordons string `yaml:"cordons"`
 	// Published holds numbers a publication reports for this experiment,
 	// printed beside ours: per arm, per prefix-cache setting ("on", "off"),
 	// shares of offered requests in percent.

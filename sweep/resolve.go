@@ -43,8 +43,9 @@ type Options struct {
 	Refine int
 	// Cordons are maintenance windows, "NAME@START+DURATION" separated by
 	// commas ("e3@60s+2m"): engine NAME of the fleet is cordoned from
-	// START for DURATION (Config.Cordons).
-	Cordons string
+	// START for DURATION (Config.Cordons). (Left out of JSON when empty:
+	// run's combination keys, which hash the options, stay as they were.)
+	Cordons string `json:",omitempty"`
 }
 
 // OptionError is bad input in one option of Options; Option is its name

@@ -32,7 +32,7 @@ var (
 
 // experimentFields maps sweep.Options' option names to experiment-file
 // fields.
-var experimentFields = map[string]string{"ttft-slo": "slo.ttft", "tpot-slo": "slo.tpot", "trace-format": "trace_format"}
+var experimentFields = map[string]string{"ttft-slo": "slo.ttft", "tpot-slo": "slo.tpot", "trace-format": "trace_format", "cordon": "cordons"}
 
 // experimentError turns sweep.Resolve's error for an experiment into bad
 // input naming the file and the field.

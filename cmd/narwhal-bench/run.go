@@ -60,7 +60,7 @@ func runCommand(stderr io.Writer) *cli.Command {
 				// every shard alike: a typo in the last file must not
 				// surface after the first ones' compute, or in one shard.
 				cfg, _, err := sweep.Resolve(sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, TTFT: e.SLO.TTFT,
-					TPOT: e.SLO.TPOT, Arms: e.Arms, Rates: strings.Join(e.Rates, ",")})
+					TPOT: e.SLO.TPOT, Arms: e.Arms, Rates: strings.Join(e.Rates, ","), Cordons: e.Cordons})
 				if err != nil {
 					return experimentError(e, err)
 				}
@@ -233,7 +233,7 @@ func runExperiment(ctx context.Context, c *cli.Command, e *sweep.Experiment, std
 		dir := cb.dir(out, e.Name)
 		label := fmt.Sprintf("[%d/%d] %s %s", k+1, len(combos), e.Name, strings.TrimPrefix(dir, filepath.Join(out, e.Name)+string(filepath.Separator)))
 		o := sweep.Options{Trace: e.Trace, TraceFormat: e.TraceFormat, Fleet: e.Fleet, TTFT: e.SLO.TTFT, TPOT: e.SLO.TPOT,
-			Arms: e.Arms, Rates: strings.Join(e.Rates, ","), Seed: cb.seed, PrefixCache: cb.cache,
+			Arms: e.Arms, Rates: strings.Join(e.Rates, ","), Seed: cb.seed, PrefixCache: cb.cache, Cordons: e.Cordons,
 			Workers: int(c.Int("workers")), Version: version}
 		cfg, notes, err := sweep.Resolve(o)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -154,5 +155,35 @@ func TestLiveCordon(t *testing.T) {
 
 	if code, _, errs := liveCLI(t, context.Background(), "live", "--target", "http://127.0.0.1:1", "--trace", tracePath, "--cordon", "e2@1s+2s"); code != 2 || !strings.Contains(errs, "--cordon with --target") {
 		t.Errorf("--cordon with --target: exit %d %q", code, errs)
+	}
+}
+
+// An experiment file's cordons play in every run of `run`, as sim
+// --cordon's; a bad window names the file's field.
+func TestRunCordons(t *testing.T) {
+	dir := t.TempDir()
+	exp := filepath.Join(dir, "maint.yaml")
+	os.WriteFile(exp, []byte("name: maint\ntrace: demo\narms: [static:4P4D, adaptive]\nrates: [\"1x\"]\ncordons: \"e0@15s+30s\"\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	if code, _, errs := runCLI(t, "run", exp, "--out", out); code != 0 {
+		t.Fatalf("run: exit %d %s", code, errs)
+	}
+	table, err := os.ReadFile(filepath.Join(out, "maint", "cache-off", "seed-default", "table.txt"))
+	if err != nil || !strings.Contains(string(table), "maintenance windows (--cordon, every run): e0@15s+30s") {
+		t.Errorf("table: %v\n%s", err, table)
+	}
+	n := 0
+	if err := journal.ReadExport(filepath.Join(out, "maint", "cache-off", "seed-default", "parquet"), func(run *journal.ExportedRun) error {
+		n++
+		if run.Meta.Cordons != "e0@15s+30s" {
+			t.Errorf("run %s: cordons %q", run.Name, run.Meta.Cordons)
+		}
+		return nil
+	}); err != nil || n != 2 {
+		t.Errorf("%d runs, %v", n, err)
+	}
+	os.WriteFile(exp, []byte("name: maint\ntrace: demo\narms: [static:4P4D]\ncordons: \"e9@15s+30s\"\n"), 0o644)
+	if code, _, errs := runCLI(t, "run", exp, "--out", filepath.Join(dir, "out2")); code != 2 || !strings.Contains(errs, "field cordons: ") {
+		t.Errorf("a bad window: exit %d %q", code, errs)
 	}
 }
