@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
 	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
@@ -27,19 +28,17 @@ type cordonReply struct {
 // setCordon cordons (on) or uncordons engine inst (owner goroutine).
 // Cordoning the last engine that takes placements is refused (nothing
 // would serve), and so is cordoning the last online engine of a role that
-// no other engine could be moved into: only the fleet fallback of some
-// controllers would serve that phase then, and the others (ray, dynamo)
-// would fail every request.
+// no other engine could be moved into (core.Cordon): only the fleet
+// fallback of some controllers would serve that phase then, and the
+// others (ray, dynamo) would fail every request. A refusal is journaled
+// as a decision, as the simulator journals it.
 func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonReply {
 	e := o.r.engines[inst]
 	switch {
 	case on && !e.cordoned.Load():
-		if role, uncovered := o.core.View().Uncovered(inst); uncovered {
-			return cordonReply{err: &api.Error{Status: http.StatusConflict, Type: api.TypeInvalidRequest, Code: "last_in_role",
-				Message: fmt.Sprintf("engine %s: it is the last online %s engine and no other engine can take its role (the other phase keeps fewer than two online); uncordon another engine or wait for one to be readmitted first", e.name, role)}}
-		}
-		// Under the breakers' lock, as claimEjection counts: an ejection
-		// and a cordon at once cannot both take the last place.
+		// The breakers' count first, under their lock as claimEjection
+		// takes it: an ejection and a cordon at once cannot both take the
+		// last place.
 		o.r.ejectMu.Lock()
 		serving := 0
 		for _, x := range o.r.engines {
@@ -47,14 +46,36 @@ func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonRe
 				serving++
 			}
 		}
+		refused, why := "", ""
 		if serving == 0 {
-			o.r.ejectMu.Unlock()
-			return cordonReply{err: &api.Error{Status: http.StatusConflict, Type: api.TypeInvalidRequest, Code: "last_engine",
-				Message: fmt.Sprintf("engine %s: it is the last engine taking placements; cordoning it would leave none (uncordon another, or wait for an ejected one to be readmitted)", e.name)}}
+			refused, why = "last_engine", "it is the last engine taking placements"
+			o.core.View().Decide(core.CordonDecision{Cordon: inst, Refused: refused, Why: why})
+		} else {
+			e.cordoned.Store(true)
 		}
-		e.cordoned.Store(true)
 		o.r.ejectMu.Unlock()
-		o.fact(o.core.EngineDown(now, inst, event.CauseOperator))
+		if refused == "" {
+			// The core's rules (the last online engine of a role none
+			// could take over), journaled as a decision when refused.
+			var err error
+			refused, err = o.core.Cordon(now, inst)
+			o.fact(err)
+			switch refused {
+			case "last_in_role":
+				role, _ := o.core.View().Uncovered(inst)
+				why = fmt.Sprintf("it is the last online %s engine and no other engine can take its role (the other phase keeps fewer than two online engines that are not pinned)", role)
+			case "last_engine":
+				why = "it is the last engine up"
+			}
+			if refused != "" {
+				e.cordoned.Store(false)
+			}
+		}
+		if refused != "" {
+			o.apply(o.core.Ready())
+			return cordonReply{err: &api.Error{Status: http.StatusConflict, Type: api.TypeInvalidRequest, Code: refused,
+				Message: fmt.Sprintf("engine %s: %s; uncordon another engine or wait for one to be readmitted first", e.name, why)}}
+		}
 		o.r.logf("narwhal-bench: engine %s cordoned: no new legs; those on it finish", e.name)
 	case !on && e.cordoned.Load():
 		e.cordoned.Store(false)
@@ -87,6 +108,17 @@ func (r *Router) Cordon(name string, on bool) (EngineState, error) {
 	if e == nil {
 		return EngineState{}, &api.Error{Status: http.StatusNotFound, Type: "not_found_error", Code: "no_engine",
 			Message: fmt.Sprintf("engine %q: no such engine in the fleet (GET /state lists them)", name)}
+	}
+	if !on && e.cordoned.Load() && !e.br.ejected() {
+		// Back in service only if it answers now: a cordoned engine
+		// takes no traffic, so only the liveness sweep would have seen
+		// it stop (or restart) since.
+		ok, start := r.probeHealth(e)
+		if !ok {
+			return EngineState{}, &api.Error{Status: http.StatusConflict, Type: api.TypeInvalidRequest, Code: "not_answering",
+				Message: fmt.Sprintf("engine %s: it does not answer GET /health: it stays cordoned until it does (check it with narwhal-bench check --probe)", name)}
+		}
+		r.answeredAs(e, start) // a restart meanwhile: its new generation first
 	}
 	ch := make(chan cordonReply, 1)
 	if !r.send(msg{kind: msgCordon, inst: e.idx, up: !on, cordon: ch}) {

@@ -195,6 +195,16 @@ func TestCordonDrainsAndReturns(t *testing.T) {
 	if got := strings.Join(health, ", "); got != "e1 down operator, e1 up operator" {
 		t.Errorf("health records: %s", got)
 	}
+	// The two refusals are journaled as decisions, as the simulator's.
+	refusals := 0
+	for _, rec := range recs {
+		if rec.Kind == event.KindDecision && strings.Contains(rec.Text, `"refused":"last_in_role"`) {
+			refusals++
+		}
+	}
+	if refusals != 2 {
+		t.Errorf("%d refusals journaled, expected 2", refusals)
+	}
 	checkJournal(t, recs)
 }
 
@@ -296,5 +306,33 @@ func TestCordonAggregatedMidPrefill(t *testing.T) {
 			t.Errorf("a request failed: %+v", rec)
 		}
 	}
+	checkJournal(t, r.jr.records())
+}
+
+// An engine that stopped while cordoned is not returned to service: the
+// uncordon probes it first (409 not_answering, still cordoned), since a
+// cordoned engine takes no traffic for the breaker to notice. Once it
+// answers as a new process it is uncordoned at its new generation.
+func TestUncordonProbesFirst(t *testing.T) {
+	r := startRig(t, rigOpts{n: 3, arm: "static:1P2D", configure: func(c *Config) { c.SweepInterval = time.Hour }})
+	waitFor(t, "e1's start time read", func() bool { st, _ := r.router.State(); return st.Engines[1].ProcessStart != 0 })
+	if code, _, _ := cordon(t, r, "e1", "cordon"); code != 200 {
+		t.Fatal(code)
+	}
+	victim := r.stubs.Servers()[1]
+	victim.Kill()
+	if code, _, c := cordon(t, r, "e1", "uncordon"); code != 409 || c != "not_answering" {
+		t.Fatalf("uncordon a dead engine: %d %q, expected 409 not_answering", code, c)
+	}
+	if st, _ := r.router.State(); !st.Engines[1].Cordoned {
+		t.Fatalf("e1 after a refused uncordon: %+v", st.Engines[1])
+	}
+	if err := victim.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if code, es, _ := cordon(t, r, "e1", "uncordon"); code != 200 || es.Cordoned || es.Generation != 1 {
+		t.Fatalf("uncordon the restarted engine: %d %+v, expected back at generation 1", code, es)
+	}
+	r.stop()
 	checkJournal(t, r.jr.records())
 }

@@ -333,11 +333,19 @@ func (r *Router) sweepOne(e *engine) {
 	ok, start := r.probeHealth(e)
 	e.br.mu.Lock()
 	e.br.sweeping = false
+	e.br.mu.Unlock()
 	if !ok {
-		e.br.mu.Unlock()
 		r.failed(e, "probe")
 		return
 	}
+	r.answeredAs(e, start)
+}
+
+// answeredAs records that a probe of e was answered by the process that
+// started at start (0: unknown): a start other than the one seen before
+// is a restart between two probes, which takes the next generation.
+func (r *Router) answeredAs(e *engine, start float64) {
+	e.br.mu.Lock()
 	var gen uint64
 	if start != 0 && start != e.br.startSeen {
 		if e.br.startSeen != 0 {

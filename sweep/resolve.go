@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -330,7 +331,12 @@ func ParseCordons(spec string, names []string) ([]sim.Cordon, string, error) {
 			}
 		}
 		ws = append(ws, w)
-		canon = append(canon, fmt.Sprintf("%s@%gs+%gs", name, from.Seconds(), d.Seconds()))
+	}
+	// In time order, then by engine: one set of windows, one spelling
+	// (and one config hash), however it was listed.
+	slices.SortStableFunc(ws, func(a, b sim.Cordon) int { return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.Inst, b.Inst)) })
+	for _, w := range ws {
+		canon = append(canon, fmt.Sprintf("%s@%gs+%gs", names[w.Inst], w.From.Seconds(), (w.Until - w.From).Seconds()))
 	}
 	return ws, strings.Join(canon, ","), nil
 }

@@ -76,7 +76,7 @@ func cordonCommand(stderr io.Writer) *cli.Command {
 				if errors.As(err, &ae) && ae.Code == "no_engine" {
 					return usageError{fmt.Errorf("--engine %q: the router has no such engine (GET %s/state lists them)", name, base)}
 				}
-				return fmt.Errorf("cordon: %s %s: %w", verb, name, err)
+				return fmt.Errorf("cordon: %s %s: %s", verb, name, routerErr(err))
 			}
 			out := c.Root().Writer
 			if verb == "uncordon" {
@@ -171,4 +171,22 @@ func (rc routerClient) do(ctx context.Context, method, path string, v any) error
 		return fmt.Errorf("%s %s: unreadable answer: %v", method, path, err)
 	}
 	return nil
+}
+
+// routerErr says a router's error answer by its code (last_in_role, ...)
+// rather than its type, and names the key flag on a 401 or 403.
+func routerErr(err error) string {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return err.Error()
+	}
+	what := ae.Type
+	if ae.Code != "" {
+		what = ae.Code
+	}
+	msg := fmt.Sprintf("%d %s: %s", ae.Status, what, ae.Message)
+	if ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden {
+		msg += " (an admin tenant's key: --api-key-env VAR)"
+	}
+	return msg
 }

@@ -799,7 +799,7 @@ func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
 	}
 	r := &sweep.Result{Trace: lc.trace.Name, Fleet: fleetName, Instances: n, Seed: lc.seed,
 		SLO: sweep.SLOJSON{TTFT: lc.slo.TTFT.Seconds(), TPOT: lc.slo.TPOT.Seconds()}, BaseRate: lc.trace.MeanRate(),
-		Arms: []string{lc.arm}}
+		Arms: []string{lc.arm}, Cordons: lc.cordonSpec}
 	for _, x := range results {
 		r.Rates = append(r.Rates, x.Rate)
 		r.Runs = append(r.Runs, x.Score)
@@ -914,7 +914,7 @@ func playCordons(rt *live.Router, names []string, ws []sim.Cordon, stderr io.Wri
 				mu.Lock()
 				refused[i] = true
 				mu.Unlock()
-				fmt.Fprintf(stderr, "narwhal-bench: live: --cordon %s at %v: %v\n", name, time.Duration(w.From), err)
+				fmt.Fprintf(stderr, "narwhal-bench: live: --cordon %s at %v: refused, %s\n", name, time.Duration(w.From), routerErr(err))
 			}
 		}))
 		timers = append(timers, time.AfterFunc(time.Until(start.Add(time.Duration(w.Until))), func() {

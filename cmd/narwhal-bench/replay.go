@@ -121,7 +121,7 @@ func replayAction(c *cli.Command, stderr io.Writer) error {
 		done[arm] = true
 		m := x.src.Meta
 		res := &sweep.Result{Trace: m.Trace + " (replay of " + root + ")", Fleet: m.Fleet, Instances: m.Instances, Seed: m.Seed,
-			SLO: sweep.SLOJSON{TTFT: m.TTFTSLO, TPOT: m.TPOTSLO}, BaseRate: m.Rate, Arms: []string{arm}}
+			SLO: sweep.SLOJSON{TTFT: m.TTFTSLO, TPOT: m.TPOTSLO}, BaseRate: m.Rate, Arms: []string{arm}, Cordons: m.Cordons}
 		for _, y := range cells {
 			if y.run.Arm == arm {
 				res.Rates = append(res.Rates, y.run.Rate)

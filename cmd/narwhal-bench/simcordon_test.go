@@ -30,7 +30,7 @@ func TestSimCordon(t *testing.T) {
 			Attainment float64 `json:"attainment"`
 		} `json:"runs"`
 	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Cordons != "e4@20s+40s,e0@10s+60s" {
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Cordons != "e0@10s+60s,e4@20s+40s" {
 		t.Fatalf("--json cordons %q: %v", res.Cordons, err)
 	}
 	if _, again, _ := runCLI(t, append(args, "--json", "--workers", "1")...); again != out {
@@ -40,7 +40,7 @@ func TestSimCordon(t *testing.T) {
 	if plain == out {
 		t.Error("the windows changed nothing")
 	}
-	if _, table, _ := runCLI(t, args...); !strings.Contains(table, "maintenance windows (--cordon, every run): e4@20s+40s,e0@10s+60s") {
+	if _, table, _ := runCLI(t, args...); !strings.Contains(table, "maintenance windows (--cordon, every run): e0@10s+60s,e4@20s+40s") {
 		t.Errorf("the table does not say the windows:\n%s", table)
 	}
 
@@ -53,7 +53,7 @@ func TestSimCordon(t *testing.T) {
 	if err := journal.ReadExport(filepath.Join(dir, "parquet"), func(run *journal.ExportedRun) error {
 		runs++
 		hashes[run.Meta.ConfigHash] = true
-		if run.Meta.Cordons != "e4@20s+40s,e0@10s+60s" {
+		if run.Meta.Cordons != "e0@10s+60s,e4@20s+40s" {
 			t.Errorf("run %s: cordons %q in its Parquet metadata", run.Name, run.Meta.Cordons)
 		}
 		return nil
