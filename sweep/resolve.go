@@ -336,7 +336,7 @@ func ParseCordons(spec string, names []string) ([]sim.Cordon, string, error) {
 	// (and one config hash), however it was listed.
 	slices.SortStableFunc(ws, func(a, b sim.Cordon) int { return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.Inst, b.Inst)) })
 	for _, w := range ws {
-		canon = append(canon, fmt.Sprintf("%s@%gs+%gs", names[w.Inst], w.From.Seconds(), (w.Until - w.From).Seconds()))
+		canon = append(canon, fmt.Sprintf("%s@%gs+%gs", names[w.Inst], w.From.Seconds(), (w.Until-w.From).Seconds()))
 	}
 	return ws, strings.Join(canon, ","), nil
 }
