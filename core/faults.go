@@ -178,8 +178,8 @@ type CordonDecision struct {
 }
 
 // Cordon takes inst out of service for maintenance, as an operator asks
-// (the simulator's --cordon; the live router checks the same rules with
-// its breakers and calls EngineDown): no new placement goes there (cause
+// (the simulator's --cordon, the live router's POST /engines/NAME/cordon,
+// which first checks its breakers' count): no new placement goes there (cause
 // operator) while the work resident there runs to its end. It refuses,
 // journaling a CordonDecision and returning its code, when inst is the
 // last engine up (last_engine) or the last online engine of a role that
