@@ -96,8 +96,9 @@ func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonRe
 
 // Cordon cordons (on) or uncordons the engine named name, as POST
 // /engines/NAME/cordon and /uncordon do, and returns its state; the error
-// is an *api.Error (404 no_engine, 409 last_engine or last_in_role, 503
-// when the router stops).
+// is an *api.Error (404 no_engine, 409 last_engine or last_in_role, 409
+// not_answering for an uncordon of an engine that does not answer its
+// /health, 503 when the router stops).
 func (r *Router) Cordon(name string, on bool) (EngineState, error) {
 	var e *engine
 	for _, x := range r.engines {
