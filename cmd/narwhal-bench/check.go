@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -187,7 +187,7 @@ func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model 
 					model = ids[0]
 				}
 				served = strings.Join(ids, ",")
-				if !contains(ids, model) {
+				if !slices.Contains(ids, model) {
 					verdict = fmt.Sprintf("serves [%s], not %s", served, model)
 				}
 			}
@@ -217,7 +217,7 @@ func probeFleet(ctx context.Context, out io.Writer, names, urls []string, model 
 		if r.h != nil && handoffs[r.a] == nil {
 			handoffs[r.a] = r.h
 		}
-		if r.unverified && !contains(unverified, names[r.b]) {
+		if r.unverified && !slices.Contains(unverified, names[r.b]) {
 			unverified = append(unverified, names[r.b])
 		}
 		if strings.HasPrefix(r.verdict, "FAIL") {
@@ -421,21 +421,14 @@ type nixlCount struct{ transfers, seconds, bytes, failed float64 }
 func nixlCounts(ctx context.Context, client *http.Client, u string, limit time.Duration) (nixlCount, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	q, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"/metrics", nil)
-	if err != nil {
-		return nixlCount{}, false, err
-	}
-	resp, err := client.Do(q)
-	if err != nil {
-		return nixlCount{}, false, fmt.Errorf("unreachable: %v", errors.Unwrap(err))
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	b, status, err := engineCall(ctx, client, http.MethodGet, u+"/metrics", nil)
 	switch {
-	case resp.StatusCode == http.StatusNotFound:
+	case err != nil && status == 0:
+		return nixlCount{}, false, checkUnreachable(err)
+	case status == http.StatusNotFound:
 		return nixlCount{}, false, nil // no metrics at all: not verifiable
-	case resp.StatusCode != http.StatusOK:
-		return nixlCount{}, false, fmt.Errorf("answered %d", resp.StatusCode)
+	case status != http.StatusOK:
+		return nixlCount{}, false, fmt.Errorf("answered %d", status)
 	case err != nil:
 		return nixlCount{}, false, err
 	}
@@ -601,28 +594,13 @@ func sameHost(a, b string) bool {
 	return a == b || loopback(a) && loopback(b)
 }
 
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
 func getOK(ctx context.Context, client *http.Client, u string, into any) error {
-	q, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	b, status, err := engineCall(ctx, client, http.MethodGet, u, nil)
 	if err != nil {
-		return err
+		return checkUnreachable(err)
 	}
-	resp, err := client.Do(q)
-	if err != nil {
-		return fmt.Errorf("unreachable: %v", errors.Unwrap(err))
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("answered %d", resp.StatusCode)
+	if status != http.StatusOK {
+		return fmt.Errorf("answered %d", status)
 	}
 	if into != nil {
 		if err := json.Unmarshal(b, into); err != nil {
@@ -700,23 +678,24 @@ func handoffProbe(ctx context.Context, client *http.Client, pu, du, model, pair 
 }
 
 func postJSON(ctx context.Context, client *http.Client, u string, body []byte) ([]byte, error) {
-	q, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	b, status, err := engineCall(ctx, client, http.MethodPost, u, body)
 	if err != nil {
-		return nil, err
+		return nil, checkUnreachable(err)
 	}
-	q.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(q)
-	if err != nil {
-		return nil, fmt.Errorf("unreachable: %v", errors.Unwrap(err))
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if resp.StatusCode != http.StatusOK {
+	if status != http.StatusOK {
 		msg := strings.TrimSpace(string(b))
 		if len(msg) > 200 {
 			msg = msg[:200] + "..."
 		}
-		return nil, fmt.Errorf("answered %d: %s", resp.StatusCode, msg)
+		return nil, fmt.Errorf("answered %d: %s", status, msg)
 	}
 	return b, nil
+}
+
+// checkUnreachable is check's word for a request that got no answer.
+func checkUnreachable(err error) error {
+	if u := errors.Unwrap(err); u != nil {
+		err = u
+	}
+	return fmt.Errorf("unreachable: %v", err)
 }

@@ -721,20 +721,32 @@ func (p *engineProbe) get(ctx context.Context, path string, into any) error {
 
 // do sends one request and reads its whole answer (at most 16 MiB).
 func (p *engineProbe) do(ctx context.Context, method, path string, body []byte) ([]byte, int, error) {
+	b, status, err := engineCall(ctx, p.pc.client, method, p.base+path, body)
+	if err != nil && status == 0 {
+		return nil, 0, unreachable(err)
+	}
+	return b, status, err
+}
+
+// engineCall sends one request to an engine (JSON when body is not nil)
+// and reads its answer, at most 16 MiB: the body and status. With no
+// answer the error is the client's and the status 0; an answer cut short
+// keeps its status.
+func engineCall(ctx context.Context, client *http.Client, method, u string, body []byte) ([]byte, int, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	q, err := http.NewRequestWithContext(ctx, method, p.base+path, rd)
+	q, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return nil, 0, err
 	}
 	if body != nil {
 		q.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := p.pc.client.Do(q)
+	resp, err := client.Do(q)
 	if err != nil {
-		return nil, 0, unreachable(err)
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
