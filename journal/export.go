@@ -86,6 +86,10 @@ type faultRow struct {
 	Req    int64   `parquet:"req,delta"`
 	Cause  string  `parquet:"cause,dict"`
 	Tokens int64   `parquet:"tokens,delta"`
+	// State is a health change's new state, down or up ("" for a
+	// failure): the cause alone does not say it for an operator's cordon
+	// and uncordon.
+	State string `parquet:"state,dict"`
 }
 
 type runRow struct {
@@ -519,7 +523,7 @@ func (e *exporter) run(dir string) (err error) {
 			return e.decisions.add(decisionRow{Run: name, Arm: m.Arm, Rate: m.Rate, AtNs: int64(rec.At), Text: rec.Text})
 		case event.KindFail, event.KindHealth:
 			return e.faults.add(faultRow{Run: name, Arm: m.Arm, Rate: m.Rate, AtNs: int64(rec.At), Kind: rec.Kind.String(),
-				Inst: int32(rec.Inst), Req: int64(rec.Req), Cause: rec.Cause.String(), Tokens: rec.Tokens})
+				Inst: int32(rec.Inst), Req: int64(rec.Req), Cause: rec.Cause.String(), Tokens: rec.Tokens, State: healthState(rec)})
 		}
 		return nil
 	})
@@ -584,4 +588,13 @@ func requestRowOf(name string, m event.RunMeta, slo event.SLO, r *event.Row) req
 		SLOOK: check == event.CheckOK, FirstFailedCheck: check.String(),
 		Reference: r.Reference, Response: r.Response, Preemptions: r.Preemptions, Spilled: r.Spilled,
 	}
+}
+
+// healthState is a health record's new state ("down" or "up"); "" for any
+// other record.
+func healthState(rec *event.Record) string {
+	if rec.Kind != event.KindHealth {
+		return ""
+	}
+	return rec.Text
 }

@@ -147,7 +147,7 @@ func TestExportSemantics(t *testing.T) {
 	rec(event.KindPrefillDone, 500*ms, 3, func(r *event.Record) { r.Inst = 1 })
 	rec(event.KindDecodeStart, 500*ms, 3, func(r *event.Record) { r.Inst, r.Peer = 1, 1 })
 	rec(event.KindFinish, 510*ms, 3, func(r *event.Record) { r.Inst, r.Tokens, r.Cause = 1, 3, event.CauseStop })
-	rec(event.KindHealth, 600*ms, 0, func(r *event.Record) { r.Inst, r.Tokens = 1, 2 })
+	rec(event.KindHealth, 600*ms, 0, func(r *event.Record) { r.Inst, r.Tokens, r.Cause, r.Text = 1, 2, event.CauseOperator, "down" })
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestExportSemantics(t *testing.T) {
 		t.Fatalf("got %d rows", len(got))
 	}
 	faults, err := parquet.ReadFile[faultRow](filepath.Join(out, FaultsFile))
-	if err != nil || len(faults) != 1 || faults[0] != (faultRow{Run: "hand", Arm: "static:1P1D", Rate: 1, AtNs: int64(600 * ms), Kind: "health", Inst: 1, Tokens: 2}) {
+	if err != nil || len(faults) != 1 || faults[0] != (faultRow{Run: "hand", Arm: "static:1P1D", Rate: 1, AtNs: int64(600 * ms), Kind: "health", Inst: 1, Tokens: 2, Cause: "operator", State: "down"}) {
 		t.Fatalf("faults = %+v, %v", faults, err)
 	}
 }

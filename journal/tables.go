@@ -61,8 +61,9 @@ type Fault struct {
 	Kind   event.Kind // event.KindFail or event.KindHealth
 	Inst   event.Instance
 	Req    event.RequestID // 0 for health changes
-	Cause  event.Cause     // failure cause, or the new health state
+	Cause  event.Cause     // failure cause, or why the health changed (engine_down, engine_up, operator)
 	Tokens int64           // output tokens before the failure, or the process generation
+	State  string          // a health change's new state, "down" or "up" ("" for a failure)
 }
 
 func roleMove(rec *event.Record) RoleMove {
@@ -71,7 +72,7 @@ func roleMove(rec *event.Record) RoleMove {
 }
 
 func fault(rec *event.Record) Fault {
-	return Fault{Seq: rec.Seq, At: rec.At, Kind: rec.Kind, Inst: rec.Inst, Req: rec.Req, Cause: rec.Cause, Tokens: rec.Tokens}
+	return Fault{Seq: rec.Seq, At: rec.At, Kind: rec.Kind, Inst: rec.Inst, Req: rec.Req, Cause: rec.Cause, Tokens: rec.Tokens, State: healthState(rec)}
 }
 
 // RoleMoves returns the run's role moves in Seq order.
