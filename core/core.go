@@ -185,6 +185,9 @@ type Instance struct {
 	Moved bool
 	// Pinned instances are never moved by a controller.
 	Pinned bool
+	// cover is the move coverRole made when this engine went down, undone
+	// when it comes back (Core.uncover).
+	cover coverMove
 
 	mt float64 // Profile.MaxTokens at the TPOT SLO (both fixed at New)
 }
@@ -655,8 +658,9 @@ func (c *Core) EngineDown(now event.Time, inst event.Instance, cause event.Cause
 }
 
 // EngineUp records that inst answers again, as process generation gen: it
-// takes placements again in the role it holds. The core journals the
-// change.
+// takes placements again in the role it holds, and an engine moved to
+// cover its role while it was down goes back (Core.uncover). The core
+// journals the change.
 func (c *Core) EngineUp(now event.Time, inst event.Instance, gen uint64) error {
 	return c.EngineUpBy(now, inst, gen, event.CauseEngineUp)
 }
@@ -679,6 +683,7 @@ func (c *Core) EngineUpBy(now event.Time, inst event.Instance, gen uint64, cause
 	in.Generation = gen
 	c.v.records = append(c.v.records, event.Record{At: now, Kind: event.KindHealth, Inst: inst,
 		Peer: event.NoInstance, Tokens: int64(gen), Cause: cause, Text: "up"})
+	c.uncover(inst)
 	c.drain(now)
 	return nil
 }

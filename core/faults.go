@@ -105,7 +105,7 @@ func (c *Core) forget(id event.RequestID) {
 // coverRole keeps a role served when inst, just marked down, was its last
 // online engine: it moves the least-loaded unpinned online engine of the
 // other phase into the role (cause engine_down), provided that leaves the
-// other phase an online engine. When none can move it journals why
+// other phase an online engine, and remembers the move for uncover. When none can move it journals why
 // (CoverDecision): the remaining online engines serve both phases (the
 // pool falls back to the fleet, Arrow §5.5), or, with none online,
 // requests fail with CauseUnavailable.
@@ -116,8 +116,11 @@ func (c *Core) coverRole(inst event.Instance) {
 		return
 	}
 	if donor != event.NoInstance {
-		v.Move(donor, role, v.now, event.CauseEngineDown,
-			fmt.Sprintf("instance %d, the last online %s engine, is down", inst, role))
+		from := v.inst[donor].Role
+		if v.Move(donor, role, v.now, event.CauseEngineDown,
+			fmt.Sprintf("instance %d, the last online %s engine, is down", inst, role)) {
+			v.inst[inst].cover = coverMove{ok: true, donor: donor, from: from, role: role, at: v.now}
+		}
 		return
 	}
 	why := "no other engine can move: the online engines serve both phases"
@@ -125,6 +128,76 @@ func (c *Core) coverRole(inst event.Instance) {
 		why = "no engine is online: requests fail with cause unavailable until one is back"
 	}
 	v.Decide(CoverDecision{Down: inst, Role: role.String(), Why: why})
+}
+
+// coverMove is the move coverRole made for a down engine: donor left from
+// for role at at.
+type coverMove struct {
+	ok    bool
+	donor event.Instance
+	from  event.Role
+	role  event.Role
+	at    event.Time
+}
+
+// uncover undoes, now that inst is back, the move coverRole made when it
+// went down: the donor returns to the role it left (cause engine_up), so
+// the split is the one the fleet had before the fault (a static split's
+// own). Only when nothing has changed that move's sense since: inst holds
+// the covered role again and is online, and the donor is online, still in
+// that role and not moved since (a controller that moved it owns its role
+// now). A down donor keeps its role.
+func (c *Core) uncover(inst event.Instance) {
+	v := &c.v
+	in := &v.inst[inst]
+	m := in.cover
+	in.cover = coverMove{}
+	if !m.ok {
+		return
+	}
+	d := &v.inst[m.donor]
+	if in.Role != m.role || !in.Online(v.now) || d.Role != m.role || d.LastMove != m.at || !d.Online(v.now) || d.Pinned {
+		return
+	}
+	v.Move(m.donor, m.from, v.now, event.CauseEngineUp,
+		fmt.Sprintf("instance %d is back: instance %d, moved to %s to cover it, returns to %s", inst, m.donor, m.role, m.from))
+}
+
+// Covers says which down engine's role donor holds as its cover (the
+// move coverRole made, not yet undone, and donor not moved since).
+func (v *View) Covers(donor event.Instance) (event.Instance, bool) {
+	d := &v.inst[donor]
+	for i := range v.inst {
+		if m := &v.inst[i].cover; m.ok && m.donor == donor && d.Role == m.role && d.LastMove == m.at {
+			return event.Instance(i), true
+		}
+	}
+	return event.NoInstance, false
+}
+
+// SetCover records that donor holds down engine inst's role as its cover,
+// as coverRole would have (a router resuming another's state, whose core
+// opens with the cover already in its roles): when inst is back, donor
+// returns to the other phase.
+func (c *Core) SetCover(inst, donor event.Instance) error {
+	in, err := c.instance("set cover", inst)
+	if err != nil {
+		return err
+	}
+	d, err := c.instance("set cover's donor", donor)
+	if err != nil {
+		return err
+	}
+	if inst == donor || !in.Down || in.Role != d.Role || (d.Role != event.RolePrefill && d.Role != event.RoleDecode) {
+		return fmt.Errorf("core: set cover: instance %d (%s, down %t) covered by %d (%s): expected a down engine and another in the same role, prefill or decode",
+			inst, in.Role, in.Down, donor, d.Role)
+	}
+	from := event.RolePrefill
+	if d.Role == event.RolePrefill {
+		from = event.RoleDecode
+	}
+	in.cover = coverMove{ok: true, donor: donor, from: from, role: d.Role, at: d.LastMove}
+	return nil
 }
 
 // cover says what losing inst does to its role: needed when inst holds

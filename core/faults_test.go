@@ -72,6 +72,99 @@ func TestCoverRole(t *testing.T) {
 	}
 }
 
+// The engine moved to cover a down engine's role goes back when that
+// engine returns, so a static split is its own again after a fault or a
+// maintenance window (cause engine_up); not when the donor has gone down
+// itself or been moved since, which leaves its role to whoever moved it.
+func TestUncover(t *testing.T) {
+	moves := func(rs []event.Record) []event.Record {
+		var out []event.Record
+		for _, r := range rs {
+			if r.Kind == event.KindRoleMove {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	c := faultCore(t, "static:1P3D", 4)
+	c.EngineDown(1, 0, event.CauseEngineDown)
+	m := moves(c.Ready().Records)
+	if len(m) != 1 || m[0].To != event.RolePrefill {
+		t.Fatalf("moves %+v: expected one decode engine moved to prefill", m)
+	}
+	donor := m[0].Inst
+	if err := c.EngineUp(5, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	rd := c.Ready()
+	m = moves(rd.Records)
+	if len(m) != 1 || m[0].Inst != donor || m[0].From != event.RolePrefill || m[0].To != event.RoleDecode || m[0].Cause != event.CauseEngineUp {
+		t.Fatalf("moves %+v: expected instance %d back to decode, cause engine_up", m, donor)
+	}
+	if !strings.Contains(m[0].Text, "instance 0 is back") {
+		t.Fatalf("move text %q: expected it to name the engine back", m[0].Text)
+	}
+	if c.View().Count(event.RolePrefill) != 1 || c.View().Count(event.RoleDecode) != 3 {
+		t.Fatal("the split is not 1P3D again")
+	}
+	gotMove := false
+	for _, d := range rd.Decisions {
+		gotMove = gotMove || (d.Kind == Move && d.Inst == donor && d.To == event.RoleDecode)
+	}
+	if !gotMove {
+		t.Fatalf("decisions %+v: expected the driver asked to move instance %d", rd.Decisions, donor)
+	}
+	// A second return (a new generation) moves nothing: the cover is spent.
+	c.EngineUp(6, 0, 2)
+	if m := moves(c.Ready().Records); len(m) != 0 {
+		t.Fatalf("moves %+v on a second return: expected none", m)
+	}
+
+	// The donor went down too (covered in turn): instance 0 returning
+	// leaves the down donor's role alone; the donor returning sends its
+	// own cover back, so one extra prefill engine remains.
+	c = faultCore(t, "static:1P3D", 4)
+	c.EngineDown(1, 0, event.CauseEngineDown)
+	donor = moves(c.Ready().Records)[0].Inst
+	c.EngineDown(2, donor, event.CauseEngineDown)
+	m = moves(c.Ready().Records)
+	if len(m) != 1 || m[0].To != event.RolePrefill {
+		t.Fatalf("moves %+v: expected the down donor covered by another decode engine", m)
+	}
+	second := m[0].Inst
+	c.EngineUp(3, 0, 1)
+	if m := moves(c.Ready().Records); len(m) != 0 {
+		t.Fatalf("moves %+v: expected none while the donor is down", m)
+	}
+	c.EngineUp(4, donor, 1)
+	m = moves(c.Ready().Records)
+	if len(m) != 1 || m[0].Inst != second || m[0].To != event.RoleDecode {
+		t.Fatalf("moves %+v: expected instance %d back to decode", m, second)
+	}
+
+	// SetCover (a resumed router's) wants a down engine and a donor in
+	// its role.
+	if err := c.SetCover(0, second); err == nil || !strings.Contains(err.Error(), "expected a down engine") {
+		t.Errorf("set cover on an engine up: %v", err)
+	}
+
+	// Moved since by someone else (here to mixed, which still serves
+	// prefill): its role is theirs; nothing moves on the return.
+	c = faultCore(t, "static:1P3D", 4)
+	c.EngineDown(1, 0, event.CauseEngineDown)
+	donor = moves(c.Ready().Records)[0].Inst
+	v := c.View()
+	v.now = 2
+	if !v.Move(donor, event.RoleMixed, 2, event.CauseController, "test") {
+		t.Fatal("refused the move to mixed")
+	}
+	c.Ready()
+	c.EngineUp(3, 0, 1)
+	if m := moves(c.Ready().Records); len(m) != 0 {
+		t.Fatalf("moves %+v: expected none for a donor moved since", m)
+	}
+}
+
 // Replace releases the failed leg, journals a retry decision and places a
 // fresh prefill elsewhere; the decode that follows avoids the failed
 // engine too; with no other engine the request fails unavailable.

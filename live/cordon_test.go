@@ -208,6 +208,97 @@ func TestCordonDrainsAndReturns(t *testing.T) {
 	checkJournal(t, recs)
 }
 
+// Cordoning a static split's one prefill engine moves a decode engine
+// into prefill while it is out (cause engine_down), requests are served
+// meanwhile, and uncordoning sends that engine back (cause engine_up):
+// the split is 1P2D again, in /state and in the journal.
+func TestCordonCoverReturns(t *testing.T) {
+	spec := testFleetWith(t, 3, "{a: 0, b: 1.0e-5, c: 0.0005, slope: 1.0e-7, intercept: 0.01}", "{ttft: 2s, tpot: 100ms}")
+	r := startRigSpec(t, spec, rigOpts{arm: "static:1P2D"})
+	roles := func() string {
+		st, _ := r.router.State()
+		var out []string
+		for _, e := range st.Engines {
+			out = append(out, e.Name+"="+e.Role)
+		}
+		return strings.Join(out, " ")
+	}
+	if got := roles(); got != "e0=prefill e1=decode e2=decode" {
+		t.Fatalf("roles %s", got)
+	}
+	if code, _, c := cordon(t, r, "e0", "cordon"); code != 200 {
+		t.Fatalf("cordon e0: %d %q", code, c)
+	}
+	during := roles()
+	if strings.Count(during, "=prefill") != 2 {
+		t.Fatalf("roles with e0 cordoned %s: expected a decode engine moved into prefill", during)
+	}
+	if _, errs := streamAll(t, r, 4, 8, "during"); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	// /state names the pairing, and a router resuming this state (--ha)
+	// undoes the cover when it uncordons e0.
+	published, _ := r.router.State()
+	donor := -1
+	for i, e := range published.Engines {
+		if e.Covers == "e0" {
+			donor = i
+		}
+	}
+	if donor < 1 {
+		t.Fatalf("/state %+v: expected the moved engine to say it covers e0", published.Engines)
+	}
+	rs, err := ResumeFrom(published, r.router.cfg.Fleet.Names())
+	if err != nil || rs.Covers[donor] != 0 {
+		t.Fatalf("resume: %v %+v", err, rs)
+	}
+	ctrl, err := core.NewController("static:1P2D", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Fleet: r.router.cfg.Fleet, URLs: r.router.cfg.URLs, Controller: ctrl, Model: "stub", Recorder: &memJournal{}, Resume: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(ctx) }()
+	if _, err := b.Cordon("e0", false); err != nil {
+		t.Fatalf("the resumed router's uncordon: %v", err)
+	}
+	if st, _ := b.State(); st.Engines[0].Role != "prefill" || st.Engines[donor].Role != "decode" || st.Engines[donor].Covers != "" {
+		t.Errorf("the resumed router after the uncordon: %+v, expected 1P2D", st.Engines)
+	}
+	cancel()
+	<-ran
+	if _, err := ResumeFrom(State{Engines: []EngineState{{Name: "e0", Role: "prefill"}, {Name: "e1", Role: "prefill", Covers: "e7"}, {Name: "e2", Role: "decode"}}},
+		r.router.cfg.Fleet.Names()); err == nil || !strings.Contains(err.Error(), `covers "e7"`) {
+		t.Errorf("resume covering an unknown engine: %v", err)
+	}
+
+	if code, _, c := cordon(t, r, "e0", "uncordon"); code != 200 {
+		t.Fatalf("uncordon e0: %d %q", code, c)
+	}
+	if got := roles(); got != "e0=prefill e1=decode e2=decode" {
+		t.Errorf("roles after the uncordon %s: expected the split back to 1P2D", got)
+	}
+	if _, errs := streamAll(t, r, 4, 8, "after"); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	r.stop()
+	var moves []string
+	for _, rec := range r.jr.records() {
+		if rec.Kind == event.KindRoleMove && !rec.Opening() {
+			moves = append(moves, fmt.Sprintf("e%d %s->%s %s", rec.Inst, rec.From, rec.To, rec.Cause))
+		}
+	}
+	if len(moves) != 2 || !strings.HasSuffix(moves[0], "decode->prefill engine_down") || !strings.HasSuffix(moves[1], "prefill->decode engine_up") ||
+		strings.Fields(moves[0])[0] != strings.Fields(moves[1])[0] {
+		t.Errorf("role moves %v: expected one engine into prefill and back", moves)
+	}
+	checkJournal(t, r.jr.records())
+}
+
 // A cordoned engine that restarts (a new process, as an upgrade during
 // maintenance would) stays out of service until uncordoned, and then
 // rejoins at its new generation; a router resuming another's state keeps

@@ -140,7 +140,7 @@ func newMetrics(arm string, slo event.SLO, names []string) *Metrics {
 	m.cordoned = gaugeVec("narwhal_engine_cordoned", "1 while an operator has the engine cordoned (POST /engines/NAME/cordon): it takes no new legs, and those on it finish.", "engine")
 	m.gen = gaugeVec("narwhal_engine_generation", "The engine's process generation as the router counts it (bumped when a new process start time is seen).", "engine")
 	m.started = gaugeVec("narwhal_engine_process_start_time_seconds", "The engine's process_start_time_seconds as last probed (0 until read).", "engine")
-	m.moves = counterVec("narwhal_role_moves_total", "Role moves (opening roles excluded), by new role and cause (controller, inline, operator, engine_down).", "to", "cause")
+	m.moves = counterVec("narwhal_role_moves_total", "Role moves (opening roles excluded), by new role and cause (controller, inline, operator, engine_down: covering a down engine's role; engine_up: back from that cover).", "to", "cause")
 	m.failures = counterVec("narwhal_engine_failures_total", "Failures the breaker saw, by engine and kind (connect, 5xx, timeout, probe).", "engine", "kind")
 	m.ejections = counterVec("narwhal_engine_ejections_total", "Times an engine was ejected (marked down).", "engine")
 	m.readmits = counterVec("narwhal_engine_readmissions_total", "Times an ejected engine was readmitted: as a new process, or as the same one after a hold.", "engine")
@@ -162,7 +162,7 @@ func newMetrics(arm string, slo event.SLO, names []string) *Metrics {
 		}
 	}
 	for _, to := range []event.Role{event.RolePrefill, event.RoleDecode, event.RoleMixed, event.RoleNone} {
-		for _, c := range []event.Cause{event.CauseController, event.CauseInline, event.CauseOperator, event.CauseEngineDown} {
+		for _, c := range []event.Cause{event.CauseController, event.CauseInline, event.CauseOperator, event.CauseEngineDown, event.CauseEngineUp} {
 			m.moves.WithLabelValues(to.String(), c.String())
 		}
 	}

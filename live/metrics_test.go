@@ -85,8 +85,8 @@ func TestMetricsSeriesAndBuckets(t *testing.T) {
 	if n := len(family(t, r, "narwhal_engine_failures_total").GetMetric()); n != 2*4 {
 		t.Errorf("%d engine-failure series: expected 2 engines x 4 kinds", n)
 	}
-	if n := len(family(t, r, "narwhal_role_moves_total").GetMetric()); n != 4*4 {
-		t.Errorf("%d role-move series: expected 4 roles x 4 causes", n)
+	if n := len(family(t, r, "narwhal_role_moves_total").GetMetric()); n != 4*5 {
+		t.Errorf("%d role-move series: expected 4 roles x 5 causes", n)
 	}
 	slo := r.router.cfg.Fleet.CoreSLO().TTFT.Seconds()
 	for _, name := range []string{"narwhal_ttft_seconds", "narwhal_admission_wait_seconds"} {

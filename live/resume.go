@@ -3,6 +3,7 @@ package live
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/narwhal-bench/narwhal-bench/core"
 	"github.com/narwhal-bench/narwhal-bench/event"
@@ -31,6 +32,10 @@ type Resume struct {
 	// unknown): the process a readmission, or a restart seen by the
 	// liveness sweep, must differ from.
 	Starts []float64
+	// Covers is, per engine, the index of the down or cordoned engine
+	// whose role it holds as a cover (-1: none), so that it goes back when
+	// that engine returns. Nil: none.
+	Covers []int
 	// Moves continues the role-move count GET /state reports.
 	Moves int
 }
@@ -45,7 +50,7 @@ func ResumeFrom(s State, names []string) (*Resume, error) {
 		return nil, fmt.Errorf("live: resume: moves %d: expected a count of 0 or more", s.Moves)
 	}
 	rs := &Resume{Roles: make([]event.Role, len(names)), Generations: make([]uint64, len(names)),
-		Down: make([]bool, len(names)), Cordoned: make([]bool, len(names)), Starts: make([]float64, len(names)), Moves: s.Moves}
+		Down: make([]bool, len(names)), Cordoned: make([]bool, len(names)), Starts: make([]float64, len(names)), Covers: make([]int, len(names)), Moves: s.Moves}
 	for i, e := range s.Engines {
 		if e.Name != names[i] {
 			return nil, fmt.Errorf("live: resume: engine %d is %q in the published state, %q in this fleet", i, e.Name, names[i])
@@ -59,6 +64,12 @@ func ResumeFrom(s State, names []string) (*Resume, error) {
 			return nil, fmt.Errorf("live: resume: engine %s: process_start_s %v: expected a time after the epoch, or 0", e.Name, e.ProcessStart)
 		}
 		rs.Roles[i], rs.Generations[i], rs.Down[i], rs.Cordoned[i], rs.Starts[i] = r, e.Generation, e.Down, e.Cordoned, e.ProcessStart
+		rs.Covers[i] = -1
+		if e.Covers != "" {
+			if rs.Covers[i] = slices.Index(names, e.Covers); rs.Covers[i] < 0 {
+				return nil, fmt.Errorf("live: resume: engine %s: covers %q: expected an engine of this fleet", e.Name, e.Covers)
+			}
+		}
 	}
 	return rs, nil
 }
@@ -69,7 +80,7 @@ func (r *Router) resume(c *core.Core) error {
 	if rs == nil {
 		return nil
 	}
-	for _, l := range []int{len(rs.Generations), len(rs.Down), len(rs.Cordoned), len(rs.Starts)} {
+	for _, l := range []int{len(rs.Generations), len(rs.Down), len(rs.Cordoned), len(rs.Starts), len(rs.Covers)} {
 		if l != 0 && l != len(r.engines) {
 			return fmt.Errorf("live: resume: %d entries for %d engines", l, len(r.engines))
 		}
@@ -115,6 +126,19 @@ func (r *Router) resume(c *core.Core) error {
 		}
 		r.engines[i].cordoned.Store(true)
 		if err := c.EngineDown(0, event.Instance(i), event.CauseOperator); err != nil {
+			return fmt.Errorf("live: resume: %w", err)
+		}
+	}
+	for donor, inst := range rs.Covers {
+		if inst < 0 {
+			continue
+		}
+		// Only while the covered engine is still out; a cover whose
+		// engine came back before the takeover was undone then.
+		if !c.View().Instance(event.Instance(inst)).Down {
+			continue
+		}
+		if err := c.SetCover(event.Instance(inst), event.Instance(donor)); err != nil {
 			return fmt.Errorf("live: resume: %w", err)
 		}
 	}

@@ -54,6 +54,10 @@ type EngineState struct {
 	HandoffsPending int `json:"handoffs_pending"`
 	// MeanIntervalSeconds is the monitor's last mean decode gap.
 	MeanIntervalSeconds float64 `json:"mean_interval_s"`
+	// Covers names the down or cordoned engine whose role this one was
+	// moved into (cause engine_down); it goes back to the other phase when
+	// that engine returns. Absent when it covers none.
+	Covers string `json:"covers,omitempty"`
 	// LastMoveSeconds is when its role last changed (router clock); absent
 	// when it never moved.
 	LastMoveSeconds *float64 `json:"last_move_s,omitempty"`
@@ -88,6 +92,9 @@ func (o *owner) snapshot(now event.Time) State {
 			// (published, so a new leader keeps it).
 			Generation: max(in.Generation, o.heldGen[i]), HandoffsPending: pending[i], PrefillLegs: in.PrefillCount, PrefillTokens: in.PrefillTokens,
 			DecodeLegs: in.DecodeCount, DecodeTokens: decodeCtx[i], MeanIntervalSeconds: in.MeanInterval}
+		if c, ok := v.Covers(event.Instance(i)); ok {
+			es.Covers = o.r.engines[c].name
+		}
 		if in.Moved {
 			t := in.LastMove.Seconds()
 			es.LastMoveSeconds = &t

@@ -72,6 +72,47 @@ func TestCordonWindows(t *testing.T) {
 	}
 }
 
+// Cordoning a static split's one prefill engine moves a decode engine
+// into prefill for the window (cause engine_down), and the uncordon sends
+// it back (cause engine_up): the split after the window is the split's
+// own, with every invariant held, placed either way.
+func TestCordonCoverReturns(t *testing.T) {
+	for _, arm := range []string{"static:1P3D", "static:1P3D/alg1"} {
+		t.Run(arm, func(t *testing.T) {
+			cfg := refConfig(4)
+			cfg.Cordons = []Cordon{{Inst: 0, From: 10 * event.Second, Until: 40 * event.Second}}
+			var rec recorder
+			_, st := runCheckerWith(t, cfg, mustController(t, arm, 4), randomTrace(7, 400, 12), &rec)
+			if st.Failed != 0 {
+				t.Fatalf("%+v: expected none failed", st)
+			}
+			var moves []string
+			roles := map[event.Instance]event.Role{}
+			for _, r := range rec.recs {
+				if r.Kind == event.KindRoleMove {
+					roles[r.Inst] = r.To
+					if !r.Opening() {
+						moves = append(moves, fmt.Sprintf("%d %s->%s %s %.0fs", r.Inst, r.From, r.To, r.Cause, r.At.Seconds()))
+					}
+				}
+			}
+			if len(moves) != 2 || !strings.Contains(moves[0], "decode->prefill engine_down 10s") || !strings.Contains(moves[1], "prefill->decode engine_up 40s") ||
+				moves[0][:strings.Index(moves[0], " ")] != moves[1][:strings.Index(moves[1], " ")] {
+				t.Fatalf("moves %v: expected one decode engine into prefill at 10 s and back at 40 s", moves)
+			}
+			prefill := 0
+			for _, r := range roles {
+				if r == event.RolePrefill {
+					prefill++
+				}
+			}
+			if prefill != 1 {
+				t.Errorf("roles at the end %v: expected one prefill engine", roles)
+			}
+		})
+	}
+}
+
 // A cordon that would leave a role uncovered is refused: on a 1P1D
 // split neither engine can go.
 func TestCordonRefused(t *testing.T) {
