@@ -144,9 +144,11 @@ type coverMove struct {
 // went down: the donor returns to the role it left (cause engine_up), so
 // the split is the one the fleet had before the fault (a static split's
 // own). Only when nothing has changed that move's sense since: inst holds
-// the covered role again and is online, and the donor is online, still in
-// that role and not moved since (a controller that moved it owns its role
-// now). A down donor keeps its role.
+// the covered role and is online (not moved while down, nor still
+// starting a role a controller gave it), and the donor is online, still
+// in that role and not moved since (a controller that moved either owns
+// the roles now). Otherwise the cover is dropped: a down donor keeps its
+// role.
 func (c *Core) uncover(inst event.Instance) {
 	v := &c.v
 	in := &v.inst[inst]
@@ -163,12 +165,14 @@ func (c *Core) uncover(inst event.Instance) {
 		fmt.Sprintf("instance %d is back: instance %d, moved to %s to cover it, returns to %s", inst, m.donor, m.role, m.from))
 }
 
-// Covers says which down engine's role donor holds as its cover (the
-// move coverRole made, not yet undone, and donor not moved since).
+// Covers says which down engine's role donor holds as its cover: the
+// move coverRole made, not yet undone, with neither engine moved out of
+// that role since (a controller may move a down engine: the dynamo and
+// ray models take idle ones first), so that uncover would still undo it.
 func (v *View) Covers(donor event.Instance) (event.Instance, bool) {
 	d := &v.inst[donor]
 	for i := range v.inst {
-		if m := &v.inst[i].cover; m.ok && m.donor == donor && d.Role == m.role && d.LastMove == m.at {
+		if m := &v.inst[i].cover; m.ok && m.donor == donor && d.Role == m.role && d.LastMove == m.at && v.inst[i].Role == m.role {
 			return event.Instance(i), true
 		}
 	}

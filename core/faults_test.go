@@ -148,12 +148,35 @@ func TestUncover(t *testing.T) {
 		t.Errorf("set cover on an engine up: %v", err)
 	}
 
+	// The down engine itself moved out of the covered role while down
+	// (the dynamo and ray models take idle engines first): the pairing is
+	// no longer one (Covers says so), and its return moves nothing.
+	c = faultCore(t, "static:1P3D", 4)
+	c.EngineDown(1, 0, event.CauseEngineDown)
+	donor = moves(c.Ready().Records)[0].Inst
+	if got, ok := c.View().Covers(donor); !ok || got != 0 {
+		t.Fatalf("Covers(%d) = %d %t: expected instance 0", donor, got, ok)
+	}
+	v := c.View()
+	v.now = 2
+	if !v.Move(0, event.RoleDecode, 2, event.CauseController, "test") {
+		t.Fatal("refused moving the down engine")
+	}
+	c.Ready()
+	if got, ok := c.View().Covers(donor); ok {
+		t.Errorf("Covers(%d) = %d after the down engine left the role: expected none", donor, got)
+	}
+	c.EngineUp(3, 0, 1)
+	if m := moves(c.Ready().Records); len(m) != 0 {
+		t.Fatalf("moves %+v: expected none for an engine moved while down", m)
+	}
+
 	// Moved since by someone else (here to mixed, which still serves
 	// prefill): its role is theirs; nothing moves on the return.
 	c = faultCore(t, "static:1P3D", 4)
 	c.EngineDown(1, 0, event.CauseEngineDown)
 	donor = moves(c.Ready().Records)[0].Inst
-	v := c.View()
+	v = c.View()
 	v.now = 2
 	if !v.Move(donor, event.RoleMixed, 2, event.CauseController, "test") {
 		t.Fatal("refused the move to mixed")

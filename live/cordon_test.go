@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -271,6 +272,41 @@ func TestCordonCoverReturns(t *testing.T) {
 	}
 	cancel()
 	<-ran
+	// A published pairing the roles no longer bear out (e0 moved to
+	// decode while cordoned) does not stop a takeover: it is dropped.
+	stale := published
+	stale.Engines = slices.Clone(published.Engines)
+	stale.Engines[0].Role = "decode"
+	rs, err = ResumeFrom(stale, r.router.cfg.Fleet.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	var logMu sync.Mutex
+	ctrl2, err := core.NewController("static:1P2D", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := New(Config{Fleet: r.router.cfg.Fleet, URLs: r.router.cfg.URLs, Controller: ctrl2, Model: "stub", Recorder: &memJournal{}, Resume: rs,
+		Logf: func(format string, args ...any) {
+			logMu.Lock()
+			fmt.Fprintf(&logs, format+"\n", args...)
+			logMu.Unlock()
+		}})
+	if err != nil {
+		t.Fatalf("a takeover with a stale cover: %v", err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	ran2 := make(chan error, 1)
+	go func() { ran2 <- c2.Run(ctx2) }()
+	logMu.Lock()
+	logged := logs.String()
+	logMu.Unlock()
+	if st, _ := c2.State(); st.Engines[donor].Covers != "" || !strings.Contains(logged, "the cover is not kept") {
+		t.Errorf("stale cover: %+v, log %q: expected it dropped and said", st.Engines, logged)
+	}
+	cancel2()
+	<-ran2
 	if _, err := ResumeFrom(State{Engines: []EngineState{{Name: "e0", Role: "prefill"}, {Name: "e1", Role: "prefill", Covers: "e7"}, {Name: "e2", Role: "decode"}}},
 		r.router.cfg.Fleet.Names()); err == nil || !strings.Contains(err.Error(), `covers "e7"`) {
 		t.Errorf("resume covering an unknown engine: %v", err)

@@ -139,7 +139,10 @@ func (r *Router) resume(c *core.Core) error {
 			continue
 		}
 		if err := c.SetCover(event.Instance(inst), event.Instance(donor)); err != nil {
-			return fmt.Errorf("live: resume: %w", err)
+			// A pairing the published roles no longer bear out (an
+			// older leader's /state, say): the takeover goes on
+			// without it, as the roles stand.
+			r.logf("narwhal-bench: resume: %v: the cover is not kept", err)
 		}
 	}
 	r.o.moves = rs.Moves

@@ -10,6 +10,11 @@ import (
 type SplitChange struct {
 	At      event.Time
 	Prefill int
+	// Cover: a move at At covered a down engine's role, or undid such a
+	// cover on its return (cause engine_down or engine_up): the fault's
+	// doing, not a controller's, so no reversal it takes part in is
+	// thrash.
+	Cover bool
 }
 
 // Splits folds a run's role-move records (in order) into the prefill pool
@@ -27,11 +32,13 @@ func Splits(moves []event.Record) []SplitChange {
 		if m.To == event.RolePrefill {
 			p++
 		}
+		cover := m.Cause == event.CauseEngineDown || m.Cause == event.CauseEngineUp
 		if n := len(out); n > 0 && out[n-1].At == m.At {
 			out[n-1].Prefill = p
+			out[n-1].Cover = out[n-1].Cover || cover
 			continue
 		}
-		out = append(out, SplitChange{At: m.At, Prefill: p})
+		out = append(out, SplitChange{At: m.At, Prefill: p, Cover: cover})
 	}
 	return out
 }
@@ -72,14 +79,16 @@ func Changes(splits []SplitChange) []SplitChange {
 
 // Thrash counts moves reversed within window: a change of the prefill pool
 // size followed, within window, by a change in the other direction (moves
-// that leave the size as it was in between do not hide a reversal).
+// that leave the size as it was in between do not hide a reversal). A
+// reversal one of whose changes covers a down engine's role, or undoes
+// that cover (SplitChange.Cover), is a fault's and does not count.
 func Thrash(splits []SplitChange, window event.Time) int {
 	splits = Changes(splits)
 	n := 0
 	for i := 1; i+1 < len(splits); i++ {
 		d1 := splits[i].Prefill - splits[i-1].Prefill
 		d2 := splits[i+1].Prefill - splits[i].Prefill
-		if d1*d2 < 0 && splits[i+1].At-splits[i].At <= window {
+		if d1*d2 < 0 && splits[i+1].At-splits[i].At <= window && !splits[i].Cover && !splits[i+1].Cover {
 			n++
 		}
 	}

@@ -24,7 +24,7 @@ func TestSplits(t *testing.T) {
 		move(20*s, P, D), move(20*s, P, D),
 		move(100*s, D, P),
 	}
-	want := []SplitChange{{0, 2}, {10 * s, 3}, {20 * s, 1}, {100 * s, 2}}
+	want := []SplitChange{{At: 0, Prefill: 2}, {At: 10 * s, Prefill: 3}, {At: 20 * s, Prefill: 1}, {At: 100 * s, Prefill: 2}}
 	got := Splits(moves)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Splits = %v, want %v", got, want)
@@ -57,7 +57,7 @@ func TestThrashAcrossUnchangedSize(t *testing.T) {
 	if len(sp) != 4 {
 		t.Fatalf("Splits = %v: expected four entries, one of them no change", sp)
 	}
-	if ch := Changes(sp); !reflect.DeepEqual(ch, []SplitChange{{0, 2}, {10 * s, 1}, {30 * s, 2}}) {
+	if ch := Changes(sp); !reflect.DeepEqual(ch, []SplitChange{{At: 0, Prefill: 2}, {At: 10 * s, Prefill: 1}, {At: 30 * s, Prefill: 2}}) {
 		t.Fatalf("Changes = %v", ch)
 	}
 	if got := Thrash(sp, 60*s); got != 1 {
@@ -65,8 +65,34 @@ func TestThrashAcrossUnchangedSize(t *testing.T) {
 	}
 }
 
+// A cover of a down engine's role and its undoing on the engine's return
+// (causes engine_down and engine_up) are a fault's moves: a reversal they
+// make, or take part in, is not thrash; a controller's reversal around
+// them still is.
+func TestThrashLeavesFaultCoversOut(t *testing.T) {
+	P, D, N := event.RolePrefill, event.RoleDecode, event.RoleNone
+	cause := func(r event.Record, c event.Cause) event.Record { r.Cause = c; return r }
+	moves := []event.Record{
+		move(0, N, P), move(0, N, D), move(0, N, D), move(0, N, D),
+		cause(move(10*s, D, P), event.CauseEngineDown), // e0 down: 1 -> 2
+		cause(move(20*s, P, D), event.CauseEngineUp),   // back: 2 -> 1
+		cause(move(40*s, D, P), event.CauseController), // 1 -> 2
+		cause(move(50*s, P, D), event.CauseController), // 2 -> 1: thrash
+	}
+	sp := Splits(moves)
+	if !sp[1].Cover || !sp[2].Cover || sp[3].Cover {
+		t.Fatalf("Splits = %+v: expected the moves at 10 s and 20 s marked as covers", sp)
+	}
+	if got := Thrash(sp, 30*s); got != 1 {
+		t.Fatalf("Thrash = %d, want 1: the controller's reversal at 50 s, not the cover's at 20 s", got)
+	}
+	if Moves(moves) != 4 {
+		t.Fatalf("Moves = %d, want 4: covers are moves", Moves(moves))
+	}
+}
+
 func TestLag(t *testing.T) {
-	splits := []SplitChange{{0, 1}, {70 * s, 2}, {80 * s, 3}, {200 * s, 1}}
+	splits := []SplitChange{{At: 0, Prefill: 1}, {At: 70 * s, Prefill: 2}, {At: 80 * s, Prefill: 3}, {At: 200 * s, Prefill: 1}}
 	phases := []PhaseTarget{{0, 60 * s, 1}, {60 * s, 120 * s, 4}, {120 * s, 180 * s, 3}, {180 * s, 240 * s, 7}}
 	lags, missed := Lag(splits, phases)
 	// Phase 2 wants 4: within one engine (3) at 80 s, 20 s after it
