@@ -18,8 +18,42 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
 
-// maxLegBody bounds a non-streamed leg's response body.
-const maxLegBody = 64 << 20
+// maxLegBody bounds a non-streamed leg's response body, and one event of a
+// streamed one (vLLM bounds neither: a long prompt's logprobs, echoed,
+// run to tens of MiB). A variable for the tests.
+var maxLegBody = 64 << 20
+
+// errAnswerTooLarge: a non-streamed leg's answer is over maxLegBody.
+var errAnswerTooLarge = errors.New("the answer is over the router's bound")
+
+// readLegBody reads a non-streamed leg's whole answer, or fails with
+// errAnswerTooLarge: never a prefix of it.
+func readLegBody(r io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(maxLegBody)+1))
+	if err == nil && len(b) > maxLegBody {
+		return nil, errAnswerTooLarge
+	}
+	return b, err
+}
+
+// tooLarge reports an answer (or one event of a stream) over the router's
+// bounds: the engine answered, the router cannot relay it. Not the
+// engine's fault, and no other engine would answer smaller.
+func tooLarge(err error) bool {
+	return errors.Is(err, errAnswerTooLarge) || errors.Is(err, api.ErrEventTooLarge)
+}
+
+// mib writes n bytes in MiB.
+func mib(n int) string { return strconv.FormatFloat(float64(n)/(1<<20), 'f', -1, 64) + " MiB" }
+
+// codeAnswerTooLarge is the error code of tooLargeError.
+const codeAnswerTooLarge = "answer_too_large"
+
+// tooLargeError is the client's answer to a tooLarge failure.
+func tooLargeError(e *engine) *api.Error {
+	return &api.Error{Status: http.StatusBadGateway, Type: api.TypeServer, Code: codeAnswerTooLarge,
+		Message: fmt.Sprintf("%s's answer is over the router's bound (%s for a non-streamed answer or one streamed event): ask for fewer logprobs or no echo of a long prompt", e.name, mib(maxLegBody))}
+}
 
 // maxClassLen bounds X-Narwhal-Class (trace class names are at most 64).
 const maxClassLen = 128
@@ -446,7 +480,7 @@ func (l *leg) fail(kind event.Kind, cause event.Cause, engineErr *api.Error) {
 		return
 	}
 	switch {
-	case engineErr != nil && (engineErr.Status >= 400 && engineErr.Status < 500 || engineErr.Status == http.StatusServiceUnavailable):
+	case engineErr != nil && (engineErr.Status >= 400 && engineErr.Status < 500 || engineErr.Status == http.StatusServiceUnavailable || engineErr.Code == codeAnswerTooLarge):
 		api.WriteError(l.w, engineErr)
 	case cause == event.CauseTimeout:
 		api.WriteError(l.w, api.ServerError(http.StatusGatewayTimeout, "an engine did not answer in time"))
@@ -480,6 +514,10 @@ func (l *leg) legFailure(e *engine, ctx context.Context, err error, stage string
 	case timedOut || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
 		l.r.timedOut(e)
 		l.fail(event.KindFail, event.CauseTimeout, nil)
+	case tooLarge(err):
+		// The engine answered: nothing counts against it, and no retry.
+		l.r.answered(e)
+		l.fail(event.KindFail, event.CauseBadGateway, tooLargeError(e))
 	default:
 		l.r.failed(e, "connect")
 		if l.retryable() {
@@ -509,7 +547,7 @@ func (l *leg) twoLegs(pe *engine) verdict {
 		done()
 		return l.legFailure(pe, tctx, err, "prefill", false)
 	}
-	rb, err := io.ReadAll(io.LimitReader(resp.Body, maxLegBody))
+	rb, err := readLegBody(resp.Body)
 	resp.Body.Close()
 	done()
 	if err != nil {
@@ -788,7 +826,7 @@ func (l *leg) run(e *engine, raw map[string]json.RawMessage, handoff json.RawMes
 	}
 	if !l.req.Stream {
 		timer.Reset(l.r.cfg.RequestTimeout)
-		rb, err := io.ReadAll(io.LimitReader(resp.Body, maxLegBody))
+		rb, err := readLegBody(resp.Body)
 		if err != nil {
 			return failed(err)
 		}
@@ -849,7 +887,7 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		held = nil
 		return nil
 	}
-	sr := api.NewSSEReader(upstream)
+	sr := api.NewSSEReaderMax(upstream, maxLegBody)
 	delivered, usage, cached := 0, -1, 0
 	finish := ""
 	var last time.Time
@@ -887,6 +925,8 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 			case timedOut.Load(): // a read gap: the engine may be stuck
 				cause, code, why = event.CauseTimeout, http.StatusGatewayTimeout, "the engine sent nothing for the read timeout"
 				l.r.timedOut(e)
+			case tooLarge(err): // the engine's event is whole; the router cannot relay it
+				why = tooLargeError(e).Message
 			default:
 				l.r.failed(e, "connect") // 200 then broken
 			}

@@ -1061,3 +1061,63 @@ func TestWrongMethod(t *testing.T) {
 		t.Errorf("GET /v1/nothing: %d, expected 404", code)
 	}
 }
+
+// An engine's answer over the router's bound (a long prompt's logprobs,
+// echoed, run to tens of MiB) fails that request with 502
+// answer_too_large, streamed or not, before or after its first token, and
+// never silently truncated; it is no fault of the engine: no retry, and
+// however many such answers, the engine is not ejected.
+func TestAnswerTooLarge(t *testing.T) {
+	defer func(n int) { maxLegBody = n }(maxLegBody)
+	maxLegBody = 64 << 10
+	huge := strings.Repeat("x", 100<<10)
+	chunk := func(text string) string {
+		return `data: {"id":"cmpl-1","object":"text_completion","model":"stub","choices":[{"index":0,"text":"` + text + `","finish_reason":null}]}` + "\n\n"
+	}
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		interpose(t, c, 1, func(w http.ResponseWriter, q *http.Request, body []byte, engine http.Handler) { // the decode engine of 1P1D
+			switch {
+			case bytes.Contains(body, []byte(`"whole"`)):
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"id":"cmpl-1","object":"text_completion","model":"stub","choices":[{"index":0,"text":"`+huge+`","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`)
+			case bytes.Contains(body, []byte(`"first"`)):
+				api.SetSSEHeaders(w.Header())
+				io.WriteString(w, chunk(huge))
+			default: // "later": a token, then the big event
+				api.SetSSEHeaders(w.Header())
+				io.WriteString(w, chunk("a"))
+				w.(http.Flusher).Flush()
+				io.WriteString(w, chunk(huge))
+			}
+		})
+	}})
+	for _, c := range []struct{ prompt, stream string }{{"whole", "false"}, {"first", "true"}, {"first", "true"}, {"whole", "false"}, {"later", "true"}} {
+		resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"`+c.prompt+`","max_tokens":2,"stream":`+c.stream+`}`, nil)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if c.prompt == "later" {
+			if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`"error"`)) || !bytes.Contains(b, []byte("over the router's bound")) {
+				t.Errorf("%s: %d %.300s: expected the stream ended with an error event naming the bound", c.prompt, resp.StatusCode, b)
+			}
+			continue
+		}
+		e := api.ParseError(resp.StatusCode, b)
+		if resp.StatusCode != 502 || e == nil || e.Code != "answer_too_large" || !strings.Contains(e.Message, "0.0625 MiB") {
+			t.Errorf("%s (stream %s): %d %.300s: expected 502 answer_too_large naming the bound", c.prompt, c.stream, resp.StatusCode, b)
+		}
+	}
+	st, _ := r.router.State()
+	if st.Engines[1].Down {
+		t.Errorf("e1 %+v: ejected for answers too large to relay", st.Engines[1])
+	}
+	r.stop()
+	rows := checkJournal(t, r.jr.records())
+	for _, row := range rows {
+		if row.Terminal != event.KindFail || row.Cause != event.CauseBadGateway {
+			t.Errorf("row %+v: expected a failure, cause bad_gateway", row)
+		}
+	}
+	if len(rows) != 5 {
+		t.Errorf("%d rows, expected 5 (no retry)", len(rows))
+	}
+}

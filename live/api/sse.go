@@ -10,8 +10,11 @@ import (
 	"net/http"
 )
 
-// MaxEventBytes bounds one server-sent event a client reads.
-const MaxEventBytes = 4 << 20
+// MaxEventBytes bounds one server-sent event a client reads. vLLM sets
+// no bound: a first chunk carrying a long prompt's logprobs (echo with
+// logprobs) runs to tens of MiB, so the bound is the router's bound on a
+// whole non-streamed answer.
+const MaxEventBytes = 64 << 20
 
 // SetSSEHeaders sets the headers of a streamed (text/event-stream)
 // response; call it before the status is written.
@@ -87,6 +90,7 @@ var doneMarker = []byte("[DONE]")
 type SSEReader struct {
 	r    *bufio.Reader
 	data []byte
+	max  int // bound on one event's payload and on one line
 }
 
 // NewSSEReader reads events from r.
@@ -94,11 +98,20 @@ func NewSSEReader(r io.Reader) *SSEReader {
 	// A small buffer: most events are a few hundred bytes, and readLine
 	// joins longer lines (up to MaxEventBytes) itself. Thousands of
 	// streams are open at once in a router.
-	return &SSEReader{r: bufio.NewReaderSize(r, 4<<10)}
+	return &SSEReader{r: bufio.NewReaderSize(r, 4<<10), max: MaxEventBytes}
 }
 
-// ErrEventTooLarge is returned for an event over MaxEventBytes.
-var ErrEventTooLarge = errors.New("sse: event over MaxEventBytes")
+// NewSSEReaderMax is NewSSEReader with events bounded at max bytes
+// instead of MaxEventBytes.
+func NewSSEReaderMax(r io.Reader, max int) *SSEReader {
+	s := NewSSEReader(r)
+	s.max = max
+	return s
+}
+
+// ErrEventTooLarge is returned for an event over the reader's bound
+// (MaxEventBytes unless NewSSEReaderMax said otherwise).
+var ErrEventTooLarge = errors.New("sse: event over the reader's bound")
 
 // ReadEvent returns the next event's payload (its data lines joined by
 // "\n"), or done=true at "data: [DONE]". Comments, other fields and empty
@@ -137,7 +150,7 @@ func (s *SSEReader) ReadEvent() (payload []byte, done bool, err error) {
 		if have {
 			s.data = append(s.data, '\n')
 		}
-		if len(s.data)+len(value) > MaxEventBytes {
+		if len(s.data)+len(value) > s.max {
 			return nil, false, ErrEventTooLarge
 		}
 		s.data = append(s.data, value...)
@@ -158,7 +171,7 @@ func (s *SSEReader) readLine() ([]byte, error) {
 	for {
 		frag, err := s.r.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
-			if len(long)+len(frag) > MaxEventBytes {
+			if len(long)+len(frag) > s.max {
 				return nil, ErrEventTooLarge
 			}
 			long = append(long, frag...)
