@@ -1121,3 +1121,22 @@ func TestAnswerTooLarge(t *testing.T) {
 		t.Errorf("%d rows, expected 5 (no retry)", len(rows))
 	}
 }
+
+// An engine's own error passes through as the engine wrote it: vLLM's
+// type and integer code (its HTTP status) stay, not re-coded as null.
+func TestEngineErrorPassesThrough(t *testing.T) {
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}})
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"hello there, a prompt of several tokens","max_tokens":131072}`, nil)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var body struct {
+		Error struct {
+			Type string          `json:"type"`
+			Code json.RawMessage `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil || resp.StatusCode != 400 || body.Error.Type != "BadRequestError" || string(body.Error.Code) != "400" {
+		t.Errorf("%d %s (%v): expected the stub's 400 as it wrote it, type BadRequestError, code 400", resp.StatusCode, b, err)
+	}
+	r.stop()
+}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -18,6 +19,10 @@ type Error struct {
 	Message string
 	Param   string // the request field at fault ("" = none, sent as null)
 	Code    string // a machine-readable code ("" = none, sent as null)
+	// rawCode is an engine's code that is no string (vLLM's integer
+	// status), kept by ParseError so that an engine's error passed on
+	// reads as the engine wrote it.
+	rawCode json.RawMessage
 	// RetryAfter is how long the client should wait before retrying
 	// (429 and 503 only; 0 = no header).
 	RetryAfter time.Duration
@@ -45,7 +50,7 @@ type errorObject struct {
 	Message string  `json:"message"`
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
-	Code    *string `json:"code"`
+	Code    any     `json:"code"`
 }
 
 func orNull(s string) *string {
@@ -57,7 +62,14 @@ func orNull(s string) *string {
 
 // Body returns the error's JSON body.
 func (e *Error) Body() []byte {
-	b, _ := json.Marshal(errorBody{Error: errorObject{Message: e.Message, Type: e.Type, Param: orNull(e.Param), Code: orNull(e.Code)}})
+	var code any
+	switch {
+	case e.Code != "":
+		code = e.Code
+	case len(e.rawCode) > 0:
+		code = e.rawCode
+	}
+	b, _ := json.Marshal(errorBody{Error: errorObject{Message: e.Message, Type: e.Type, Param: orNull(e.Param), Code: code}})
 	return b
 }
 
@@ -114,7 +126,8 @@ type errorFields struct {
 // ParseError reads an error body (any status): OpenAI's and vLLM's
 // {"error":{...}}, or the flat {"object":"error","message",...} of vLLM
 // before 0.10.1. It returns nil when the body is neither. A string code
-// is kept; vLLM's integer code is the HTTP status, which Status holds.
+// is kept as Code; a number (vLLM's integer code, the HTTP status) is kept
+// as it was written, for Body.
 func ParseError(status int, body []byte) *Error {
 	var b struct {
 		Error *errorFields `json:"error"`
@@ -135,8 +148,11 @@ func ParseError(status int, body []byte) *Error {
 		e.Param = *f.Param
 	}
 	var code string
+	var num float64
 	if json.Unmarshal(f.Code, &code) == nil {
 		e.Code = code
+	} else if json.Unmarshal(f.Code, &num) == nil {
+		e.rawCode = json.RawMessage(bytes.TrimSpace(f.Code))
 	}
 	return e
 }

@@ -217,6 +217,18 @@ func TestChatDefaultLimit(t *testing.T) {
 	if r := post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"`+strings.Repeat("x", 200)+`"}]}`); r.status != 400 || !bytes.Contains(r.body, []byte(`"param":"messages"`)) {
 		t.Errorf("a prompt filling the context: %d %s", r.status, r.body)
 	}
+	// A prompt longer than the context is refused for the prompt, even
+	// asking one token (as a router's prefill leg does), as vLLM checks
+	// the prompt alone first.
+	for _, body := range []string{`{"prompt":"` + strings.Repeat("x", 200) + `","max_tokens":1}`, `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 200) + `"}],"max_tokens":1}`} {
+		path, param := "/v1/completions", `"param":"prompt"`
+		if strings.Contains(body, "messages") {
+			path, param = "/v1/chat/completions", `"param":"messages"`
+		}
+		if r := post(t, u+path, body); r.status != 400 || !bytes.Contains(r.body, []byte(param)) || !bytes.Contains(r.body, []byte("max_model_len 40")) {
+			t.Errorf("%s, a prompt past the context asking 1 token: %d %s: expected 400 naming the prompt", path, r.status, r.body)
+		}
+	}
 	r = post(t, u+"/v1/completions", `{"prompt":"abcdefgh"}`)
 	if c := decodeResp(t, r.body); r.status != 200 || c.Usage.CompletionTokens != 16 {
 		t.Errorf("completions without max_tokens: %d %s: expected 16 tokens", r.status, r.body)
