@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -96,7 +97,53 @@ func (r *Router) Handler() http.Handler {
 		api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error",
 			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /ready, /state or /metrics, or POST /engines/NAME/cordon or /uncordon", q.Method, q.URL.Path)})
 	})
-	return mux
+	return cors(r.cfg.AllowedOrigins, mux)
+}
+
+// cors answers browsers calling the OpenAI API routes (/v1/...) from
+// another origin as vLLM's CORS middleware does: a preflight (OPTIONS with
+// Access-Control-Request-Method) from an allowed origin gets 200 with the
+// method and the headers asked for; every other request from one gets
+// Access-Control-Allow-Origin. A preflight from another origin is a 400.
+// The operator's routes (/state, /metrics, /engines/...) take no part.
+func cors(origins []string, next http.Handler) http.Handler {
+	if len(origins) == 0 {
+		return next
+	}
+	all := slices.Contains(origins, "*")
+	return http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		origin := q.Header.Get("Origin")
+		if origin == "" || !strings.HasPrefix(q.URL.Path, "/v1/") {
+			next.ServeHTTP(w, q)
+			return
+		}
+		ok := all || slices.Contains(origins, origin)
+		h := w.Header()
+		if ok {
+			if all {
+				h.Set("Access-Control-Allow-Origin", "*")
+			} else {
+				h.Set("Access-Control-Allow-Origin", origin)
+				h.Add("Vary", "Origin")
+			}
+		}
+		if q.Method != http.MethodOptions || q.Header.Get("Access-Control-Request-Method") == "" {
+			next.ServeHTTP(w, q)
+			return
+		}
+		if !ok {
+			h.Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, "Disallowed CORS origin")
+			return
+		}
+		h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+		if rh := q.Header.Get("Access-Control-Request-Headers"); rh != "" {
+			h.Set("Access-Control-Allow-Headers", rh)
+		}
+		h.Set("Access-Control-Max-Age", "600")
+		w.WriteHeader(http.StatusOK)
+	})
 }
 
 // halted says whether the router has stopped: what is still in flight was

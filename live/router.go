@@ -78,7 +78,9 @@ type Config struct {
 	// client that sends it a byte at a time would otherwise hold its
 	// connection, and its tenant's slot, for good.
 	BodyTimeout time.Duration
-	// RequestTimeout bounds a request end to end (default 600 s).
+	// RequestTimeout bounds a request end to end (default 1 h: a backstop;
+	// ReadTimeout keeps a stream live, and a reasoning model writing 32,000
+	// tokens at 30 a second runs 18 minutes).
 	RequestTimeout time.Duration
 	// Tokenize counts each prompt with an engine's POST /tokenize (its
 	// own tokenizer and chat template) instead of the estimate, at the
@@ -116,6 +118,10 @@ type Config struct {
 	// rest of the run; an engine that keeps failing is kept out longer
 	// each time.
 	SameProcessHold time.Duration
+	// AllowedOrigins are the browser origins allowed to call the OpenAI
+	// API routes (/v1/...) across origins (CORS): "*" for any, as vLLM
+	// allows by default; nil: no CORS headers, preflights refused.
+	AllowedOrigins []string
 	// Logf receives the router's operational log lines (ejections,
 	// readmissions); nil discards them.
 	Logf func(format string, args ...any)
@@ -150,7 +156,7 @@ func (c *Config) defaults() {
 	def(&c.FirstTokenTimeout, 30*time.Second)
 	def(&c.ReadTimeout, 60*time.Second)
 	def(&c.BodyTimeout, 30*time.Second)
-	def(&c.RequestTimeout, 600*time.Second)
+	def(&c.RequestTimeout, time.Hour)
 	def(&c.TokenizeTimeout, 2*time.Second)
 	def(&c.ProbeInterval, time.Second)
 	def(&c.ProbeTimeout, 2*time.Second)

@@ -1140,3 +1140,63 @@ func TestEngineErrorPassesThrough(t *testing.T) {
 	}
 	r.stop()
 }
+
+// Browsers calling the OpenAI routes from another origin get vLLM's CORS
+// answers: a preflight is a 200 naming the method and headers asked for,
+// every answer from an allowed origin carries Access-Control-Allow-Origin
+// (the origin itself, with Vary, when the list names origins); a preflight
+// from an origin not listed is a 400; the operator's routes take no part;
+// without origins configured nothing changes.
+func TestCORS(t *testing.T) {
+	do := func(r *rig, method, path, origin string, hdr map[string]string, body string) *http.Response {
+		q, err := http.NewRequest(method, r.url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if origin != "" {
+			q.Header.Set("Origin", origin)
+		}
+		for k, v := range hdr {
+			q.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	preflight := map[string]string{"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"}
+	chat := `{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
+	for _, origins := range [][]string{{"*"}, {"http://ui.example:3000"}, nil} {
+		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) { c.AllowedOrigins = origins }})
+		resp := do(r, http.MethodOptions, "/v1/chat/completions", "http://ui.example:3000", preflight, "")
+		acao := resp.Header.Get("Access-Control-Allow-Origin")
+		switch {
+		case origins == nil:
+			if resp.StatusCode != 405 || acao != "" {
+				t.Errorf("no origins: preflight %d %q: expected 405 and no CORS header", resp.StatusCode, acao)
+			}
+		case origins[0] == "*":
+			if resp.StatusCode != 200 || acao != "*" || resp.Header.Get("Access-Control-Allow-Headers") != "authorization, content-type" || !strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "POST") {
+				t.Errorf("*: preflight %d %v", resp.StatusCode, resp.Header)
+			}
+		default:
+			if resp.StatusCode != 200 || acao != "http://ui.example:3000" || resp.Header.Get("Vary") != "Origin" {
+				t.Errorf("listed origin: preflight %d %v", resp.StatusCode, resp.Header)
+			}
+			if resp := do(r, http.MethodOptions, "/v1/chat/completions", "http://evil.example", preflight, ""); resp.StatusCode != 400 || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+				t.Errorf("an origin not listed: preflight %d %v: expected 400", resp.StatusCode, resp.Header)
+			}
+		}
+		resp = do(r, http.MethodPost, "/v1/chat/completions", "http://ui.example:3000", map[string]string{"Content-Type": "application/json"}, chat)
+		if got := resp.Header.Get("Access-Control-Allow-Origin"); resp.StatusCode != 200 || (origins == nil) != (got == "") {
+			t.Errorf("origins %v: POST %d, Access-Control-Allow-Origin %q", origins, resp.StatusCode, got)
+		}
+		if resp := do(r, http.MethodGet, "/state", "http://ui.example:3000", nil, ""); resp.Header.Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("origins %v: /state carries a CORS header", origins)
+		}
+		r.stop()
+	}
+}

@@ -44,6 +44,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"check", "--fleet", "demo", "--base-port", "70000"}, 2, "has 1 error"},
 		{[]string{"serve", "--fleet", "demo", "--base-port", "-5"}, 2, "--base-port -5: 8 engines on ports -5 to 2: expected ports from 1 to 65535"},
 		{[]string{"stub", "--fleet", "demo", "--base-port", "65530"}, 2, "expected ports from 1 to 65535"},
+		{[]string{"serve", "--fleet", "demo", "--allowed-origins", "https://ok.example,chat.example"}, 2, `--allowed-origins: "chat.example": expected * or origins such as`},
 		{[]string{"stub", "--fleet", "demo", "--time-scale", "NaN"}, 2, "time scale NaN: expected a finite number >= 0"},
 		{[]string{"sim", "--trace", "demo", "--rates", "1e-9"}, 2, "would offer about 9e-08 requests: expected a rate that offers at least one"},
 		{[]string{"sim", "--trace", "demo", "--seed", "5", "--seeds", "1..3"}, 2, "--seed with --seeds 1..3"},

@@ -67,7 +67,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "endpoint", Value: loadgen.EndpointCompletions, Usage: "completions (/v1/completions) or chat (/v1/chat/completions)"},
 			&cli.StringFlag{Name: "api-key", Usage: "bearer token for --target (default: $NARWHAL_API_KEY)"},
 			&cli.IntFlag{Name: "max-concurrency", Usage: "at most this many requests in flight; the wait for a slot is the client's own queue (client_queue_s), not lag", DefaultText: "no bound, pure open loop"},
-			&cli.StringFlag{Name: "request-timeout", Value: "600s", Usage: "bound on one request end to end"},
+			&cli.StringFlag{Name: "request-timeout", Value: "1h", Usage: "bound on one request end to end"},
 			&cli.StringFlag{Name: "first-token-timeout", Usage: "bound on the wait for a request's first token (default: the request timeout)"},
 			&cli.StringFlag{Name: "drain-timeout", Value: "10s", Usage: "after Ctrl-C, how long requests in flight may finish before they are cancelled"},
 			&cli.StringFlag{Name: "duration", Usage: "play only the trace's first D of (scaled) time, e.g. 20s"},

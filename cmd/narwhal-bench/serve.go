@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,12 +47,13 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "prefill-timeout", Value: "120s", Usage: "bound on one prefill leg (and on a streamed one-engine request's first event)"},
 			&cli.StringFlag{Name: "first-token-timeout", Value: "30s", Usage: "bound on the wait for a streamed decode leg's first event (a non-streamed answer: --request-timeout)"},
 			&cli.StringFlag{Name: "read-timeout", Value: "60s", Usage: "bound on the gap between two events of a decode leg"},
-			&cli.StringFlag{Name: "request-timeout", Value: "600s", Usage: "bound on a request end to end"},
+			&cli.StringFlag{Name: "request-timeout", Value: "1h", Usage: "bound on a request end to end (a backstop: --read-timeout keeps streams live)"},
 			&cli.StringFlag{Name: "drain-timeout", Value: "10s", Usage: "on SIGINT or SIGTERM: how long requests in flight may finish before the rest are ended (503, or an error event mid-stream)"},
 			&cli.IntFlag{Name: "max-in-flight", Value: 100000, Usage: "requests admitted and not ended at most; beyond it 429 with Retry-After"},
 			&cli.IntFlag{Name: "max-tokens", Value: 131072, Usage: "largest max_tokens / max_completion_tokens accepted"},
 			&cli.BoolFlag{Name: "tokenize", Usage: "count each prompt with an engine's POST /tokenize (its tokenizer and chat template) instead of the estimate of about 4 bytes a token: one more round trip per request"},
 			&cli.StringFlag{Name: "tokenize-timeout", Value: "2s", Usage: "with --tokenize: bound on the count; past it the request takes the estimate"},
+			&cli.StringFlag{Name: "allowed-origins", Value: "*", Usage: "browser origins allowed to call the /v1/ routes across origins (CORS), separated by commas: * for any, as vLLM's default; empty for none"},
 		}, opsFlags()...),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			if c.Args().Len() > 0 {
@@ -77,6 +79,9 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				Handoff: live.HandoffPolicy(c.String("handoff-policy")), MaxInFlight: int(c.Int("max-in-flight")),
 				MaxOutputTokens: int(c.Int("max-tokens")), Tokenize: c.Bool("tokenize")}
 			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+			if cfg.AllowedOrigins, err = parseOrigins(c.String("allowed-origins")); err != nil {
+				return usageError{err}
+			}
 			if c.Bool("prefix-cache") {
 				pc := spec.PrefixCacheSize()
 				cfg.PrefixCache = &pc
@@ -285,4 +290,23 @@ func (j *journalRecorder) Record(r *event.Record) {
 	if j.w != nil {
 		j.w.Record(r)
 	}
+}
+
+// parseOrigins reads --allowed-origins: "*", or origins (scheme://host,
+// with a port when not the scheme's) separated by commas; "" is none.
+func parseOrigins(v string) ([]string, error) {
+	var out []string
+	for _, o := range strings.Split(v, ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		if o != "*" {
+			u, err := url.Parse(o)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+				return nil, fmt.Errorf("--allowed-origins: %q: expected * or origins such as https://chat.example.com or http://localhost:3000, separated by commas", o)
+			}
+		}
+		out = append(out, o)
+	}
+	return out, nil
 }

@@ -104,7 +104,7 @@ type Config struct {
 	// waiting for a slot is late, and its lag says so (vllm bench serve's
 	// --max-concurrency).
 	MaxConcurrency int
-	// RequestTimeout bounds one request end to end (default 600 s);
+	// RequestTimeout bounds one request end to end (default 1 h);
 	// FirstTokenTimeout bounds the wait for its first token (default
 	// RequestTimeout).
 	RequestTimeout, FirstTokenTimeout time.Duration
@@ -222,7 +222,7 @@ func (c *Config) defaults() error {
 		c.Model = "stub"
 	}
 	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = 600 * time.Second
+		c.RequestTimeout = time.Hour
 	}
 	if c.FirstTokenTimeout <= 0 {
 		c.FirstTokenTimeout = c.RequestTimeout
