@@ -65,6 +65,11 @@ type Request struct {
 	// one ordinary request (PrefillDone): the live router's aggregated
 	// engines and a decode engine absorbing a spilled prompt.
 	Local bool
+	// Whole is Local for a request that must not be split whatever the
+	// engine's role: it asks for its prompt's logprobs, which only the
+	// engine that computed the prompt has (a decode engine fed the KV
+	// computes none). Its decode is placed with cause whole.
+	Whole bool
 	// PrefixGroup names the prompt's shared prefix (0 = none) and
 	// PrefixTokens its length (Arrive).
 	PrefixGroup  int64
@@ -546,7 +551,7 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 	var d event.Instance
 	a, avoided := c.avoid[r.ID]
 	switch {
-	case r.Local:
+	case r.Local || r.Whole:
 		// One ordinary request on one engine: it decodes where it ran.
 		d = r.PrefillInst
 	case avoided:
@@ -572,8 +577,11 @@ func (c *Core) PrefillDone(now event.Time, r Request) error {
 	dst.DecodeTokens += int64(r.InputTokens) + 1
 	v.touch(d)
 	cause := event.CauseNone
-	if d != r.PrefillInst {
+	switch {
+	case d != r.PrefillInst:
 		cause = event.CauseCrossed
+	case r.Whole:
+		cause = event.CauseWhole
 	}
 	v.out = append(v.out, Decision{Kind: PlaceDecode, Req: r.ID, Inst: d, Cause: cause})
 	return nil

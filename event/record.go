@@ -134,6 +134,8 @@ const (
 	CauseBadGateway // an engine answered with an error or broke its stream
 	// Prefill placement.
 	CauseSpilled // the prompt runs on a decode engine no prefill engine could start it in time on (burst spill)
+	// Decode placement.
+	CauseWhole // the request runs whole on the engine that prefilled it: it asks for its prompt's logprobs, which a decode engine fed the KV cannot compute
 	causeCount
 )
 
@@ -146,6 +148,7 @@ var causeNames = [...]string{
 	"controller", "inline", "operator",
 	"engine_down", "engine_up", "no_handoff", "timeout", "bad_gateway",
 	"spilled",
+	"whole",
 }
 
 func (c Cause) String() string {

@@ -54,6 +54,7 @@ type flight struct {
 	scheduled time.Duration // from X-Narwhal-Scheduled-Ns, else arrival; -1 when absent
 	single    bool          // one ordinary request does both phases (set by the owner)
 	noDecode  bool          // the answer is its first token
+	whole     bool          // it asks for its prompt's logprobs: one engine serves it whole
 	noHandoff bool          // the prefill leg returned no usable handoff
 	queued    bool          // waiting in the core's admission queue (owner only)
 	// hashes are the prompt's block hashes when the router is
@@ -372,7 +373,7 @@ func (o *owner) prefilled(now event.Time, f *flight) {
 	f.firstAt = now
 	f.produced.Store(1)
 	o.emitReq(now, event.KindPrefillDone, f, f.prefill, event.NoInstance, int64(f.prefillCached), event.CauseNone)
-	req := core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill, NoDecode: f.noDecode, Local: f.single}
+	req := core.Request{ID: f.id, InputTokens: f.input, PrefillInst: f.prefill, NoDecode: f.noDecode, Local: f.single, Whole: f.whole}
 	if f.noDecode {
 		req.OutputTokens, req.TTFT, req.TPOT = 1, now-o.scheduledOf(f), event.Never
 	}
@@ -436,8 +437,9 @@ func (o *owner) apply(rd core.Ready) {
 			}
 			// One ordinary request when the engine runs both phases in
 			// one batch (aggregated, or a decode engine absorbing a
-			// burst's prompt: burst spill), or when there is no decode.
-			f.single = f.noDecode || d.Cause == event.CauseSpilled || o.core.View().Instance(d.Inst).Role == event.RoleMixed
+			// burst's prompt: burst spill), when there is no decode, or
+			// when it asks for its prompt's logprobs (whole).
+			f.single = f.noDecode || f.whole || d.Cause == event.CauseSpilled || o.core.View().Instance(d.Inst).Role == event.RoleMixed
 			o.emitReq(now, event.KindAdmit, f, d.Inst, event.NoInstance, 0, d.Cause)
 			if d.Cause == event.CauseSpilled {
 				o.r.met.spilled.Inc()

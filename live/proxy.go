@@ -372,7 +372,7 @@ func (r *Router) serve(w http.ResponseWriter, q *http.Request, chat bool) {
 		return
 	}
 	f := &flight{input: input, want: want, class: class, scheduled: -1,
-		reply: make(chan placement, 1), noDecode: want == 1, hashes: r.prefixHashes(req, input)}
+		reply: make(chan placement, 1), noDecode: want == 1, whole: req.PromptLogprobs(), hashes: r.prefixHashes(req, input)}
 	if s := q.Header.Get(HeaderScheduled); s != "" {
 		// A load generator in front of this router says when it meant to
 		// send (the client's queue counts toward TTFT). A time far from

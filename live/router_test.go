@@ -1200,3 +1200,63 @@ func TestCORS(t *testing.T) {
 		r.stop()
 	}
 }
+
+// A request that asks for its prompt's logprobs (vLLM's prompt_logprobs,
+// or a completions echo with logprobs) runs whole on the engine that
+// prefills it: a decode engine fed the KV computes no prompt logprobs
+// (vLLM's answers an error or empty values). Its decode is journaled on
+// that engine with cause whole, every invariant holding; other requests
+// still take two legs.
+func TestPromptLogprobsRunWhole(t *testing.T) {
+	var decodeCalls atomic.Int64
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		interpose(t, c, 1, func(w http.ResponseWriter, q *http.Request, _ []byte, engine http.Handler) { // the decode engine of 1P1D
+			if q.Method == http.MethodPost && strings.HasSuffix(q.URL.Path, "completions") {
+				decodeCalls.Add(1)
+			}
+			engine.ServeHTTP(w, q)
+		})
+	}})
+	whole := []struct{ path, body string }{
+		{"/v1/completions", `{"model":"stub","prompt":"score this","max_tokens":4,"echo":true,"logprobs":1}`},
+		{"/v1/completions", `{"model":"stub","prompt":"score this","max_tokens":4,"echo":true,"logprobs":0,"stream":true}`},
+		{"/v1/completions", `{"model":"stub","prompt":"score this","max_tokens":4,"prompt_logprobs":1}`},
+		{"/v1/chat/completions", `{"model":"stub","messages":[{"role":"user","content":"score this"}],"max_tokens":4,"prompt_logprobs":0,"stream":true}`},
+	}
+	for _, c := range whole {
+		resp := post(t, r, c.path, c.body, nil)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", c.body, resp.StatusCode, b)
+		}
+	}
+	if n := decodeCalls.Load(); n != 0 {
+		t.Errorf("%d calls reached the decode engine: expected every prompt-logprobs request whole on the prefill engine", n)
+	}
+	// echo without logprobs, and logprobs without echo, need no prompt
+	// logprobs: two legs as ever.
+	for _, body := range []string{`{"model":"stub","prompt":"plain","max_tokens":4,"echo":true}`, `{"model":"stub","prompt":"plain","max_tokens":4,"logprobs":1,"prompt_logprobs":null}`} {
+		resp := post(t, r, "/v1/completions", body, nil)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if n := decodeCalls.Load(); n != 2 {
+		t.Errorf("%d calls reached the decode engine: expected the two plain requests there", n)
+	}
+	r.stop()
+	recs := r.jr.records()
+	wholeStarts := 0
+	for _, rec := range recs {
+		if rec.Kind == event.KindDecodeStart && rec.Cause == event.CauseWhole {
+			wholeStarts++
+			if rec.Inst != 0 || rec.Peer != 0 {
+				t.Errorf("%+v: expected the decode on the prefill engine e0", rec)
+			}
+		}
+	}
+	if wholeStarts != len(whole) {
+		t.Errorf("%d decodes journaled whole, expected %d", wholeStarts, len(whole))
+	}
+	checkJournal(t, recs)
+}

@@ -168,7 +168,9 @@ func (c *Checker) Record(r *event.Record) {
 		}
 		if ro := c.roles[r.Inst]; !takesDecode(ro) {
 			switch {
-			case r.Inst == r.Peer && c.stayOK[r.Req]:
+			case r.Inst == r.Peer && (c.stayOK[r.Req] || r.Cause == event.CauseWhole):
+				// (Whole: it asked for its prompt's logprobs, which only
+				// the engine that computed the prompt has.)
 				c.Stays++
 			case c.fellBack(r.Req, takesDecode):
 				c.Fallbacks++

@@ -165,6 +165,24 @@ func (r *Request) Text() string {
 
 // LimitSet reports whether the request sets its output limit
 // (max_tokens or max_completion_tokens).
+// PromptLogprobs says whether the request asks for its prompt's
+// logprobs: vLLM's prompt_logprobs, or a completions echo with logprobs.
+// Only the engine that computes the prompt has them: a decode engine fed
+// the prompt's KV by another computes none (vLLM's decode side answers
+// such a request with an error or with empty values), so such a request
+// must run whole on one engine.
+func (r *Request) PromptLogprobs() bool {
+	set := func(k string) bool {
+		v, ok := r.Raw[k]
+		return ok && !bytes.Equal(bytes.TrimSpace(v), []byte("null"))
+	}
+	if set("prompt_logprobs") {
+		return true
+	}
+	return !r.Chat && bytes.Equal(bytes.TrimSpace(r.Raw["echo"]), []byte("true")) && set("logprobs") &&
+		!bytes.Equal(bytes.TrimSpace(r.Raw["logprobs"]), []byte("false"))
+}
+
 func (r *Request) LimitSet() bool { return r.MaxTokens != nil || r.MaxCompletionTokens != nil }
 
 // OutputLimitIn is the most tokens the answer may have on an engine whose
