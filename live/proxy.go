@@ -212,30 +212,58 @@ func (r *Router) ready(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (r *Router) models(w http.ResponseWriter, q *http.Request) {
+	body := r.engineModels(q)
 	if r.cfg.Model == "" {
-		// The router serves whatever the engines serve: ask the first
-		// that answers.
-		for _, e := range r.engines {
-			hq, _ := http.NewRequestWithContext(q.Context(), http.MethodGet, e.base+"/v1/models", nil)
-			resp, err := r.client.Do(hq)
-			if err != nil {
-				continue
-			}
-			body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != http.StatusOK {
-				continue
-			}
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(body)
+		// The router serves whatever the engines serve.
+		if body == nil {
+			api.WriteError(w, api.Unavailable("no engine answered GET /v1/models", time.Second))
 			return
 		}
-		api.WriteError(w, api.Unavailable("no engine answered GET /v1/models", time.Second))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
 		return
 	}
+	// --model: the one model clients may ask for, as the engines describe
+	// it (max_model_len, root, permission), else as the router knows it.
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if body != nil && json.Unmarshal(body, &list) == nil {
+		for _, m := range list.Data {
+			var id struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(m, &id) == nil && id.ID == r.cfg.Model {
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []json.RawMessage{m}})
+				return
+			}
+		}
+	}
+	entry := map[string]any{"id": r.cfg.Model, "object": "model", "created": r.start.Unix(), "owned_by": "narwhal-bench"}
+	if n := r.contextLen(); n > 0 {
+		entry["max_model_len"] = n
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{
-		{"id": r.cfg.Model, "object": "model", "created": r.start.Unix(), "owned_by": "narwhal-bench"}}})
+	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{entry}})
+}
+
+// engineModels is the first engine's answer to GET /v1/models, in fleet
+// order (nil when none answers 200).
+func (r *Router) engineModels(q *http.Request) []byte {
+	for _, e := range r.engines {
+		hq, _ := http.NewRequestWithContext(q.Context(), http.MethodGet, e.base+"/v1/models", nil)
+		resp, err := r.client.Do(hq)
+		if err != nil {
+			continue
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			return body
+		}
+	}
+	return nil
 }
 
 func (r *Router) stateHandler(w http.ResponseWriter, _ *http.Request) {

@@ -534,8 +534,10 @@ func TestTimeouts(t *testing.T) {
 	}
 }
 
-// GET /v1/models names the configured model, or relays the engines' list
-// when the router accepts any model.
+// GET /v1/models names the configured model as the engines describe it
+// (its max_model_len among the rest, as vLLM lists it), or relays the
+// engines' list when the router accepts any model; with every engine
+// down it still names the configured model.
 func TestModels(t *testing.T) {
 	for _, model := range []string{"stub", ""} {
 		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) { c.Model = model }})
@@ -544,18 +546,36 @@ func TestModels(t *testing.T) {
 			t.Fatal(err)
 		}
 		var list struct {
-			Data []struct{ ID string } `json:"data"`
+			Data []struct {
+				ID          string
+				MaxModelLen int `json:"max_model_len"`
+			} `json:"data"`
 		}
 		json.NewDecoder(resp.Body).Decode(&list)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || len(list.Data) != 1 || list.Data[0].ID != "stub" {
-			t.Fatalf("model %q: status %d, list %+v", model, resp.StatusCode, list)
+		if resp.StatusCode != 200 || len(list.Data) != 1 || list.Data[0].ID != "stub" || list.Data[0].MaxModelLen != 32768 {
+			t.Fatalf("model %q: status %d, list %+v: expected stub with the engines' max_model_len", model, resp.StatusCode, list)
 		}
 		// A body that names no model is served, as vLLM serves it.
 		resp = post(t, r, "/v1/completions", `{"prompt":"no model named","max_tokens":2}`, nil)
 		b, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != 200 {
 			t.Fatalf("model %q: a body without a model got %d (%s), expected 200", model, resp.StatusCode, b)
+		}
+		if model == "" {
+			continue
+		}
+		for _, s := range r.stubs.Servers() {
+			s.Kill()
+		}
+		resp, err = http.Get(r.url + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`"id":"stub"`)) || !bytes.Contains(b, []byte(`"max_model_len":32768`)) {
+			t.Errorf("every engine down: %d %s: expected the configured model, with the context last learnt", resp.StatusCode, b)
 		}
 	}
 }
