@@ -94,6 +94,8 @@ type rigOpts struct {
 	ctrl      core.Controller
 	stub      stub.Options
 	configure func(*Config)
+	// wrap, when set, wraps the router's handler (CORS, a tenant gate).
+	wrap func(http.Handler) http.Handler
 }
 
 func startRig(t testing.TB, o rigOpts) *rig {
@@ -147,7 +149,11 @@ func startRigSpec(t testing.TB, spec *fleet.Spec, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.srv = &http.Server{Handler: rt.Handler()}
+	h := rt.Handler()
+	if o.wrap != nil {
+		h = o.wrap(h)
+	}
+	r.srv = &http.Server{Handler: h}
 	go r.srv.Serve(smallSendBuffers{ln})
 	r.url = "http://" + ln.Addr().String()
 	t.Cleanup(r.stop)

@@ -97,16 +97,19 @@ func (r *Router) Handler() http.Handler {
 		api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error",
 			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /ready, /state or /metrics, or POST /engines/NAME/cordon or /uncordon", q.Method, q.URL.Path)})
 	})
-	return cors(r.cfg.AllowedOrigins, mux)
+	return mux
 }
 
-// cors answers browsers calling the OpenAI API routes (/v1/...) from
+// CORS answers browsers calling the OpenAI API routes (/v1/...) from
 // another origin as vLLM's CORS middleware does: a preflight (OPTIONS with
 // Access-Control-Request-Method) from an allowed origin gets 200 with the
 // method and the headers asked for; every other request from one gets
-// Access-Control-Allow-Origin. A preflight from another origin is a 400.
-// The operator's routes (/state, /metrics, /engines/...) take no part.
-func cors(origins []string, next http.Handler) http.Handler {
+// Access-Control-Allow-Origin, its errors included. A preflight from
+// another origin is a 400. The operator's routes (/state, /metrics,
+// /engines/...) take no part. origins: "*" for any (vLLM's default), or
+// the origins themselves; none: next as it is. It goes in front of any
+// key check (Gate.Wrap): a browser's preflight carries no key.
+func CORS(origins []string, next http.Handler) http.Handler {
 	if len(origins) == 0 {
 		return next
 	}
@@ -249,21 +252,35 @@ func (r *Router) models(w http.ResponseWriter, q *http.Request) {
 }
 
 // engineModels is the first engine's answer to GET /v1/models, in fleet
-// order (nil when none answers 200).
+// order, skipping ejected engines, each asked for at most ProbeTimeout
+// (nil when none answers 200): an engine that hangs costs the route that
+// long, not the client's patience.
 func (r *Router) engineModels(q *http.Request) []byte {
 	for _, e := range r.engines {
-		hq, _ := http.NewRequestWithContext(q.Context(), http.MethodGet, e.base+"/v1/models", nil)
-		resp, err := r.client.Do(hq)
-		if err != nil {
+		if e.br.ejected() {
 			continue
 		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		if err == nil && resp.StatusCode == http.StatusOK {
+		if body := r.askModels(q.Context(), e); body != nil {
 			return body
 		}
 	}
 	return nil
+}
+
+func (r *Router) askModels(ctx context.Context, e *engine) []byte {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
+	defer cancel()
+	hq, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/v1/models", nil)
+	resp, err := r.client.Do(hq)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	return body
 }
 
 func (r *Router) stateHandler(w http.ResponseWriter, _ *http.Request) {

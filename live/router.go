@@ -118,10 +118,6 @@ type Config struct {
 	// rest of the run; an engine that keeps failing is kept out longer
 	// each time.
 	SameProcessHold time.Duration
-	// AllowedOrigins are the browser origins allowed to call the OpenAI
-	// API routes (/v1/...) across origins (CORS): "*" for any, as vLLM
-	// allows by default; nil: no CORS headers, preflights refused.
-	AllowedOrigins []string
 	// Logf receives the router's operational log lines (ejections,
 	// readmissions); nil discards them.
 	Logf func(format string, args ...any)

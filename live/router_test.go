@@ -1145,8 +1145,16 @@ func TestAnswerTooLarge(t *testing.T) {
 // An engine's own error passes through as the engine wrote it: vLLM's
 // type and integer code (its HTTP status) stay, not re-coded as null.
 func TestEngineErrorPassesThrough(t *testing.T) {
-	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}})
-	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"hello there, a prompt of several tokens","max_tokens":131072}`, nil)
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		interpose(t, c, 1, func(w http.ResponseWriter, q *http.Request, _ []byte, engine http.Handler) { // the decode engine of 1P1D
+			if q.Method != http.MethodPost {
+				engine.ServeHTTP(w, q)
+				return
+			}
+			api.WriteVLLMError(w, api.BadRequest("the engine's own complaint"))
+		})
+	}})
+	resp := post(t, r, "/v1/completions", `{"model":"stub","prompt":"hello there","max_tokens":5}`, nil)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var body struct {
@@ -1159,6 +1167,17 @@ func TestEngineErrorPassesThrough(t *testing.T) {
 		t.Errorf("%d %s (%v): expected the stub's 400 as it wrote it, type BadRequestError, code 400", resp.StatusCode, b, err)
 	}
 	r.stop()
+
+	// A chat prompt that fills the context, no limit set: the client hears
+	// of its messages, not of the prefill leg's one token.
+	r = startRig(t, rigOpts{stub: stub.Options{TimeScale: zero(), MaxModelLen: 200}})
+	resp = post(t, r, "/v1/chat/completions", `{"model":"stub","messages":[{"role":"user","content":"`+strings.Repeat("x", 800)+`"}]}`, nil)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !bytes.Contains(b, []byte(`"param":"messages"`)) {
+		t.Errorf("a chat prompt filling the context: %d %s: expected 400 on messages", resp.StatusCode, b)
+	}
+	r.stop()
 }
 
 // Browsers calling the OpenAI routes from another origin get vLLM's CORS
@@ -1166,7 +1185,9 @@ func TestEngineErrorPassesThrough(t *testing.T) {
 // every answer from an allowed origin carries Access-Control-Allow-Origin
 // (the origin itself, with Vary, when the list names origins); a preflight
 // from an origin not listed is a 400; the operator's routes take no part;
-// without origins configured nothing changes.
+// without origins nothing changes. In front of a tenant gate (as serve
+// puts it), a preflight needs no key and a refusal for a missing key
+// still carries the header, so the page can read it.
 func TestCORS(t *testing.T) {
 	do := func(r *rig, method, path, origin string, hdr map[string]string, body string) *http.Response {
 		q, err := http.NewRequest(method, r.url+path, strings.NewReader(body))
@@ -1190,7 +1211,7 @@ func TestCORS(t *testing.T) {
 	preflight := map[string]string{"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"}
 	chat := `{"model":"stub","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
 	for _, origins := range [][]string{{"*"}, {"http://ui.example:3000"}, nil} {
-		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) { c.AllowedOrigins = origins }})
+		r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, wrap: func(h http.Handler) http.Handler { return CORS(origins, h) }})
 		resp := do(r, http.MethodOptions, "/v1/chat/completions", "http://ui.example:3000", preflight, "")
 		acao := resp.Header.Get("Access-Control-Allow-Origin")
 		switch {
@@ -1219,6 +1240,24 @@ func TestCORS(t *testing.T) {
 		}
 		r.stop()
 	}
+
+	t.Setenv("K_UI", "ui-key")
+	tf, keys, err := LoadTenants(writeTenants(t, "required: true\ntenants:\n- {name: ui, key_env: K_UI, weight: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGate(tf, keys, 10)
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, wrap: func(h http.Handler) http.Handler { return CORS([]string{"*"}, g.Wrap(h)) }})
+	if resp := do(r, http.MethodOptions, "/v1/chat/completions", "http://ui.example", preflight, ""); resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("tenants: a preflight (no key) %d %v: expected 200 with the CORS header", resp.StatusCode, resp.Header)
+	}
+	if resp := do(r, http.MethodPost, "/v1/chat/completions", "http://ui.example", map[string]string{"Content-Type": "application/json"}, chat); resp.StatusCode != 401 || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("tenants: a POST without its key %d %v: expected 401 the page can read", resp.StatusCode, resp.Header)
+	}
+	if resp := do(r, http.MethodPost, "/v1/chat/completions", "http://ui.example", map[string]string{"Content-Type": "application/json", "Authorization": "Bearer ui-key"}, chat); resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("tenants: a POST with its key %d %v", resp.StatusCode, resp.Header)
+	}
+	r.stop()
 }
 
 // A request that asks for its prompt's logprobs (vLLM's prompt_logprobs,
@@ -1279,4 +1318,32 @@ func TestPromptLogprobsRunWhole(t *testing.T) {
 		t.Errorf("%d decodes journaled whole, expected %d", wholeStarts, len(whole))
 	}
 	checkJournal(t, recs)
+}
+
+// GET /v1/models asks each engine for at most the probe timeout: an engine
+// that accepts and never answers costs the route that long, and the next
+// engine's answer is relayed.
+func TestModelsHungEngine(t *testing.T) {
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		c.Model = "stub"
+		c.ProbeTimeout = 200 * time.Millisecond
+		interpose(t, c, 0, func(w http.ResponseWriter, q *http.Request, _ []byte, engine http.Handler) {
+			if q.URL.Path == "/v1/models" {
+				<-q.Context().Done() // hangs until the router gives up
+				return
+			}
+			engine.ServeHTTP(w, q)
+		})
+	}})
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(r.url + "/v1/models")
+	if err != nil {
+		t.Fatalf("GET /v1/models with e0 hung: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`"max_model_len":32768`)) {
+		t.Errorf("%d %s: expected e1's entry", resp.StatusCode, b)
+	}
+	r.stop()
 }

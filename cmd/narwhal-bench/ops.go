@@ -166,12 +166,13 @@ func noteEngineTLSUnused(c *cli.Command, urls []string, stderr io.Writer) {
 	fmt.Fprintln(stderr, "narwhal-bench: note: --engine-cacert/--engine-cert given, but no engine URL is https://: they are not used")
 }
 
-// frontDoor is the handler serve listens with: the tenant gate (when
-// configured) in front of GET /journal and of whatever serves now (the
-// standby's answers, then the router's).
+// frontDoor is the handler serve listens with: CORS (--allowed-origins),
+// then the tenant gate (when configured), in front of GET /journal and of
+// whatever serves now (the standby's answers, then the router's).
 type frontDoor struct {
-	inner atomic.Pointer[http.Handler]
-	jw    atomic.Pointer[journal.Writer]
+	inner   atomic.Pointer[http.Handler]
+	jw      atomic.Pointer[journal.Writer]
+	origins []string
 }
 
 func (f *frontDoor) set(h http.Handler) { f.inner.Store(&h) }
@@ -180,10 +181,11 @@ func (f *frontDoor) handler(gate *live.Gate) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /journal", f.journalStatus)
 	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) { (*f.inner.Load()).ServeHTTP(w, q) })
+	var h http.Handler = mux
 	if gate != nil {
-		return gate.Wrap(mux)
+		h = gate.Wrap(mux)
 	}
-	return mux
+	return live.CORS(f.origins, h)
 }
 
 // journalStatus is GET /journal: the journal's directory and the last

@@ -79,7 +79,8 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				Handoff: live.HandoffPolicy(c.String("handoff-policy")), MaxInFlight: int(c.Int("max-in-flight")),
 				MaxOutputTokens: int(c.Int("max-tokens")), Tokenize: c.Bool("tokenize")}
 			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
-			if cfg.AllowedOrigins, err = parseOrigins(c.String("allowed-origins")); err != nil {
+			origins, err := parseOrigins(c.String("allowed-origins"))
+			if err != nil {
 				return usageError{err}
 			}
 			if c.Bool("prefix-cache") {
@@ -152,7 +153,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			}
 			// ctx ends at the first SIGINT or SIGTERM (simcli.SignalContext);
 			// a second one during the drain kills the process.
-			front := &frontDoor{}
+			front := &frontDoor{origins: origins}
 			front.set(startingHandler())
 			srv, stopHUP := listenAndServe(certs, ln, front.handler(gate), stderr)
 			defer stopHUP() // after the drain: SIGHUP never ends the router undrained

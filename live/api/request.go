@@ -163,14 +163,14 @@ func (r *Request) Text() string {
 	return strings.Join(parts, "\n")
 }
 
-// LimitSet reports whether the request sets its output limit
-// (max_tokens or max_completion_tokens).
 // PromptLogprobs says whether the request asks for its prompt's
 // logprobs: vLLM's prompt_logprobs, or a completions echo with logprobs.
 // Only the engine that computes the prompt has them: a decode engine fed
 // the prompt's KV by another computes none (vLLM's decode side answers
 // such a request with an error or with empty values), so such a request
-// must run whole on one engine.
+// must run whole on one engine. The fields are read as vLLM's lax parsing
+// reads them: echo true, 1 or a string such as "true"; logprobs any value
+// but null (false is 0, the chosen tokens' logprobs).
 func (r *Request) PromptLogprobs() bool {
 	set := func(k string) bool {
 		v, ok := r.Raw[k]
@@ -179,10 +179,32 @@ func (r *Request) PromptLogprobs() bool {
 	if set("prompt_logprobs") {
 		return true
 	}
-	return !r.Chat && bytes.Equal(bytes.TrimSpace(r.Raw["echo"]), []byte("true")) && set("logprobs") &&
-		!bytes.Equal(bytes.TrimSpace(r.Raw["logprobs"]), []byte("false"))
+	return !r.Chat && truthy(r.Raw["echo"]) && set("logprobs")
 }
 
+// truthy reads a JSON value as a lax boolean (pydantic's): true, a
+// non-zero number, or a string such as "true", "1", "yes" or "on".
+func truthy(v json.RawMessage) bool {
+	var x any
+	if json.Unmarshal(v, &x) != nil {
+		return false
+	}
+	switch t := x.(type) {
+	case bool:
+		return t
+	case float64:
+		return t != 0
+	case string:
+		switch strings.ToLower(strings.TrimSpace(t)) {
+		case "true", "1", "yes", "on", "t", "y":
+			return true
+		}
+	}
+	return false
+}
+
+// LimitSet reports whether the request sets its output limit
+// (max_tokens or max_completion_tokens).
 func (r *Request) LimitSet() bool { return r.MaxTokens != nil || r.MaxCompletionTokens != nil }
 
 // OutputLimitIn is the most tokens the answer may have on an engine whose

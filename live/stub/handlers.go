@@ -137,20 +137,16 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		return
 	}
 	prompt, limit := req.PromptTokens(), req.OutputLimitIn(s.opts.MaxModelLen)
-	if prompt > s.opts.MaxModelLen {
+	if prompt >= s.opts.MaxModelLen {
 		// vLLM checks the prompt alone first, whatever the output limit
 		// (a router's prefill leg asks for one token: the client must
-		// hear of its prompt, not of that 1).
+		// hear of its prompt, not of that 1); a prompt that fills the
+		// context leaves no room for an answer.
 		param := "prompt"
 		if req.Chat {
 			param = "messages"
 		}
 		api.WriteVLLMError(w, api.Invalid(param, fmt.Sprintf("%d tokens", prompt),
-			fmt.Sprintf("a prompt of at most max_model_len %d tokens", s.opts.MaxModelLen)))
-		return
-	}
-	if !req.LimitSet() && req.Chat && prompt >= s.opts.MaxModelLen {
-		api.WriteVLLMError(w, api.Invalid("messages", fmt.Sprintf("%d tokens", prompt),
 			fmt.Sprintf("a prompt shorter than max_model_len %d", s.opts.MaxModelLen)))
 		return
 	}

@@ -225,7 +225,7 @@ func TestChatDefaultLimit(t *testing.T) {
 		if strings.Contains(body, "messages") {
 			path, param = "/v1/chat/completions", `"param":"messages"`
 		}
-		if r := post(t, u+path, body); r.status != 400 || !bytes.Contains(r.body, []byte(param)) || !bytes.Contains(r.body, []byte("max_model_len 40")) {
+		if r := post(t, u+path, body); r.status != 400 || !bytes.Contains(r.body, []byte(param)) || !bytes.Contains(r.body, []byte("shorter than max_model_len 40")) {
 			t.Errorf("%s, a prompt past the context asking 1 token: %d %s: expected 400 naming the prompt", path, r.status, r.body)
 		}
 	}
