@@ -418,3 +418,45 @@ func TestServeClientCertificates(t *testing.T) {
 		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderrOf(serve))
 	}
 }
+
+// serve answers browsers (CORS, --allowed-origins) in front of its tenant
+// gate: a preflight needs no key, and the 401 for a missing key carries
+// the header a page needs to read it.
+func TestServeCORSBeforeTenants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	t.Setenv("NWB_T_UI", "7f3a9c2e51c0ffee4411")
+	tenants := filepath.Join(dir, "tenants.yaml")
+	os.WriteFile(tenants, []byte("required: true\ntenants:\n- {name: ui, key_env: NWB_T_UI, weight: 1}\n"), 0o600)
+	base := freePorts(t, 9)
+	url := fmt.Sprintf("http://127.0.0.1:%d", base)
+	serve, errs := child(t, "serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--base-port", fmt.Sprint(base+1),
+		"--listen", fmt.Sprintf("127.0.0.1:%d", base), "--arm", "static:4P4D", "--tenants", tenants)
+	waitHTTP(t, url+"/health", errs)
+	do := func(method string, hdr map[string]string) *http.Response {
+		q, _ := http.NewRequest(method, url+"/v1/completions", strings.NewReader(`{"model":"stub","prompt":"p","max_tokens":2}`))
+		q.Header.Set("Origin", "http://ui.example")
+		for k, v := range hdr {
+			q.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := do(http.MethodOptions, map[string]string{"Access-Control-Request-Method": "POST"}); resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("preflight without a key: %d %v: expected 200 with Access-Control-Allow-Origin", resp.StatusCode, resp.Header)
+	}
+	if resp := do(http.MethodPost, map[string]string{"Content-Type": "application/json"}); resp.StatusCode != 401 || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("POST without a key: %d %v: expected a 401 the page can read", resp.StatusCode, resp.Header)
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	if err := serve.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderrOf(serve))
+	}
+}
