@@ -88,6 +88,25 @@ func streamAll(t *testing.T, r *rig, n, want int, tag string) ([]int, []error) {
 	return counts, errs
 }
 
+// resumed starts a router of r's fleet under arm from rs, as a router
+// taking over under --ha would (its journal in memory; logf, when set, its
+// log), and returns it with its stop.
+func resumed(t *testing.T, r *rig, arm string, rs *Resume, logf func(string, ...any)) (*Router, func()) {
+	t.Helper()
+	ctrl, err := core.NewController(arm, len(r.router.cfg.URLs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Fleet: r.router.cfg.Fleet, URLs: r.router.cfg.URLs, Controller: ctrl, Model: "stub", Recorder: &memJournal{}, Resume: rs, Logf: logf})
+	if err != nil {
+		t.Fatalf("a takeover: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(ctx) }()
+	return b, func() { cancel(); <-ran }
+}
+
 // An operator cordons a decode engine that holds streams: they run to
 // their end, new legs go elsewhere, /state, /ready and the metrics say
 // so, and uncordoning returns it to service. The last engine taking
@@ -253,25 +272,14 @@ func TestCordonCoverReturns(t *testing.T) {
 	if err != nil || rs.Covers[donor] != 0 {
 		t.Fatalf("resume: %v %+v", err, rs)
 	}
-	ctrl, err := core.NewController("static:1P2D", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(Config{Fleet: r.router.cfg.Fleet, URLs: r.router.cfg.URLs, Controller: ctrl, Model: "stub", Recorder: &memJournal{}, Resume: rs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- b.Run(ctx) }()
+	b, stopB := resumed(t, r, "static:1P2D", rs, nil)
 	if _, err := b.Cordon("e0", false); err != nil {
 		t.Fatalf("the resumed router's uncordon: %v", err)
 	}
 	if st, _ := b.State(); st.Engines[0].Role != "prefill" || st.Engines[donor].Role != "decode" || st.Engines[donor].Covers != "" {
 		t.Errorf("the resumed router after the uncordon: %+v, expected 1P2D", st.Engines)
 	}
-	cancel()
-	<-ran
+	stopB()
 	// A published pairing the roles no longer bear out (e0 moved to
 	// decode while cordoned) does not stop a takeover: it is dropped.
 	stale := published
@@ -283,30 +291,18 @@ func TestCordonCoverReturns(t *testing.T) {
 	}
 	var logs strings.Builder
 	var logMu sync.Mutex
-	ctrl2, err := core.NewController("static:1P2D", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, err := New(Config{Fleet: r.router.cfg.Fleet, URLs: r.router.cfg.URLs, Controller: ctrl2, Model: "stub", Recorder: &memJournal{}, Resume: rs,
-		Logf: func(format string, args ...any) {
-			logMu.Lock()
-			fmt.Fprintf(&logs, format+"\n", args...)
-			logMu.Unlock()
-		}})
-	if err != nil {
-		t.Fatalf("a takeover with a stale cover: %v", err)
-	}
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	ran2 := make(chan error, 1)
-	go func() { ran2 <- c2.Run(ctx2) }()
+	c2, stopC2 := resumed(t, r, "static:1P2D", rs, func(format string, args ...any) {
+		logMu.Lock()
+		fmt.Fprintf(&logs, format+"\n", args...)
+		logMu.Unlock()
+	})
 	logMu.Lock()
 	logged := logs.String()
 	logMu.Unlock()
 	if st, _ := c2.State(); st.Engines[donor].Covers != "" || !strings.Contains(logged, "the cover is not kept") {
 		t.Errorf("stale cover: %+v, log %q: expected it dropped and said", st.Engines, logged)
 	}
-	cancel2()
-	<-ran2
+	stopC2()
 	if _, err := ResumeFrom(State{Engines: []EngineState{{Name: "e0", Role: "prefill"}, {Name: "e1", Role: "prefill", Covers: "e7"}, {Name: "e2", Role: "decode"}}},
 		r.router.cfg.Fleet.Names()); err == nil || !strings.Contains(err.Error(), `covers "e7"`) {
 		t.Errorf("resume covering an unknown engine: %v", err)
@@ -369,22 +365,11 @@ func TestCordonHoldsAcrossRestartAndResume(t *testing.T) {
 	if err != nil || !rs.Cordoned[1] {
 		t.Fatalf("resume: %v %+v", err, rs)
 	}
-	ctrl, err := core.NewController("static:1P2D", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(Config{Fleet: r.router.cfg.Fleet, URLs: r.router.cfg.URLs, Controller: ctrl, Model: "stub", Recorder: &memJournal{}, Resume: rs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- b.Run(ctx) }()
+	b, stopB := resumed(t, r, "static:1P2D", rs, nil)
 	if st, _ := b.State(); !st.Engines[1].Cordoned || st.Engines[1].Down || st.Engines[1].Generation != 1 {
 		t.Errorf("the resumed router's e1: %+v, expected cordoned at generation 1", st.Engines[1])
 	}
-	cancel()
-	<-ran
+	stopB()
 
 	if code, es, _ := cordon(t, r, "e1", "uncordon"); code != 200 || es.Cordoned || es.Generation != 1 {
 		t.Fatalf("uncordon: %d %+v, expected back at generation 1", code, es)
