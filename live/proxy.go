@@ -234,9 +234,13 @@ func (r *Router) models(w http.ResponseWriter, q *http.Request) {
 	if body != nil && json.Unmarshal(body, &list) == nil {
 		for _, m := range list.Data {
 			var id struct {
-				ID string `json:"id"`
+				ID          string `json:"id"`
+				MaxModelLen int    `json:"max_model_len"`
 			}
 			if json.Unmarshal(m, &id) == nil && id.ID == r.cfg.Model {
+				if id.MaxModelLen > 0 {
+					storeMax(&r.modelsLen, int64(id.MaxModelLen))
+				}
 				w.Header().Set("Content-Type", "application/json")
 				_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []json.RawMessage{m}})
 				return
