@@ -80,6 +80,12 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, q *http.Request) { r.serve(w, q, true) })
 	mux.HandleFunc("GET /v1/models", r.models)
 	mux.HandleFunc("GET /health", r.health)
+	mux.HandleFunc("GET /ping", r.health) // vLLM's (SageMaker's) health route
+	mux.HandleFunc("POST /ping", r.health)
+	for _, p := range []string{"GET /version", "POST /tokenize", "POST /detokenize"} {
+		// vLLM's own routes, answered by an engine as it would answer.
+		mux.HandleFunc(p, r.passEngine)
+	}
 	mux.HandleFunc("GET /ready", r.ready)
 	mux.HandleFunc("GET /state", r.stateHandler)
 	mux.Handle("GET /metrics", r.met.Handler())
@@ -95,7 +101,7 @@ func (r *Router) Handler() http.Handler {
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, q *http.Request) {
 		api.WriteError(w, &api.Error{Status: http.StatusNotFound, Type: "not_found_error",
-			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /ready, /state or /metrics, or POST /engines/NAME/cordon or /uncordon", q.Method, q.URL.Path)})
+			Message: fmt.Sprintf("%s %s: no such route: expected POST /v1/completions, POST /v1/chat/completions, GET /v1/models, /health, /ready, /state, /metrics or /version, POST /tokenize or /detokenize, or POST /engines/NAME/cordon or /uncordon", q.Method, q.URL.Path)})
 	})
 	return mux
 }
@@ -253,6 +259,50 @@ func (r *Router) models(w http.ResponseWriter, q *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{entry}})
+}
+
+// passEngine answers GET /version, POST /tokenize and POST /detokenize
+// with the first engine's answer, in fleet order, skipping ejected
+// engines (a connection failure or a 5xx tries the next): the engines
+// all serve one model, so any of them answers as any other would.
+func (r *Router) passEngine(w http.ResponseWriter, q *http.Request) {
+	if r.stopping(w) {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, q.Body, r.cfg.MaxBodyBytes))
+	if err != nil {
+		api.WriteError(w, &api.Error{Status: http.StatusRequestEntityTooLarge, Type: api.TypeInvalidRequest,
+			Message: fmt.Sprintf("the body is over %d bytes", r.cfg.MaxBodyBytes)})
+		return
+	}
+	for _, e := range r.engines {
+		if e.br.ejected() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(q.Context(), 30*time.Second)
+		hq, _ := http.NewRequestWithContext(ctx, q.Method, e.base+q.URL.Path, bytes.NewReader(body))
+		if ct := q.Header.Get("Content-Type"); ct != "" {
+			hq.Header.Set("Content-Type", ct)
+		}
+		resp, err := r.client.Do(hq)
+		if err != nil {
+			cancel()
+			continue
+		}
+		rb, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxLegBody)))
+		resp.Body.Close()
+		cancel()
+		if err != nil || resp.StatusCode >= 500 {
+			continue
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "" {
+			w.Header().Set("Content-Type", ct)
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(rb)
+		return
+	}
+	api.WriteError(w, api.Unavailable("no engine answered "+q.URL.Path, time.Second))
 }
 
 // engineModels is the first engine's answer to GET /v1/models, in fleet

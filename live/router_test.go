@@ -1347,3 +1347,41 @@ func TestModelsHungEngine(t *testing.T) {
 	}
 	r.stop()
 }
+
+// vLLM's own routes answer through the router as an engine answers them:
+// GET /version and POST /tokenize from the first engine that answers
+// (one failing with a 5xx is passed over), GET and POST /ping as /health.
+func TestEngineRoutesPassThrough(t *testing.T) {
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		interpose(t, c, 0, func(w http.ResponseWriter, q *http.Request, _ []byte, engine http.Handler) {
+			if q.URL.Path == "/version" {
+				w.WriteHeader(http.StatusInternalServerError)
+				return
+			}
+			engine.ServeHTTP(w, q)
+		})
+	}})
+	get := func(method, path, body string) (int, string) {
+		q, _ := http.NewRequest(method, r.url+path, strings.NewReader(body))
+		q.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	if code, b := get(http.MethodGet, "/version", ""); code != 200 || !strings.Contains(b, `"version":"narwhal-stub"`) {
+		t.Errorf("GET /version: %d %s: expected e1's answer, e0 failing", code, b)
+	}
+	if code, b := get(http.MethodPost, "/tokenize", `{"model":"stub","prompt":"a few words here"}`); code != 200 || !strings.Contains(b, `"count":`) {
+		t.Errorf("POST /tokenize: %d %s", code, b)
+	}
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		if code, _ := get(m, "/ping", ""); code != 200 {
+			t.Errorf("%s /ping: %d", m, code)
+		}
+	}
+	r.stop()
+}

@@ -24,6 +24,9 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/models", s.guard(s.serveModels))
 	mux.HandleFunc("GET /health", s.guard(s.serveHealth))
 	mux.HandleFunc("POST /tokenize", s.guard(s.serveTokenize))
+	mux.HandleFunc("GET /version", s.guard(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"version": "narwhal-stub"}) // vLLM's: its release
+	}))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST "+PullPath, s.servePull)
 	mux.HandleFunc("POST "+RenewPath, s.serveRenew)
