@@ -105,10 +105,10 @@ func (c *Core) forget(id event.RequestID) {
 // coverRole keeps a role served when inst, just marked down, was its last
 // online engine: it moves the least-loaded unpinned online engine of the
 // other phase into the role (cause engine_down), provided that leaves the
-// other phase an online engine, and remembers the move for uncover. When none can move it journals why
-// (CoverDecision): the remaining online engines serve both phases (the
-// pool falls back to the fleet, Arrow §5.5), or, with none online,
-// requests fail with CauseUnavailable.
+// other phase an online engine, and remembers the move for uncover. When
+// none can move it journals why (CoverDecision): the remaining online
+// engines serve both phases (the pool falls back to the fleet, Arrow
+// §5.5), or, with none online, requests fail with CauseUnavailable.
 func (c *Core) coverRole(inst event.Instance) {
 	v := &c.v
 	role, needed, donor, others := v.cover(inst)
