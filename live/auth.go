@@ -289,7 +289,7 @@ func adminPath(p string) bool {
 // Wrap puts the gate in front of next.
 func (g *Gate) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
-		if q.URL.Path == "/health" || q.URL.Path == "/ready" || q.URL.Path == "/v1/models" {
+		if q.URL.Path == "/health" || q.URL.Path == "/ping" || q.URL.Path == "/ready" || q.URL.Path == "/v1/models" {
 			next.ServeHTTP(w, q)
 			return
 		}
@@ -309,7 +309,7 @@ func (g *Gate) Wrap(next http.Handler) http.Handler {
 		if adminPath(q.URL.Path) {
 			if !t.admin {
 				api.WriteError(w, &api.Error{Status: http.StatusForbidden, Type: "permission_error", Code: "not_admin",
-					Message: "tenant " + t.name + " may not read " + q.URL.Path + ": an admin tenant's key is required"})
+					Message: "tenant " + t.name + " may not use " + q.URL.Path + ": an admin tenant's key is required"})
 				return
 			}
 			next.ServeHTTP(w, q)

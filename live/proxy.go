@@ -106,13 +106,14 @@ func (r *Router) Handler() http.Handler {
 	return mux
 }
 
-// CORS answers browsers calling the OpenAI API routes (/v1/...) from
-// another origin as vLLM's CORS middleware does: a preflight (OPTIONS with
+// CORS answers browsers calling the router from another origin as vLLM's
+// CORS middleware does, on every route but the operator's: a preflight (OPTIONS with
 // Access-Control-Request-Method) from an allowed origin gets 200 with the
 // method and the headers asked for; every other request from one gets
 // Access-Control-Allow-Origin, its errors included. A preflight from
 // another origin is a 400. The operator's routes (/state, /metrics,
-// /engines/...) take no part. origins: "*" for any (vLLM's default), or
+// /journal, /engines/...) take no part: no page on another origin reads
+// them. origins: "*" for any (vLLM's default), or
 // the origins themselves; none: next as it is. It goes in front of any
 // key check (Gate.Wrap): a browser's preflight carries no key.
 func CORS(origins []string, next http.Handler) http.Handler {
@@ -122,7 +123,7 @@ func CORS(origins []string, next http.Handler) http.Handler {
 	all := slices.Contains(origins, "*")
 	return http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
 		origin := q.Header.Get("Origin")
-		if origin == "" || !strings.HasPrefix(q.URL.Path, "/v1/") {
+		if origin == "" || adminPath(q.URL.Path) {
 			next.ServeHTTP(w, q)
 			return
 		}

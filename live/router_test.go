@@ -1281,6 +1281,7 @@ func TestPromptLogprobsRunWhole(t *testing.T) {
 		{"/v1/completions", `{"model":"stub","prompt":"score this","max_tokens":4,"echo":true,"logprobs":0,"stream":true}`},
 		{"/v1/completions", `{"model":"stub","prompt":"score this","max_tokens":4,"prompt_logprobs":1}`},
 		{"/v1/chat/completions", `{"model":"stub","messages":[{"role":"user","content":"score this"}],"max_tokens":4,"prompt_logprobs":0,"stream":true}`},
+		{"/v1/chat/completions", `{"model":"stub","messages":[{"role":"user","content":"score this"}],"max_tokens":4,"echo":true}`},
 	}
 	for _, c := range whole {
 		resp := post(t, r, c.path, c.body, nil)

@@ -346,7 +346,7 @@ func (r *Report) tables() []*table {
 	adapt := &table{title: "Role moves and adaptation lag", left: []int{0, 7},
 		header: []string{"arm", "rate", "moves", "thrash", "oracle changes", "lag mean s", "never reached", "note"},
 		notes: []string{
-			fmt.Sprintf("moves: role moves after the opening roles. thrash: changes of the prefill pool reversed within %gs.", r.ThrashWindow),
+			fmt.Sprintf("moves: role moves after the opening roles. thrash: changes of the prefill pool reversed within %gs (a fault's cover and its return aside).", r.ThrashWindow),
 			"Lag: for each change of the oracle's split (the oracle run at the same rate), the time until the arm's prefill pool is first within one engine of the oracle's new pool, censored at the oracle's next change; the mean counts censored changes at their censored length, and never reached counts them.",
 		}}
 	qual := &table{title: "Answer quality (token F1 against the reference answer)", left: []int{0, 2},

@@ -455,6 +455,12 @@ func TestServeCORSBeforeTenants(t *testing.T) {
 	if resp := do(http.MethodPost, map[string]string{"Content-Type": "application/json"}); resp.StatusCode != 401 || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
 		t.Errorf("POST without a key: %d %v: expected a 401 the page can read", resp.StatusCode, resp.Header)
 	}
+	// vLLM's SageMaker health route needs no key, as /health.
+	if resp, err := http.Get(url + "/ping"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("GET /ping without a key: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	serve.Process.Signal(syscall.SIGTERM)
 	if err := serve.Wait(); err != nil {
 		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderrOf(serve))

@@ -164,7 +164,9 @@ func (r *Request) Text() string {
 }
 
 // PromptLogprobs says whether the request asks for its prompt's
-// logprobs: vLLM's prompt_logprobs, or a completions echo with logprobs.
+// logprobs: vLLM's prompt_logprobs, a completions echo with logprobs, or
+// any chat echo (vLLM's chat request asks for top_logprobs, 0 by default,
+// of the prompt when it echoes).
 // Only the engine that computes the prompt has them: a decode engine fed
 // the prompt's KV by another computes none (vLLM's decode side answers
 // such a request with an error or with empty values), so such a request
@@ -179,7 +181,10 @@ func (r *Request) PromptLogprobs() bool {
 	if set("prompt_logprobs") {
 		return true
 	}
-	return !r.Chat && truthy(r.Raw["echo"]) && set("logprobs")
+	if r.Chat {
+		return truthy(r.Raw["echo"])
+	}
+	return truthy(r.Raw["echo"]) && set("logprobs")
 }
 
 // truthy reads a JSON value as a lax boolean (pydantic's): true, a

@@ -24,8 +24,21 @@ func TestPromptLogprobs(t *testing.T) {
 			t.Errorf("%s: PromptLogprobs %v, want %v", body, got, want)
 		}
 	}
-	chat, e := Decode([]byte(`{"messages":[{"role":"user","content":"m"}],"echo":true,"logprobs":true}`), true)
-	if e != nil || chat.PromptLogprobs() {
-		t.Errorf("chat echo with logprobs (the last message echoed, no prompt logprobs): %v %v", e, chat != nil && chat.PromptLogprobs())
+	// vLLM's chat request echoing asks for the prompt's top_logprobs (0
+	// by default) whatever logprobs says.
+	for body, want := range map[string]bool{
+		`{"messages":[{"role":"user","content":"m"}],"echo":true}`:                  true,
+		`{"messages":[{"role":"user","content":"m"}],"echo":true,"logprobs":false}`: true,
+		`{"messages":[{"role":"user","content":"m"}],"logprobs":true}`:              false,
+		`{"messages":[{"role":"user","content":"m"}],"echo":false,"logprobs":true}`: false,
+		`{"messages":[{"role":"user","content":"m"}],"prompt_logprobs":2}`:          true,
+	} {
+		chat, e := Decode([]byte(body), true)
+		if e != nil {
+			t.Fatalf("%s: %v", body, e)
+		}
+		if got := chat.PromptLogprobs(); got != want {
+			t.Errorf("chat %s: PromptLogprobs %v, want %v", body, got, want)
+		}
 	}
 }
