@@ -40,6 +40,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 			&cli.BoolFlag{Name: "stub", Usage: "first start stub engines for the fleet in this process (at --base-port, default 8101): a whole live fleet without a GPU"},
 			&cli.Float64Flag{Name: "stub-time-scale", Value: 1, Usage: "with --stub: multiply the stubs' modelled durations (0 = zero cost)"},
 			&cli.IntFlag{Name: "stub-mean-output", Usage: "with --stub: end answers at a natural length drawn from 1..2N tokens (0 = run to max_tokens, as stub --mean-output)"},
+			&cli.BoolFlag{Name: "stub-allow-faults", Usage: "with --stub: the stubs serve POST /stub/faults, to inject engine faults (as stub --allow-faults; docs/stub.md)"},
 			&cli.IntFlag{Name: "stub-max-model-len", Value: 32768, Usage: "with --stub: the stubs' context, prompt plus output tokens (as stub --max-model-len)"},
 			&cli.BoolFlag{Name: "prefix-cache", Usage: "the engines keep prefix caches (vLLM's automatic prefix caching; with --stub, the stubs', sized by the fleet's prefix_cache): placement prices them, as sim --prefix-cache"},
 			&cli.StringFlag{Name: "admission", Usage: "admission gate: open or queue (price each arrival's TTFT; queue it until it fits or its deadline passes); default: the fleet's, else open"},
@@ -116,7 +117,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				cfg.Model = "stub"
 			}
 			if !c.Bool("stub") {
-				for _, f := range []string{"stub-time-scale", "stub-mean-output", "stub-max-model-len"} {
+				for _, f := range []string{"stub-time-scale", "stub-mean-output", "stub-max-model-len", "stub-allow-faults"} {
 					if c.IsSet(f) {
 						return usageError{fmt.Errorf("--%s: only with --stub", f)}
 					}
@@ -128,7 +129,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 				}
 				ts := c.Float64("stub-time-scale")
 				opts := stub.Options{Model: cfg.Model, TimeScale: &ts, PrefixCache: cfg.PrefixCache,
-					MeanOutput: int(c.Int("stub-mean-output")), MaxModelLen: int(c.Int("stub-max-model-len"))}
+					MeanOutput: int(c.Int("stub-mean-output")), MaxModelLen: int(c.Int("stub-max-model-len")), AllowFaults: c.Bool("stub-allow-faults")}
 				if opts.Model == "" {
 					opts.Model = "stub"
 				}

@@ -367,3 +367,37 @@ func TestServeSecondSignalKills(t *testing.T) {
 		t.Fatalf("a second SIGINT did not stop serve during its drain:\n%s", stderrOf(serve))
 	}
 }
+
+// serve --stub --stub-allow-faults lets faults be injected into its stubs
+// (POST /stub/faults); without it the stubs refuse them; the flag alone,
+// without --stub, is a usage error.
+func TestServeStubAllowFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	if code, _, errs := runCLI(t, "serve", "--fleet", "demo", "--stub-allow-faults"); code != 2 || !strings.Contains(errs, "--stub-allow-faults: only with --stub") {
+		t.Errorf("--stub-allow-faults without --stub: exit %d, %s", code, errs)
+	}
+	for _, allow := range []bool{true, false} {
+		base := freePorts(t, 9)
+		args := []string{"serve", "--fleet", "demo", "--stub", "--stub-time-scale", "0", "--base-port", fmt.Sprint(base + 1),
+			"--listen", fmt.Sprintf("127.0.0.1:%d", base), "--arm", "static:4P4D"}
+		if allow {
+			args = append(args, "--stub-allow-faults")
+		}
+		serve, errs := child(t, args...)
+		waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", base), errs)
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/stub/faults", base+1), "application/json", strings.NewReader(`{"slow":2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if (resp.StatusCode == 200) != allow {
+			t.Errorf("--stub-allow-faults %v: POST /stub/faults %d", allow, resp.StatusCode)
+		}
+		serve.Process.Signal(syscall.SIGTERM)
+		if err := serve.Wait(); err != nil {
+			t.Fatalf("serve after SIGTERM: %v\n%s", err, stderrOf(serve))
+		}
+	}
+}
