@@ -158,7 +158,7 @@ func (c *Core) uncover(inst event.Instance) {
 		return
 	}
 	d := &v.inst[m.donor]
-	if in.Role != m.role || !in.Online(v.now) || d.Role != m.role || d.LastMove != m.at || !d.Online(v.now) || d.Pinned {
+	if in.Role != m.role || !in.Online(v.now) || d.Role != m.role || d.LastMove != m.at || !d.Online(v.now) {
 		return
 	}
 	v.Move(m.donor, m.from, v.now, event.CauseEngineUp,

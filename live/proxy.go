@@ -263,9 +263,8 @@ func (r *Router) models(w http.ResponseWriter, q *http.Request) {
 }
 
 // passEngine answers GET /version, POST /tokenize and POST /detokenize
-// with the first engine's answer, in fleet order, skipping ejected
-// engines (a connection failure or a 5xx tries the next): the engines
-// all serve one model, so any of them answers as any other would.
+// with the first engine's answer (askEngines; a 5xx tries the next): the
+// engines all serve one model, so any of them answers as any other would.
 func (r *Router) passEngine(w http.ResponseWriter, q *http.Request) {
 	if r.stopping(w) {
 		return
@@ -276,66 +275,71 @@ func (r *Router) passEngine(w http.ResponseWriter, q *http.Request) {
 			Message: fmt.Sprintf("the body is over %d bytes", r.cfg.MaxBodyBytes)})
 		return
 	}
-	for _, e := range r.engines {
-		if e.br.ejected() {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(q.Context(), 30*time.Second)
-		hq, _ := http.NewRequestWithContext(ctx, q.Method, e.base+q.URL.Path, bytes.NewReader(body))
-		if ct := q.Header.Get("Content-Type"); ct != "" {
-			hq.Header.Set("Content-Type", ct)
-		}
-		resp, err := r.client.Do(hq)
-		if err != nil {
-			cancel()
-			continue
-		}
-		rb, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxLegBody)))
-		resp.Body.Close()
-		cancel()
-		if err != nil || resp.StatusCode >= 500 {
-			continue
-		}
-		if ct := resp.Header.Get("Content-Type"); ct != "" {
-			w.Header().Set("Content-Type", ct)
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(rb)
+	a := r.askEngines(q.Context(), q.Method, q.URL.Path, body, q.Header.Get("Content-Type"), 30*time.Second,
+		func(status int) bool { return status < 500 })
+	if a == nil {
+		api.WriteError(w, api.Unavailable("no engine answered "+q.URL.Path, time.Second))
 		return
 	}
-	api.WriteError(w, api.Unavailable("no engine answered "+q.URL.Path, time.Second))
+	if ct := a.header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
 }
 
-// engineModels is the first engine's answer to GET /v1/models, in fleet
-// order, skipping ejected engines, each asked for at most ProbeTimeout
-// (nil when none answers 200): an engine that hangs costs the route that
-// long, not the client's patience.
+// engineModels is the first engine's answer to GET /v1/models (nil when
+// none answers 200 within ProbeTimeout: an engine that hangs costs the
+// route that long, not the client's patience).
 func (r *Router) engineModels(q *http.Request) []byte {
+	a := r.askEngines(q.Context(), http.MethodGet, "/v1/models", nil, "", r.cfg.ProbeTimeout,
+		func(status int) bool { return status == http.StatusOK })
+	if a == nil {
+		return nil
+	}
+	return a.body
+}
+
+// engineAnswer is one engine's whole answer to a call askEngines made.
+type engineAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// askEngines sends method path (with body, of content type ct when not
+// "") to each engine in fleet order, skipping ejected engines, each call
+// bounded by timeout, and returns the first answer whose status accept
+// takes (nil when none does).
+func (r *Router) askEngines(ctx context.Context, method, path string, body []byte, ct string, timeout time.Duration, accept func(int) bool) *engineAnswer {
 	for _, e := range r.engines {
 		if e.br.ejected() {
 			continue
 		}
-		if body := r.askModels(q.Context(), e); body != nil {
-			return body
+		if a := r.askEngine(ctx, e, method, path, body, ct, timeout); a != nil && accept(a.status) {
+			return a
 		}
 	}
 	return nil
 }
 
-func (r *Router) askModels(ctx context.Context, e *engine) []byte {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
+func (r *Router) askEngine(ctx context.Context, e *engine, method, path string, body []byte, ct string, timeout time.Duration) *engineAnswer {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	hq, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/v1/models", nil)
+	hq, _ := http.NewRequestWithContext(ctx, method, e.base+path, bytes.NewReader(body))
+	if ct != "" {
+		hq.Header.Set("Content-Type", ct)
+	}
 	resp, err := r.client.Do(hq)
 	if err != nil {
 		return nil
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil || resp.StatusCode != http.StatusOK {
+	rb, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxLegBody)))
+	if err != nil {
 		return nil
 	}
-	return body
+	return &engineAnswer{status: resp.StatusCode, header: resp.Header, body: rb}
 }
 
 func (r *Router) stateHandler(w http.ResponseWriter, _ *http.Request) {
