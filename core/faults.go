@@ -246,12 +246,17 @@ func (v *View) cover(inst event.Instance) (role event.Role, needed bool, donor e
 	return role, true, donor, others
 }
 
-// CordonDecision is journaled when a cordon asked of the core is refused.
+// CordonDecision is journaled when a cordon asked of the core is refused,
+// and when one is taken or lifted on an engine that is down already (no
+// engine_down or engine_up record then says the operator acted).
 type CordonDecision struct {
 	Cordon event.Instance `json:"cordon"`
-	// Refused is last_engine or last_in_role (as the live router's 409).
+	// Refused is last_engine or last_in_role (as the live router's 409);
+	// "" when the cordon was taken.
 	Refused string `json:"refused"`
-	Why     string `json:"why"`
+	// Uncordon marks the lifting of a cordon.
+	Uncordon bool   `json:"uncordon,omitempty"`
+	Why      string `json:"why"`
 }
 
 // Cordon takes inst out of service for maintenance, as an operator asks
@@ -271,6 +276,9 @@ func (c *Core) Cordon(now event.Time, inst event.Instance) (refused string, err 
 		return "", err
 	}
 	if in.Down {
+		// Nothing to take out of service; the cordon keeps it out when
+		// it comes back, which the journal should be able to explain.
+		c.v.Decide(CordonDecision{Cordon: inst, Why: "it is down already: it stays out of service when it returns, until uncordoned"})
 		return "", nil
 	}
 	up := 0

@@ -81,6 +81,8 @@ func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonRe
 		e.cordoned.Store(false)
 		if e.br.ejected() {
 			// Back when its readmission probes admit it.
+			o.core.View().Decide(core.CordonDecision{Cordon: inst, Uncordon: true,
+				Why: "it is ejected: it returns to service when its readmission probes admit it"})
 			o.r.logf("narwhal-bench: engine %s uncordoned; it is ejected and returns when it answers again", e.name)
 			break
 		}

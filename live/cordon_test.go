@@ -448,3 +448,37 @@ func TestUncordonProbesFirst(t *testing.T) {
 	r.stop()
 	checkJournal(t, r.jr.records())
 }
+
+// Cordoning an engine the breaker has ejected takes nothing out of
+// service, so no engine_down record says the operator acted: a decision
+// does, and another when the cordon is lifted while the engine is still
+// ejected (it then returns when its probes admit it).
+func TestCordonEjectedJournaled(t *testing.T) {
+	r := startRig(t, rigOpts{n: 3, arm: "static:1P2D", configure: func(c *Config) { c.SweepInterval = 20 * time.Millisecond }})
+	victim := r.stubs.Servers()[2]
+	victim.Kill()
+	waitFor(t, "e2 ejected", func() bool { st, _ := r.router.State(); return st.Engines[2].Down })
+	if code, es, _ := cordon(t, r, "e2", "cordon"); code != 200 || !es.Cordoned {
+		t.Fatalf("cordon the ejected e2: %d %+v", code, es)
+	}
+	if code, es, _ := cordon(t, r, "e2", "uncordon"); code != 200 || es.Cordoned {
+		t.Fatalf("uncordon the ejected e2: %d %+v", code, es)
+	}
+	if err := victim.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "e2 readmitted", func() bool { st, _ := r.router.State(); return st.Engines[2].Online })
+	r.stop()
+	var got []core.CordonDecision
+	for _, rec := range r.jr.records() {
+		var d core.CordonDecision
+		if rec.Kind == event.KindDecision && strings.Contains(rec.Text, `"cordon"`) && json.Unmarshal([]byte(rec.Text), &d) == nil {
+			got = append(got, d)
+		}
+	}
+	if len(got) != 2 || got[0].Cordon != 2 || got[0].Uncordon || got[0].Refused != "" || !strings.Contains(got[0].Why, "down already") ||
+		got[1].Cordon != 2 || !got[1].Uncordon || !strings.Contains(got[1].Why, "readmission") {
+		t.Errorf("cordon decisions %+v: expected e2's cordon while down, then its uncordon while ejected", got)
+	}
+	checkJournal(t, r.jr.records())
+}

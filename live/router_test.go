@@ -1321,6 +1321,77 @@ func TestPromptLogprobsRunWhole(t *testing.T) {
 	checkJournal(t, recs)
 }
 
+// Echo through the router, as vLLM serves it: with max_tokens 0 the
+// prompt alone, a one-token run on one engine (no decode leg); with
+// tokens, two legs and the decode engine's answer, the prompt first.
+// Fields typed as vLLM's lax parsing takes them ("3", "true") are served,
+// not refused.
+func TestEchoThroughRouter(t *testing.T) {
+	var decodeCalls atomic.Int64
+	r := startRig(t, rigOpts{stub: stub.Options{TimeScale: zero()}, configure: func(c *Config) {
+		interpose(t, c, 1, func(w http.ResponseWriter, q *http.Request, _ []byte, engine http.Handler) {
+			if q.Method == http.MethodPost && strings.HasSuffix(q.URL.Path, "completions") {
+				decodeCalls.Add(1)
+			}
+			engine.ServeHTTP(w, q)
+		})
+	}})
+	const prompt = "repeat after me"
+	text := func(body string) string {
+		t.Helper()
+		resp := post(t, r, "/v1/completions", body, nil)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", body, resp.StatusCode, b)
+		}
+		if strings.Contains(body, `"stream":"true"`) {
+			var out strings.Builder
+			rd := api.NewSSEReader(bytes.NewReader(b))
+			for {
+				p, done, err := rd.ReadEvent()
+				if err != nil || done {
+					break
+				}
+				var c api.Response
+				if json.Unmarshal(p, &c) == nil && len(c.Choices) > 0 && c.Choices[0].Text != nil {
+					out.WriteString(*c.Choices[0].Text)
+				}
+			}
+			return out.String()
+		}
+		var c api.Response
+		if err := json.Unmarshal(b, &c); err != nil || len(c.Choices) == 0 || c.Choices[0].Text == nil {
+			t.Fatalf("%s: %s", body, b)
+		}
+		return *c.Choices[0].Text
+	}
+	if got := text(`{"model":"stub","prompt":"` + prompt + `","max_tokens":0,"echo":true}`); got != prompt {
+		t.Errorf("echo with max_tokens 0: %q, expected the prompt alone", got)
+	}
+	if n := decodeCalls.Load(); n != 0 {
+		t.Errorf("echo alone reached the decode engine %d times: expected one engine, one token", n)
+	}
+	if got := text(`{"model":"stub","prompt":"` + prompt + `","max_tokens":"3","echo":"true","stream":"true"}`); !strings.HasPrefix(got, prompt) || len(got) == len(prompt) {
+		t.Errorf("echo with 3 tokens, streamed: %q, expected the prompt and then the answer", got)
+	}
+	if n := decodeCalls.Load(); n != 1 {
+		t.Errorf("%d calls reached the decode engine: expected the echo with tokens there", n)
+	}
+	r.stop()
+	recs := r.jr.records()
+	outs := map[int]int{}
+	for _, rec := range recs {
+		if rec.Kind == event.KindFinish {
+			outs[int(rec.Tokens)]++
+		}
+	}
+	if outs[1] != 1 || outs[3] != 1 {
+		t.Errorf("journaled ends by output tokens %v: expected one of 1 (echo alone) and one of 3", outs)
+	}
+	checkJournal(t, recs)
+}
+
 // GET /v1/models asks each engine for at most the probe timeout: an engine
 // that accepts and never answers costs the route that long, and the next
 // engine's answer is relayed.

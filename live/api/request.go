@@ -61,10 +61,12 @@ type Message struct {
 	Content string
 }
 
-// Decode reads a completions (chat=false) or chat completions body. It is
-// strict about the types of the fields it models, refuses what the
-// servers here cannot serve (n != 1, more than one prompt), and leaves
-// every other field alone in Raw. Every error is a 400 naming the field.
+// Decode reads a completions (chat=false) or chat completions body. It
+// reads the fields it models as vLLM's request models do (pydantic's lax
+// mode: an integer may come as a string, "5", and a boolean as a word,
+// "yes", or 0/1), refuses what the servers here cannot serve (n != 1,
+// more than one prompt), and leaves every other field alone in Raw.
+// Every error is a 400 naming the field.
 func Decode(body []byte, chat bool) (*Request, *Error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
@@ -91,18 +93,26 @@ func Decode(body []byte, chat bool) (*Request, *Error) {
 		} else if iu, ok := so["include_usage"]; !ok {
 			r.IncludeUsage = true
 		} else if !isNull(iu) {
-			if json.Unmarshal(iu, &r.IncludeUsage) != nil {
+			if r.IncludeUsage, ok = LaxBool(iu); !ok {
 				d.fail(Invalid("stream_options.include_usage", string(iu), "a boolean"))
 			}
 		}
-		if cu, ok := so["continuous_usage_stats"]; ok && !isNull(cu) && json.Unmarshal(cu, &r.ContinuousUsage) != nil {
-			d.fail(Invalid("stream_options.continuous_usage_stats", string(cu), "a boolean"))
+		if cu, ok := so["continuous_usage_stats"]; ok && !isNull(cu) {
+			if r.ContinuousUsage, ok = LaxBool(cu); !ok {
+				d.fail(Invalid("stream_options.continuous_usage_stats", string(cu), "a boolean"))
+			}
 		}
 		if len(so) > 0 && !r.Stream {
 			d.fail(Invalid("stream_options", string(v), "only with stream true"))
 		}
 	}
-	r.MaxTokens = d.integer("max_tokens", 1)
+	// max_tokens 0 with echo on completions asks for the prompt alone
+	// (vLLM's echo without generation, as OpenAI's); otherwise at least 1.
+	lo := 1
+	if !chat && truthy(raw["echo"]) {
+		lo = 0
+	}
+	r.MaxTokens = d.integer("max_tokens", lo)
 	if chat {
 		// vLLM's completions request has no such field (and ignores it).
 		r.MaxCompletionTokens = d.integer("max_completion_tokens", 1)
@@ -187,25 +197,48 @@ func (r *Request) PromptLogprobs() bool {
 	return truthy(r.Raw["echo"]) && set("logprobs")
 }
 
-// truthy reads a JSON value as a lax boolean (pydantic's): true, a
-// non-zero number, or a string such as "true", "1", "yes" or "on".
+// EchoOnly says whether a completions request asks for its prompt alone:
+// echo with max_tokens 0. vLLM (as OpenAI) answers it with the prompt's
+// text and no generated text, after running one token; its output limit
+// is that one token.
+func (r *Request) EchoOnly() bool {
+	return !r.Chat && r.MaxTokens != nil && *r.MaxTokens == 0 && truthy(r.Raw["echo"])
+}
+
+// Echo says whether the request sets echo (read as LaxBool reads it).
+func (r *Request) Echo() bool { return truthy(r.Raw["echo"]) }
+
+// truthy reads a JSON value as a lax boolean (LaxBool), false when it is
+// none.
 func truthy(v json.RawMessage) bool {
+	b, ok := LaxBool(v)
+	return ok && b
+}
+
+// LaxBool reads a JSON value as pydantic's lax mode reads a boolean, as
+// vLLM's request models do: true or false, the numbers 0 and 1, or one of
+// the strings "true", "false", "1", "0", "yes", "no", "on", "off", "t",
+// "f", "y", "n" (any case, surrounding spaces ignored). ok is false for
+// anything else.
+func LaxBool(v json.RawMessage) (b, ok bool) {
 	var x any
 	if json.Unmarshal(v, &x) != nil {
-		return false
+		return false, false
 	}
 	switch t := x.(type) {
 	case bool:
-		return t
+		return t, true
 	case float64:
-		return t != 0
+		return t == 1, t == 0 || t == 1
 	case string:
 		switch strings.ToLower(strings.TrimSpace(t)) {
 		case "true", "1", "yes", "on", "t", "y":
-			return true
+			return true, true
+		case "false", "0", "no", "off", "f", "n":
+			return false, true
 		}
 	}
-	return false
+	return false, false
 }
 
 // LimitSet reports whether the request sets its output limit
@@ -232,6 +265,8 @@ func (r *Request) OutputLimitIn(maxModelLen int) int {
 // completions default; for chat see OutputLimitIn).
 func (r *Request) OutputLimit() int {
 	switch {
+	case r.EchoOnly():
+		return 1
 	case r.MaxCompletionTokens != nil:
 		return *r.MaxCompletionTokens
 	case r.MaxTokens != nil:
@@ -280,14 +315,16 @@ func (d *decoder) boolean(name string) bool {
 	if !ok {
 		return false
 	}
-	var b bool
-	if json.Unmarshal(v, &b) != nil {
+	b, ok := LaxBool(v)
+	if !ok {
 		d.fail(Invalid(name, string(v), "a boolean"))
 	}
 	return b
 }
 
-// integer reads an integral JSON number >= lo (5.0 counts as 5).
+// integer reads an integral JSON number >= lo (5.0 counts as 5), or a
+// string holding a decimal integer ("5", as pydantic's lax mode reads it
+// for vLLM).
 func (d *decoder) integer(name string, lo int) *int {
 	v, ok := d.get(name)
 	if !ok {
@@ -302,6 +339,14 @@ func (d *decoder) integer(name string, lo int) *int {
 }
 
 func toInt(v json.RawMessage) (int, bool) {
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || n > 1<<53 || n < -(1<<53) {
+			return 0, false
+		}
+		return int(n), true
+	}
 	var f float64
 	if json.Unmarshal(v, &f) != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
 		return 0, false

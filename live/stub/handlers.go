@@ -168,6 +168,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	}
 	w.Header().Set("X-Request-Id", rid)
 	ans := makeAnswer(req, limit, s.opts.Seed, s.opts.MeanOutput)
+	ans.echo, ans.echoOnly = echoText(req), req.EchoOnly()
 	l := newLive(s.nextID.Add(1), prompt, ans.n())
 	s.metrics.prompt.Add(float64(prompt))
 
@@ -359,7 +360,7 @@ func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
 	if last {
 		finish, stop = o.ans.finish, o.ans.stop
 	}
-	text := o.ans.token(k - 1)
+	text := o.ans.shown(k - 1)
 	// With stream_options.continuous_usage_stats (and include_usage), as
 	// vLLM: every chunk carries the usage so far, the completion tokens
 	// written with it included.
@@ -375,6 +376,13 @@ func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
 	if k == 1 {
 		if err := sse.Send(o.response([]api.Choice{api.DeltaChoice("assistant", "", "")}, usage(0))); err != nil {
 			return err
+		}
+		if o.ans.echo != "" {
+			// vLLM sends a chat echo as its own chunk after the role's.
+			if err := sse.Send(o.response([]api.Choice{api.DeltaChoice("", o.ans.echo, "")}, usage(0))); err != nil {
+				return err
+			}
+			text = o.ans.token(0)
 		}
 	}
 	return sse.Send(o.response([]api.Choice{api.DeltaChoice("", text, finish).WithStop(stop)}, usage(k)))

@@ -501,3 +501,68 @@ func TestIdleConnectionClosed(t *testing.T) {
 		t.Fatalf("idle connection: read %v, expected the stub to close it (EOF)", err)
 	}
 }
+
+// Echo, as vLLM's: completions show the prompt before the answer (in the
+// first streamed chunk), and with max_tokens 0 the prompt alone, after
+// running one token; chat shows the last message's content when it has
+// the answer's role (assistant, or with add_generation_prompt false the
+// last message's own), in its own chunk after the role's.
+func TestEcho(t *testing.T) {
+	u := startFleet(t, 1, Options{Seed: 5}).Servers()[0].URL()
+	const prompt = "hello there, engine"
+	plain := decodeResp(t, post(t, u+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":4}`).body)
+	gen := *plain.Choices[0].Text
+	r := post(t, u+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":4,"echo":true}`)
+	if c := decodeResp(t, r.body); r.status != 200 || *c.Choices[0].Text != prompt+gen || c.Usage.CompletionTokens != 4 {
+		t.Errorf("echo: %d %s: expected the prompt then %q", r.status, r.body, gen)
+	}
+	evs := events(t, post(t, u+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":4,"echo":"yes","stream":true}`).body)
+	if len(evs) != 4 || !strings.HasPrefix(*evs[0].Choices[0].Text, prompt) || len(*evs[0].Choices[0].Text) == len(prompt) {
+		t.Errorf("echo streamed: %d events, first %+v: expected the prompt and the first token together", len(evs), evs[0].Choices)
+	}
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"prompt":"%s","max_tokens":0,"echo":true,"stream":%v,"stream_options":null}`, prompt, stream)
+		r := post(t, u+"/v1/completions", body)
+		var text string
+		var finish *string
+		if stream {
+			evs := events(t, r.body)
+			if len(evs) != 1 {
+				t.Fatalf("echo alone, streamed: %d events: %s", len(evs), r.body)
+			}
+			text, finish = *evs[0].Choices[0].Text, evs[0].Choices[0].FinishReason
+		} else {
+			c := decodeResp(t, r.body)
+			text, finish = *c.Choices[0].Text, c.Choices[0].FinishReason
+			if c.Usage.CompletionTokens != 1 {
+				t.Errorf("echo alone: usage %+v: expected the one token run", c.Usage)
+			}
+		}
+		if r.status != 200 || text != prompt || finish == nil || *finish != "length" {
+			t.Errorf("echo alone (stream %v): %d %s: expected the prompt alone, finish length", stream, r.status, r.body)
+		}
+	}
+	if r := post(t, u+"/v1/completions", `{"prompt":"x","max_tokens":0}`); r.status != 400 {
+		t.Errorf("max_tokens 0 without echo: %d %s", r.status, r.body)
+	}
+	chat := func(msgs, extra string) (string, []api.Response) {
+		body := `{"messages":` + msgs + `,"max_tokens":3,"echo":true` + extra + `}`
+		c := decodeResp(t, post(t, u+"/v1/chat/completions", body).body)
+		evs := events(t, post(t, u+"/v1/chat/completions", strings.Replace(body, `"echo":true`, `"echo":true,"stream":true`, 1)).body)
+		return c.Choices[0].Message.Content, evs
+	}
+	const asked = `[{"role":"user","content":"go on"},{"role":"assistant","content":"Once upon"}]`
+	content, evs := chat(asked, "")
+	if !strings.HasPrefix(content, "Once upon") || len(content) == len("Once upon") {
+		t.Errorf("chat echo: %q: expected the assistant's message continued", content)
+	}
+	if len(evs) != 5 || evs[0].Choices[0].Delta.Role != "assistant" || *evs[1].Choices[0].Delta.Content != "Once upon" {
+		t.Errorf("chat echo streamed: %d events %+v: expected the role, the echo, three tokens", len(evs), evs)
+	}
+	if content, evs := chat(`[{"role":"user","content":"go on"}]`, ""); strings.Contains(content, "go on") || len(evs) != 4 {
+		t.Errorf("chat echo after a user message: %q, %d events: expected nothing echoed", content, len(evs))
+	}
+	if content, _ := chat(`[{"role":"user","content":"go on"}]`, `,"add_generation_prompt":false`); !strings.HasPrefix(content, "go on") {
+		t.Errorf("chat echo without a generation prompt: %q: expected the user's message continued", content)
+	}
+}

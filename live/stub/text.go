@@ -25,6 +25,11 @@ type answer struct {
 	tokens []string
 	finish string // api.FinishLength or api.FinishStop
 	stop   string // the stop string that ended it ("" for none)
+	// echo is the text shown before the answer (a request's echo:
+	// echoText); with echoOnly the answer's tokens are run, counted and
+	// not shown (vLLM's echo with max_tokens 0).
+	echo     string
+	echoOnly bool
 }
 
 // n is the answer's length in tokens.
@@ -43,12 +48,54 @@ func (a *answer) token(i int) string {
 	return spacedVocab[a.words[i]]
 }
 
+// shown is the text written for token i (0-based): the first carries the
+// echo before it, and with echoOnly the echo alone.
+func (a *answer) shown(i int) string {
+	t := ""
+	if !a.echoOnly {
+		t = a.token(i)
+	}
+	if i == 0 {
+		return a.echo + t
+	}
+	return t
+}
+
+// text is the whole answer as written, the echo first.
 func (a *answer) text() string {
 	var b strings.Builder
 	for i := range a.n() {
-		b.WriteString(a.token(i))
+		b.WriteString(a.shown(i))
 	}
 	return b.String()
+}
+
+// echoText is what vLLM shows before an answer that asks for echo: on
+// completions the prompt's text (token ids are shown as nothing: the stub
+// cannot detokenize); on chat the last message's content when that
+// message has the answer's role (assistant, or with add_generation_prompt
+// false the last message's own), so that an answer continues it.
+func echoText(r *api.Request) string {
+	if !r.Echo() {
+		return ""
+	}
+	if !r.Chat {
+		return r.Prompt
+	}
+	if len(r.Messages) == 0 {
+		return ""
+	}
+	last := r.Messages[len(r.Messages)-1]
+	role := "assistant"
+	if v, ok := r.Raw["add_generation_prompt"]; ok {
+		if b, ok := api.LaxBool(v); ok && !b {
+			role = last.Role
+		}
+	}
+	if last.Role != role {
+		return ""
+	}
+	return last.Content
 }
 
 // promptHash keys an answer to its prompt, so the same prompt always gets
