@@ -1450,6 +1450,12 @@ func TestEngineRoutesPassThrough(t *testing.T) {
 	if code, b := get(http.MethodPost, "/tokenize", `{"model":"stub","prompt":"a few words here"}`); code != 200 || !strings.Contains(b, `"count":`) {
 		t.Errorf("POST /tokenize: %d %s", code, b)
 	}
+	if code, b := get(http.MethodPost, "/detokenize", `{"model":"stub","tokens":[0,1,33]}`); code != 200 || b != `{"prompt":" the engine engine"}`+"\n" {
+		t.Errorf("POST /detokenize: %d %q", code, b)
+	}
+	if code, b := get(http.MethodPost, "/detokenize", `{"tokens":[1,50000]}`); code != 400 || !strings.Contains(b, `"param":"tokens[1]"`) {
+		t.Errorf("POST /detokenize, an id past the vocabulary: %d %s", code, b)
+	}
 	for _, m := range []string{http.MethodGet, http.MethodPost} {
 		if code, _ := get(m, "/ping", ""); code != 200 {
 			t.Errorf("%s /ping: %d", m, code)

@@ -24,6 +24,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/models", s.guard(s.serveModels))
 	mux.HandleFunc("GET /health", s.guard(s.serveHealth))
 	mux.HandleFunc("POST /tokenize", s.guard(s.serveTokenize))
+	mux.HandleFunc("POST /detokenize", s.guard(s.serveDetokenize))
 	mux.HandleFunc("GET /version", s.guard(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"version": "narwhal-stub"}) // vLLM's: its release
 	}))
@@ -109,6 +110,40 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	n := req.PromptTokens()
 	writeJSON(w, http.StatusOK, map[string]any{"count": n, "max_model_len": s.opts.MaxModelLen, "tokens": tokenIDs(req, n)})
+}
+
+// serveDetokenize is vLLM's POST /detokenize: {"tokens": [ids]} to
+// {"prompt": text}, the text wordsOf gives; ids from 0 to vocabSize-1.
+func (s *Server) serveDetokenize(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Model  *string          `json:"model"`
+		Tokens *json.RawMessage `json:"tokens"`
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	if err != nil || json.Unmarshal(b, &body) != nil {
+		api.WriteVLLMError(w, api.Invalid("body", "unreadable", "a JSON object"))
+		return
+	}
+	if body.Model != nil && *body.Model != "" && *body.Model != s.opts.Model {
+		api.WriteVLLMError(w, api.ModelNotFound(*body.Model, []string{s.opts.Model}))
+		return
+	}
+	var ids []int
+	if body.Tokens == nil || json.Unmarshal(*body.Tokens, &ids) != nil {
+		got := "missing"
+		if body.Tokens != nil {
+			got = string(*body.Tokens)
+		}
+		api.WriteVLLMError(w, api.Invalid("tokens", got, "a list of token ids"))
+		return
+	}
+	for i, id := range ids {
+		if id < 0 || id >= vocabSize {
+			api.WriteVLLMError(w, api.Invalid(fmt.Sprintf("tokens[%d]", i), strconv.Itoa(id), fmt.Sprintf("a token id from 0 to %d", vocabSize-1)))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"prompt": wordsOf(ids)})
 }
 
 // serveGenerate is /v1/completions and /v1/chat/completions.

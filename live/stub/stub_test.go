@@ -542,6 +542,9 @@ func TestEcho(t *testing.T) {
 			t.Errorf("echo alone (stream %v): %d %s: expected the prompt alone, finish length", stream, r.status, r.body)
 		}
 	}
+	if r := post(t, u+"/v1/completions", `{"prompt":[0,1,33],"max_tokens":0,"echo":true}`); r.status != 200 || *decodeResp(t, r.body).Choices[0].Text != " the engine engine" {
+		t.Errorf("echo of token ids: %d %s: expected them as /detokenize reads them", r.status, r.body)
+	}
 	if r := post(t, u+"/v1/completions", `{"prompt":"x","max_tokens":0}`); r.status != 400 {
 		t.Errorf("max_tokens 0 without echo: %d %s", r.status, r.body)
 	}

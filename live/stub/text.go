@@ -71,8 +71,7 @@ func (a *answer) text() string {
 }
 
 // echoText is what vLLM shows before an answer that asks for echo: on
-// completions the prompt's text (token ids are shown as nothing: the stub
-// cannot detokenize); on chat the last message's content when that
+// completions the prompt's text (token ids as wordsOf reads them); on chat the last message's content when that
 // message has the answer's role (assistant, or with add_generation_prompt
 // false the last message's own), so that an answer continues it.
 func echoText(r *api.Request) string {
@@ -80,6 +79,9 @@ func echoText(r *api.Request) string {
 		return ""
 	}
 	if !r.Chat {
+		if r.PromptIDs != nil {
+			return wordsOf(r.PromptIDs)
+		}
 		return r.Prompt
 	}
 	if len(r.Messages) == 0 {
@@ -219,6 +221,22 @@ func trimTo(tokens []string, n int) []string {
 	return tokens
 }
 
+// wordsOf is the stub's text of token ids, as /detokenize gives it: each
+// id one of the answer words (id modulo their number). The stub's ids
+// from text are hashes (tokenIDs), so this is not the text they came
+// from; the same ids always give the same text.
+func wordsOf(ids []int) string {
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(spacedVocab[id%len(spacedVocab)])
+	}
+	return b.String()
+}
+
+// vocabSize is the number of token ids /tokenize gives and /detokenize
+// takes.
+const vocabSize = 50000
+
 // tokenIDs is /tokenize's token list: the prompt's ids when it was ids,
 // else n synthetic ids, one per slice of the text.
 func tokenIDs(r *api.Request, n int) []int {
@@ -230,7 +248,7 @@ func tokenIDs(r *api.Request, n int) []int {
 	for i := range ids {
 		h := fnv.New32a()
 		h.Write([]byte(text[i*len(text)/n : (i+1)*len(text)/n]))
-		ids[i] = int(h.Sum32() % 50000)
+		ids[i] = int(h.Sum32() % vocabSize)
 	}
 	return ids
 }
