@@ -394,6 +394,18 @@ func (c *Core) advance(now event.Time) error {
 	return nil
 }
 
+// Decide journals a decision taken outside the core (the live router's
+// cordons) at now, which must not be before the core's clock: the View's
+// Decide stamps the core's last time, which can lie behind records the
+// driver has journaled since.
+func (c *Core) Decide(now event.Time, payload any) error {
+	if err := c.advance(now); err != nil {
+		return err
+	}
+	c.v.Decide(payload)
+	return nil
+}
+
 // inst checks a fact's instance index.
 func (c *Core) instance(fact string, i event.Instance) (*Instance, error) {
 	if i < 0 || int(i) >= len(c.v.inst) {

@@ -49,7 +49,7 @@ func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonRe
 		refused, why := "", ""
 		if serving == 0 {
 			refused, why = "last_engine", "it is the last engine taking placements"
-			o.core.View().Decide(core.CordonDecision{Cordon: inst, Refused: refused, Why: why})
+			o.fact(o.core.Decide(now, core.CordonDecision{Cordon: inst, Refused: refused, Why: why}))
 		} else {
 			e.cordoned.Store(true)
 		}
@@ -81,8 +81,8 @@ func (o *owner) setCordon(now event.Time, inst event.Instance, on bool) cordonRe
 		e.cordoned.Store(false)
 		if e.br.ejected() {
 			// Back when its readmission probes admit it.
-			o.core.View().Decide(core.CordonDecision{Cordon: inst, Uncordon: true,
-				Why: "it is ejected: it returns to service when its readmission probes admit it"})
+			o.fact(o.core.Decide(now, core.CordonDecision{Cordon: inst, Uncordon: true,
+				Why: "it is ejected: it returns to service when its readmission probes admit it"}))
 			o.r.logf("narwhal-bench: engine %s uncordoned; it is ejected and returns when it answers again", e.name)
 			break
 		}
