@@ -208,6 +208,10 @@ type Result struct {
 	Rates     []float64 `json:"rates"`
 	Arms      []string  `json:"arms"`
 	Runs      []Run     `json:"runs"`
+	// Incomplete, when set, says why the sweep's rates are not all there
+	// or not all whole (a live sweep stopped by a signal): the table then
+	// gives no sustained rate and no comparison.
+	Incomplete string `json:"incomplete,omitempty"`
 	// Sustained is the highest rate such that it and every lower swept rate
 	// reach 90% attainment (null: the lowest rate fails); SustainedGridTop
 	// marks an arm that passes at every swept rate (its sustained rate is at
@@ -697,7 +701,18 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 	if fold.Len() != st.Offered || sum.Offered != st.Offered {
 		return Run{}, fmt.Errorf("sweep: %s at %v req/s: %d requests folded, %d ended, %d offered", arm, rate, fold.Len(), sum.Offered, st.Offered)
 	}
-	splits := score.Splits(moves.moves)
+	run = Scored(arm, rate, sum, moves.moves, targets)
+	run.Moves, run.OverKV, run.SimSeconds = st.Moves, st.OverKV, st.End.Seconds()
+	return run, nil
+}
+
+// Scored is a run's row from its requests' summary and its role-move
+// records (opening roles included), as the simulator and the live driver
+// both score a run: outcomes, SLO misses, thrash, reversals, split changes
+// and, with phase targets, adaptation lag. Moves, OverKV and SimSeconds
+// are the driver's to set.
+func Scored(arm string, rate float64, sum score.Summary, moves []event.Record, targets []score.PhaseTarget) Run {
+	splits := score.Splits(moves)
 	var lagMean *float64
 	var missed int
 	if len(targets) > 0 {
@@ -713,9 +728,8 @@ func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64
 	}
 	return Run{Thrash: score.Thrash(splits, score.DefaultThrashWindow), Reversals: score.Thrash(splits, score.ReversalWindow),
 		Changes: max(len(score.Changes(splits))-1, 0), Failed: sum.Failed, LagMean: lagMean, LagMissed: missed, Arm: arm, Rate: rate, Offered: sum.Offered, Completed: sum.Completed, SLOOK: sum.Qualified,
-		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Moves: st.Moves, Preemptions: sum.Preemptions, Spilled: sum.Spilled,
-		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT], OverKV: st.OverKV,
-		SimSeconds: st.End.Seconds()}, nil
+		Attainment: sum.Attainment(), Refused: sum.Refused, Expired: sum.Expired, Preemptions: sum.Preemptions, Spilled: sum.Spilled,
+		MissTTFT: sum.Misses[event.CheckTTFT], MissTPOT: sum.Misses[event.CheckTPOT]}
 }
 
 // parallel runs f(0..n-1) on up to workers goroutines and joins the

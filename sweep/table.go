@@ -50,9 +50,14 @@ func WriteTable(w io.Writer, r *Result) error {
 		cols[i] = max(7, len(fmtRate(rate))+1)
 		head += fmt.Sprintf("%*s", cols[i], fmtRate(rate))
 	}
+	sustained, crossing := func(a string) string { return fmtSustainedTop(r.Sustained[a], r.SustainedGridTop[a]) },
+		func(a string) string { return fmtCrossing(r.SustainedCrossing[a]) }
+	if r.Incomplete != "" {
+		sustained, crossing = func(string) string { return "-" }, func(string) string { return "-" }
+	}
 	sw := len("sustained")
 	for _, a := range r.Arms {
-		sw = max(sw, len(fmtSustainedTop(r.Sustained[a], r.SustainedGridTop[a])))
+		sw = max(sw, len(sustained(a)))
 	}
 	sw = max(19, sw+1)
 	head += fmt.Sprintf("%*s%10s", sw, "sustained", "crossing")
@@ -62,7 +67,12 @@ func WriteTable(w io.Writer, r *Result) error {
 		for ri := range r.Rates {
 			fmt.Fprintf(&b, "%*s%%", cols[ri]-1, fmtPercent(r.Runs[ai*len(r.Rates)+ri].Attainment))
 		}
-		fmt.Fprintf(&b, "%*s%10s\n", sw, fmtSustainedTop(r.Sustained[a], r.SustainedGridTop[a]), fmtCrossing(r.SustainedCrossing[a]))
+		fmt.Fprintf(&b, "%*s%10s\n", sw, sustained(a), crossing(a))
+	}
+	if r.Incomplete != "" {
+		fmt.Fprintf(&b, "\nINCOMPLETE: %s: no sustained rate is given\n", r.Incomplete)
+		_, err := io.WriteString(w, b.String())
+		return err
 	}
 	best, bestArm := 0.0, ""
 	for _, a := range r.Arms {

@@ -159,6 +159,10 @@ func liveConfig(c *cli.Command, stderr io.Writer) (*liveRun, error) {
 		return nil, errors.New("--prefix-cache: needs --fleet (whether a target's engines cache prefixes is the target's setting)")
 	case lc.target != "" && lc.listen != "":
 		return nil, errors.New("--listen: needs --fleet (it is the address of the router this process runs)")
+	case lc.target != "" && c.IsSet("base-port"):
+		return nil, errors.New("--base-port: needs --fleet (it places the fleet's engines; a --target's are its own)")
+	case lc.target != "" && c.IsSet("stub-time-scale"):
+		return nil, errors.New("--stub-time-scale: needs --fleet and --stub (it times the stub engines this process starts)")
 	case lc.target != "" && engineFlagGiven(c) != "":
 		return nil, fmt.Errorf("%s: needs --fleet (the router this process runs reaches the fleet's engines with it; a --target reaches its own engines)", engineFlagGiven(c))
 	case lc.stub && engineFlagGiven(c) != "":
@@ -211,7 +215,7 @@ func liveConfig(c *cli.Command, stderr io.Writer) (*liveRun, error) {
 		}
 		if f, err := fleet.Load(name); err == nil {
 			lc.slo = f.CoreSLO()
-			lc.sloFrom = "fleet " + name + "'s"
+			lc.sloFrom = "fleet " + name + "'s SLO"
 		}
 	} else {
 		if lc.spec, err = fleet.Load(c.String("fleet")); err != nil {
@@ -253,17 +257,25 @@ func liveConfig(c *cli.Command, stderr io.Writer) (*liveRun, error) {
 	if c.String("ttft-slo") != "" && c.String("tpot-slo") != "" {
 		lc.sloFrom = ""
 	}
+	sources := map[string]string{}
 	for _, f := range []struct {
 		name string
 		dst  *event.Time
 	}{{"ttft-slo", &lc.slo.TTFT}, {"tpot-slo", &lc.slo.TPOT}} {
+		sources[f.name] = lc.sloFrom
 		if s := c.String(f.name); s != "" {
 			d, err := sweep.ParseDuration(s)
 			if err != nil {
 				return nil, fmt.Errorf("--%s: %w", f.name, err)
 			}
 			*f.dst = d
+			sources[f.name] = "--" + f.name
 		}
+	}
+	if lc.sloFrom != "" {
+		// Each bound with where it came from: a flag given for one of
+		// them is not the fleet's.
+		lc.sloFrom = fmt.Sprintf("TTFT <= %v (%s), TPOT <= %v (%s)", time.Duration(lc.slo.TTFT), sources["ttft-slo"], time.Duration(lc.slo.TPOT), sources["tpot-slo"])
 	}
 	if c.String("rate") != "" && c.String("rates") != "" {
 		return nil, errors.New("--rate and --rates: expected one of them")
@@ -307,8 +319,11 @@ func liveConfig(c *cli.Command, stderr io.Writer) (*liveRun, error) {
 	if lc.warmup < 0 || lc.warmup > 0 && lc.target == "" {
 		return nil, fmt.Errorf("--warmup %d: expected a count >= 0, with --target (the stub fleet has no first-request costs)", lc.warmup)
 	}
-	if lc.limit < 0 || c.Int("max-concurrency") < 0 {
-		return nil, errors.New("--limit and --max-concurrency: expected >= 0")
+	if lc.limit < 0 {
+		return nil, fmt.Errorf("--limit %d: expected a request count >= 0 (0: every request of the trace)", lc.limit)
+	}
+	if n := c.Int("max-concurrency"); n < 0 {
+		return nil, fmt.Errorf("--max-concurrency %d: expected >= 0 (0: no bound)", n)
 	}
 	return lc, nil
 }
@@ -330,18 +345,30 @@ func (lc *liveRun) plan(rate float64) ([]loadgen.Item, error) {
 		}
 		plan = append(plan, planItem(q))
 	}
+	if len(plan) == 0 {
+		// Scored, an empty run would read as 0% attained (or 0/0): no
+		// verdict can rest on it.
+		why := fmt.Sprintf("the trace %s holds no request", lc.trace.Name)
+		if lc.duration > 0 {
+			why += fmt.Sprintf(" within --duration %s", lc.duration)
+		}
+		return nil, fmt.Errorf("--rate(s) %s: %s at this rate: raise the rate or the duration", fmtRate(rate), why)
+	}
 	return plan, nil
 }
 
-// warmUp sends the first rate's first --warmup requests at once to the
-// target, with prompts of their own (another salt), and waits for them:
-// they are neither scored nor journaled. None succeeding is an error.
-func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer) error {
+// warmUp sends the first rate's first n requests at once to the target,
+// with prompts of their own (another salt), and waits for them: they are
+// neither scored nor journaled. None succeeding is an error. what names
+// them ("warm-up", or "test request": the one request a --target run
+// sends first without --warmup, as vllm bench serve does, so that a target
+// that does not serve fails at once rather than after the whole trace).
+func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer, n int, what string) error {
 	plan, err := lc.plan(lc.rates[0])
 	if err != nil {
 		return usageError{err}
 	}
-	plan = plan[:min(lc.warmup, len(plan))]
+	plan = plan[:min(n, len(plan))]
 	for i := range plan {
 		plan[i].At = 0
 	}
@@ -359,12 +386,12 @@ func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	s := loadgen.Summarize(res, 0, 0)
-	fmt.Fprintf(stderr, "narwhal-bench: live: warm-up: %d requests to %s, %d succeeded\n", s.Sent, lc.target, s.OK)
+	fmt.Fprintf(stderr, "narwhal-bench: live: %s: %d requests to %s, %d succeeded\n", what, s.Sent, lc.target, s.OK)
 	if ctx.Err() != nil {
-		return fmt.Errorf("live: stopped during the warm-up: %w", cliexit.ErrInterrupted)
+		return fmt.Errorf("live: stopped during the %s: %w", what, cliexit.ErrInterrupted)
 	}
 	if s.OK == 0 {
-		return fmt.Errorf("live: warm-up: no request succeeded (%s): the target does not serve", strings.Join(s.ErrorKinds, "; "))
+		return fmt.Errorf("live: %s: no request succeeded (%s): the target does not serve; nothing was sent at the trace's rates", what, strings.Join(s.ErrorKinds, "; "))
 	}
 	return nil
 }
@@ -396,8 +423,7 @@ type liveResult struct {
 
 func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if lc.sloFrom != "" {
-		fmt.Fprintf(stderr, "narwhal-bench: live: goodput is scored against %s SLOs (TTFT <= %v, TPOT <= %v): the trace names none; set --ttft-slo and --tpot-slo for your own\n",
-			lc.sloFrom, time.Duration(lc.slo.TTFT), time.Duration(lc.slo.TPOT))
+		fmt.Fprintf(stderr, "narwhal-bench: live: goodput is scored against %s: the trace names no SLOs; set --ttft-slo and --tpot-slo for your own\n", lc.sloFrom)
 	}
 	if lc.dir != "" {
 		if err := os.MkdirAll(lc.dir, 0o755); err != nil {
@@ -410,9 +436,27 @@ func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	if lc.warmup > 0 {
-		if err := lc.warmUp(ctx, stderr); err != nil {
+	for _, rate := range lc.rates {
+		// Every rate's plan is checked before the first runs: a sweep
+		// is not cut short by a rate with nothing to send.
+		if _, err := lc.plan(rate); err != nil {
+			return usageError{err}
+		}
+	}
+	switch {
+	case lc.warmup > 0:
+		if err := lc.warmUp(ctx, stderr, lc.warmup, "warm-up"); err != nil {
 			return err
+		}
+	case lc.target != "":
+		if err := lc.warmUp(ctx, stderr, 1, "test request"); err != nil {
+			return err
+		}
+	case !lc.stub:
+		// The fleet's own engines: each must answer before the trace
+		// is played, or the run would measure a smaller fleet (or none).
+		if bad := lc.engineHealth(ctx); bad != "" {
+			return fmt.Errorf("live: the fleet's engines must answer before the run%s; nothing was sent", bad)
 		}
 	}
 	var results []liveResult
@@ -446,11 +490,11 @@ func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 		if err := enc.Encode(results); err != nil {
 			return err
 		}
-	} else if err := lc.writeTable(stdout, results); err != nil {
+	} else if err := lc.writeTable(stdout, results, lc.incomplete(results, stopped)); err != nil {
 		return err
 	}
 	if stopped {
-		return fmt.Errorf("live: stopped before the run ended: the run is marked partial: %w", cliexit.ErrInterrupted)
+		return fmt.Errorf("live: %s: %w", lc.incomplete(results, stopped), cliexit.ErrInterrupted)
 	}
 	for _, x := range results {
 		if c := x.Client; c.Sent > 0 && c.OK == 0 {
@@ -513,7 +557,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	var (
 		res   *loadgen.Result
 		fold  event.Fold
-		moves moveCount
+		moves moveLog
 		tmp   *journal.Writer
 	)
 	tmpDir := ""
@@ -614,11 +658,9 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	}
 	rows := fold.Rows()
 	s := report.Summarize(rows, lc.slo)
-	out := &liveResult{Run: name, Rate: rate, Meta: meta, Client: sum,
-		Score: sweep.Run{Arm: lc.arm, Rate: rate, Offered: s.Offered, Completed: s.Completed, SLOOK: s.Qualified,
-			Attainment: s.Attainment(), Refused: s.Refused, Expired: s.Expired,
-			MissTTFT: s.Misses[event.CheckTTFT], MissTPOT: s.Misses[event.CheckTPOT], Moves: int(moves),
-			SimSeconds: res.Elapsed.Seconds()}}
+	scored := sweep.Scored(lc.arm, rate, s, moves.moves, nil)
+	scored.Moves, scored.SimSeconds = moves.count(), res.Elapsed.Seconds()
+	out := &liveResult{Run: name, Rate: rate, Meta: meta, Client: sum, Score: scored}
 	if lc.dir == "" {
 		return out, nil
 	}
@@ -716,7 +758,8 @@ func (lc *liveRun) startFleet(stderr io.Writer) (*stubFleet, error) {
 			return nil, usageError{err}
 		}
 	} else if sf, err = startStubs(lc.spec, lc.basePort, opts, io.Discard); err != nil {
-		return nil, err
+		// A port taken is the flag's to fix, as --listen's (exit 2).
+		return nil, usageError{fmt.Errorf("--base-port %d: %w", lc.basePort, err)}
 	}
 	out.stubs = sf
 	out.urls = make([]string, n)
@@ -792,14 +835,39 @@ func writeClientCSV(path string, res *loadgen.Result) error {
 // writeTable prints sim's table for the live runs, then what only a live
 // run has: the schedule lag, and the client's latencies under the names
 // vllm bench serve and AIPerf use.
-func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
+// incomplete says how a stopped sweep falls short of its grid ("" when it
+// was not stopped): the rate cut short, and the rates not run.
+func (lc *liveRun) incomplete(results []liveResult, stopped bool) string {
+	if !stopped {
+		return ""
+	}
+	var parts []string
+	if n := len(results); n > 0 && results[n-1].Meta.Partial {
+		parts = append(parts, fmt.Sprintf("the run at %s req/s was cut short and is marked partial", fmtRate(results[n-1].Rate)))
+	}
+	if skipped := lc.rates[len(results):]; len(skipped) > 0 {
+		rs := make([]string, len(skipped))
+		for i, r := range skipped {
+			rs[i] = fmtRate(r)
+		}
+		parts = append(parts, fmt.Sprintf("%d of %d rates not run (%s req/s)", len(skipped), len(lc.rates), strings.Join(rs, ", ")))
+	}
+	if len(parts) == 0 {
+		return "stopped after the last rate ended"
+	}
+	return "stopped before the sweep ended: " + strings.Join(parts, "; ")
+}
+
+// writeTable prints the sim-style table of the rates run and the client
+// side's; incomplete (a stopped sweep) takes the sustained verdict away.
+func (lc *liveRun) writeTable(w io.Writer, results []liveResult, incomplete string) error {
 	fleetName, n := "target "+lc.target, 1
 	if lc.spec != nil {
 		fleetName, n = lc.spec.Name, lc.spec.Size()
 	}
 	r := &sweep.Result{Trace: lc.trace.Name, Fleet: fleetName, Instances: n, Seed: lc.seed,
 		SLO: sweep.SLOJSON{TTFT: lc.slo.TTFT.Seconds(), TPOT: lc.slo.TPOT.Seconds()}, BaseRate: lc.trace.MeanRate(),
-		Arms: []string{lc.arm}, Cordons: lc.cordonSpec}
+		Arms: []string{lc.arm}, Cordons: lc.cordonSpec, Incomplete: incomplete}
 	for _, x := range results {
 		r.Rates = append(r.Rates, x.Rate)
 		r.Runs = append(r.Runs, x.Score)
@@ -811,8 +879,8 @@ func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nclient side (seconds; TTFT from the actual send, TPOT = (e2e - TTFT)/(n - 1), ITL = every gap between chunks; req/s and out tok/s of the requests that succeeded; docs/live.md):\n")
-	fmt.Fprintf(&b, "%-8s %9s %26s %15s %15s %15s %15s %8s %9s %10s  %s\n", "rate", "sent", "schedule lag p50/p90/p99", "TTFT p50/p99", "TPOT p50/p99", "ITL p50/p99", "E2E p50/p99", "req/s", "out tok/s", "goodput", "status")
+	fmt.Fprintf(&b, "\nclient side (latencies in ms; TTFT from the actual send, TPOT = (e2e - TTFT)/(n - 1), ITL = every gap between chunks; req/s and out tok/s of the requests that succeeded; docs/live.md):\n")
+	fmt.Fprintf(&b, "%-8s %9s %26s %17s %15s %15s %17s %8s %10s %10s  %s\n", "rate", "sent", "schedule lag p50/p90/p99", "TTFT p50/p99", "TPOT p50/p99", "ITL p50/p99", "E2E p50/p99", "req/s", "out tok/s", "goodput", "status")
 	for _, x := range results {
 		s := x.Client
 		status := "ok"
@@ -829,9 +897,9 @@ func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
 		if len(notes) > 0 {
 			status = strings.Join(notes, ", ")
 		}
-		fmt.Fprintf(&b, "%-8s %9s %26s %15s %15s %15s %15s %8.3g %9.4g %10s  %s\n", fmtRate(x.Rate), fmt.Sprintf("%d/%d", s.Sent, s.Planned),
+		fmt.Fprintf(&b, "%-8s %9s %26s %17s %15s %15s %17s %8.2f %10.1f %10s  %s\n", fmtRate(x.Rate), fmt.Sprintf("%d/%d", s.Sent, s.Planned),
 			fmt.Sprintf("%s/%s/%s ms", ms(s.Lag.P50), ms(s.Lag.P90), ms(s.Lag.P99)),
-			pair(s.TTFT), pair(s.TPOT), pair(s.ITL), pair(s.E2E), s.RequestRPS, s.OutputTokensRPS, fmt.Sprintf("%.3g/s", s.GoodputRPS), status)
+			pair(s.TTFT), pair(s.TPOT), pair(s.ITL), pair(s.E2E), s.RequestRPS, s.OutputTokensRPS, fmt.Sprintf("%.2f/s", s.GoodputRPS), status)
 	}
 	for _, x := range results {
 		if x.Client.Degraded {
@@ -855,11 +923,13 @@ func (lc *liveRun) writeTable(w io.Writer, results []liveResult) error {
 
 func ms(s float64) string { return strconv.FormatFloat(s*1000, 'f', 1, 64) }
 
+// pair is a latency's p50/p99 in milliseconds, one decimal, as vllm
+// bench serve prints them (never in exponent notation).
 func pair(q loadgen.Quantiles) string {
 	if q.N == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.3g/%.3g", q.P50, q.P99)
+	return ms(q.P50) + "/" + ms(q.P99)
 }
 
 // fmtRate is the rate as the run's sim-style table above prints it.
@@ -885,14 +955,25 @@ func liveConfigHash(lc *liveRun, meta event.RunMeta) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// moveCount counts role moves, opening roles not included.
-type moveCount int
+// moveLog keeps a run's role-move records, opening roles included.
+type moveLog struct{ moves []event.Record }
 
 // Record implements event.Recorder.
-func (m *moveCount) Record(r *event.Record) {
-	if r.Kind == event.KindRoleMove && !r.Opening() {
-		*m++
+func (m *moveLog) Record(r *event.Record) {
+	if r.Kind == event.KindRoleMove {
+		m.moves = append(m.moves, *r)
 	}
+}
+
+// count is the number of role moves, opening roles not included.
+func (m *moveLog) count() int {
+	n := 0
+	for i := range m.moves {
+		if !m.moves[i].Opening() {
+			n++
+		}
+	}
+	return n
 }
 
 // playCordons cordons and uncordons the router's engines at the windows'

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -278,12 +282,21 @@ func TestLiveInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(1500*time.Millisecond, cancel)
 	code, out, errs := liveCLI(t, ctx, "live", "--fleet", fleetPath, "--stub", "--trace", tracePath,
-		"--arm", "static:2P1D", "--drain-timeout", "200ms", "--journal", dir)
+		"--arm", "static:2P1D", "--rates", "1x,1.5x", "--drain-timeout", "200ms", "--journal", dir)
 	if code != 130 {
 		t.Fatalf("interrupted live: exit %d, expected 130\n%s\n%s", code, out, errs)
 	}
 	if !strings.Contains(out, "PARTIAL") {
 		t.Errorf("the table does not mark the run partial:\n%s", out)
+	}
+	// A stopped sweep gives no sustained rate: the rates run are not the
+	// grid asked for.
+	if !strings.Contains(out, "INCOMPLETE: stopped before the sweep ended: the run at") || !strings.Contains(out, "1 of 2 rates not run") ||
+		regexp.MustCompile(`>= [0-9]`).MatchString(out) || strings.Contains(out, "sustains") {
+		t.Errorf("the table gives a verdict on a stopped sweep:\n%s", out)
+	}
+	if !strings.Contains(errs, "1 of 2 rates not run") {
+		t.Errorf("stderr does not say which rates were not run:\n%s", errs)
 	}
 	runs, err := journal.Runs(dir)
 	if err != nil || len(runs) != 1 {
@@ -314,18 +327,64 @@ func TestLiveInterrupted(t *testing.T) {
 	}
 }
 
-// TestLiveEveryRequestFailed: a run in which no request succeeded (the
-// target answers 500) exits 1, naming the errors, not 0.
+// TestLiveEveryRequestFailed: a target that does not serve fails the
+// test request sent before the trace (exit 1, naming the error, nothing
+// sent at the rates), as vllm bench serve's initial test prompt does; one
+// that serves that request and fails every other fails the run (exit 1,
+// not 0), and --json counts the failures.
 func TestLiveEveryRequestFailed(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+	fail := func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusInternalServerError)
 		fmt.Fprint(w, `{"error":{"message":"engine core dead","type":"InternalServerError","param":null,"code":500}}`)
+	}
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) { fail(w) }))
+	defer dead.Close()
+	code, out, errs := runCLI(t, "live", "--target", dead.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50")
+	if code != 1 || !strings.Contains(errs, "test request: no request succeeded (HTTP 500: engine core dead (1))") || !strings.Contains(errs, "nothing was sent at the trace's rates") || out != "" {
+		t.Fatalf("exit %d, stdout %s, stderr %s: want exit 1 naming the test request's error", code, out, errs)
+	}
+
+	// Served once (the test request, by a stub engine), then 500s.
+	fleetPath, _ := liveFiles(t, "2s")
+	spec, err := fleet.Load(fleetPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := 0.0
+	sf, err := stub.NewFleet(stub.Options{Model: "m", TimeScale: &zero},
+		[]stub.Instance{{ID: "e0", Addr: "127.0.0.1:0", Engine: engine.Config{Profile: spec.Profiles()[0]}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sf.Close()
+	engineURL, _ := url.Parse(sf.Servers()[0].URL())
+	proxy := httputil.NewSingleHostReverseProxy(engineURL)
+	var calls atomic.Int64
+	once := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		if calls.Add(1) == 1 {
+			proxy.ServeHTTP(w, q)
+			return
+		}
+		fail(w)
 	}))
-	defer srv.Close()
-	code, out, errs := runCLI(t, "live", "--target", srv.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50")
-	if code != 1 || !strings.Contains(errs, "no request succeeded (3 errors: HTTP 500: engine core dead (3))") || !strings.Contains(out, "errors at 50.0 req/s: HTTP 500: engine core dead (3)") {
+	defer once.Close()
+	code, out, errs = runCLI(t, "live", "--target", once.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50")
+	if code != 1 || !strings.Contains(errs, "test request: 1 requests to") || !strings.Contains(errs, "no request succeeded (3 errors: HTTP 500: engine core dead (3))") || !strings.Contains(out, "errors at 50.0 req/s: HTTP 500: engine core dead (3)") {
 		t.Fatalf("exit %d, stdout %s, stderr %s: want exit 1 naming the errors", code, out, errs)
+	}
+	// --json counts them as failed, as sim's does: offered = completed +
+	// refused + expired + failed.
+	calls.Store(0)
+	_, out, _ = runCLI(t, "live", "--target", once.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50", "--json")
+	var res []struct {
+		Score struct{ Offered, Completed, Failed int }
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res) != 1 || res[0].Score.Offered != 3 || res[0].Score.Failed != 3 || res[0].Score.Completed != 0 {
+		t.Errorf("--json %s (%v): expected 3 offered, 3 failed", out, err)
 	}
 }
 
@@ -351,8 +410,8 @@ func TestLiveBursts(t *testing.T) {
 		if code, out, errs := runCLI(t, args...); code != 0 {
 			t.Fatalf("%v: exit %d\n%s\n%s", extra, code, out, errs)
 		}
-		if got.Load() != 24 {
-			t.Fatalf("%v: the target got %d requests, expected 24", extra, got.Load())
+		if got.Load() != 25 {
+			t.Fatalf("%v: the target got %d requests, expected the test request and 24", extra, got.Load())
 		}
 		files, _ := filepath.Glob(filepath.Join(dir, "client", "*.csv"))
 		if len(files) != 1 {
@@ -402,7 +461,11 @@ func TestLiveDefaultSLOSaid(t *testing.T) {
 	b = bytes.Replace(bytes.Replace(b, []byte("fleet: demo\n"), nil, 1), []byte("slo: {ttft: 10s, tpot: 125ms}\n"), nil, 1)
 	os.WriteFile(trace, b, 0o644)
 	args := []string{"live", "--target", srv.URL, "--model", "m", "--trace", trace, "--limit", "2", "--rate", "50"}
-	if code, _, errs := runCLI(t, args...); code != 0 || !strings.Contains(errs, "goodput is scored against fleet demo's SLOs (TTFT <= 10s, TPOT <= 125ms)") {
+	if code, _, errs := runCLI(t, args...); code != 0 || !strings.Contains(errs, "goodput is scored against TTFT <= 10s (fleet demo's SLO), TPOT <= 125ms (fleet demo's SLO)") {
+		t.Fatalf("exit %d, stderr %s", code, errs)
+	}
+	// One bound given: said as the flag's, not the fleet's.
+	if code, _, errs := runCLI(t, append(args, "--ttft-slo", "200ms")...); code != 0 || !strings.Contains(errs, "TTFT <= 200ms (--ttft-slo), TPOT <= 125ms (fleet demo's SLO)") {
 		t.Fatalf("exit %d, stderr %s", code, errs)
 	}
 	if _, _, errs := runCLI(t, append(args, "--ttft-slo", "1s", "--tpot-slo", "50ms")...); strings.Contains(errs, "scored against") {
@@ -599,5 +662,31 @@ phases:
 			t.Errorf("replay (source prefix cache %v): metadata prefix_cache %v, %d of %d prompts found cached tokens", cached, sr.Meta().PrefixCache, hits, fold.Len())
 		}
 		sr.Close()
+	}
+}
+
+// A rate at which the trace holds no request is refused before anything
+// runs (exit 2 naming the rate), not scored as an empty run.
+func TestLiveEmptyPlanRefused(t *testing.T) {
+	code, out, errs := runCLI(t, "live", "--target", "http://127.0.0.1:9", "--model", "m", "--trace", "testdata/live-short.yaml", "--rates", "0.001,50", "--duration", "1s")
+	if code != 2 || !strings.Contains(errs, "--rate(s) 0.001") || !strings.Contains(errs, "holds no request within --duration 1s") || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %s: want exit 2 naming the rate", code, out, errs)
+	}
+}
+
+// A live run on the fleet's own engines (no --stub) checks that each
+// answers /health before the trace is played: none there is exit 1 at
+// once, naming them, not a whole trace of failures first.
+func TestLiveEnginesCheckedFirst(t *testing.T) {
+	fleetPath, tracePath := liveFiles(t, "30s")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := ln.Addr().(*net.TCPAddr).Port
+	ln.Close() // nothing listens there now (nor, most likely, on the next two)
+	code, out, errs := runCLI(t, "live", "--fleet", fleetPath, "--base-port", strconv.Itoa(base), "--trace", tracePath, "--arm", "static:1P2D")
+	if code != 1 || !strings.Contains(errs, "the fleet's engines must answer before the run") || !strings.Contains(errs, "e0: ") || !strings.Contains(errs, "nothing was sent") || out != "" {
+		t.Fatalf("exit %d, stdout %q, stderr %s: want exit 1 naming the engines", code, out, errs)
 	}
 }

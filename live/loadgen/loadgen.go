@@ -410,7 +410,12 @@ func (r *runner) one(i int, it *Item, body []byte, wait time.Duration) {
 	ctx, cancel := context.WithTimeout(r.reqCtx, r.cfg.RequestTimeout)
 	defer cancel()
 	var firstTimeout atomic.Bool
+	// A first-token bound no shorter than the request's would race it at
+	// the same instant: the request timeout alone names the cause then.
 	ft := time.AfterFunc(r.cfg.FirstTokenTimeout, func() { firstTimeout.Store(true); cancel() })
+	if r.cfg.FirstTokenTimeout >= r.cfg.RequestTimeout {
+		ft.Stop()
+	}
 	defer ft.Stop()
 	hq, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.URL+r.path, bytes.NewReader(body))
 	if err != nil {
@@ -458,12 +463,17 @@ func (r *runner) one(i int, it *Item, body []byte, wait time.Duration) {
 	for {
 		payload, done, err := sr.ReadEvent()
 		if err != nil {
-			stream := strings.Contains(resp.Header.Get("Content-Type"), "event-stream")
+			ct := resp.Header.Get("Content-Type")
+			stream := strings.Contains(ct, "event-stream")
 			if errors.Is(err, io.EOF) && stream && o.Finish != "" {
 				break // ended after its finish reason, without data: [DONE] (as vllm bench serve, a whole answer)
 			}
-			if errors.Is(err, io.EOF) && !stream {
-				err = errors.New("the answer was not a stream (text/event-stream)")
+			// A body that ends where no event does (a JSON answer has no
+			// newline at its end) reads as an unexpected EOF.
+			if ended := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF); ended && !stream {
+				err = fmt.Errorf("the answer was not a stream (Content-Type %q, expected text/event-stream): does the server honour stream: true?", ct)
+			} else if ended && ctx.Err() == nil {
+				err = errors.New("the stream ended before its finish reason and data: [DONE] (the connection closed mid-answer)")
 			}
 			r.failed(o, ctx, &firstTimeout, err)
 			return

@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -378,6 +379,43 @@ func TestStreamWithoutDone(t *testing.T) {
 		}
 		if o := res.Outcomes[0]; o.OK() != tc.ok || (tc.ok && o.Tokens != 2) {
 			t.Fatalf("finish %s: outcome %+v, expected ok %v", tc.finish, o, tc.ok)
+		}
+	}
+}
+
+// Errors say what went wrong: a whole JSON answer to stream: true is
+// not a stream, a stream cut mid-answer ended early, and a request that
+// outlives the request timeout (the first-token bound left at its
+// default, the same) is a request timeout, never a first-token one.
+func TestStreamErrorsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		serve func(w http.ResponseWriter)
+		cfg   Config
+		want  string
+	}{
+		{"json", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"choices":[{"index":0,"text":" a b","finish_reason":"length"}]}`)
+		}, Config{}, `the answer was not a stream (Content-Type "application/json"`},
+		{"cut", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n")
+		}, Config{}, "the stream ended before its finish reason"},
+		{"slow", func(w http.ResponseWriter) { time.Sleep(300 * time.Millisecond) }, Config{RequestTimeout: 50 * time.Millisecond}, "request timeout"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) { tc.serve(w) }))
+		cfg := tc.cfg
+		cfg.URL = srv.URL
+		res, err := Run(context.Background(), cfg, evenPlan(2, 100, 10, 2))
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range res.Outcomes {
+			if o.OK() || !strings.HasPrefix(o.Err, tc.want) {
+				t.Errorf("%s: outcome error %q, expected %q", tc.name, o.Err, tc.want)
+			}
 		}
 	}
 }
