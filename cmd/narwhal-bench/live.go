@@ -386,7 +386,15 @@ func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer, n int, what str
 		return err
 	}
 	s := loadgen.Summarize(res, 0, 0)
-	fmt.Fprintf(stderr, "narwhal-bench: live: %s: %d requests to %s, %d succeeded\n", what, s.Sent, lc.target, s.OK)
+	if s.Sent == 1 {
+		verdict := "failed"
+		if s.OK == 1 {
+			verdict = "ok"
+		}
+		fmt.Fprintf(stderr, "narwhal-bench: live: %s to %s: %s\n", what, lc.target, verdict)
+	} else {
+		fmt.Fprintf(stderr, "narwhal-bench: live: %s: %d requests to %s, %d succeeded\n", what, s.Sent, lc.target, s.OK)
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("live: stopped during the %s: %w", what, cliexit.ErrInterrupted)
 	}
@@ -439,8 +447,19 @@ func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 	for _, rate := range lc.rates {
 		// Every rate's plan is checked before the first runs: a sweep
 		// is not cut short by a rate with nothing to send.
-		if _, err := lc.plan(rate); err != nil {
+		plan, err := lc.plan(rate)
+		if err != nil {
 			return usageError{err}
+		}
+		if lc.limit > len(plan) {
+			// vllm bench serve's --num-prompts and AIPerf's request count
+			// send that many; here the trace at the rate holds fewer.
+			within := ""
+			if lc.duration > 0 {
+				within = " within --duration"
+			}
+			fmt.Fprintf(stderr, "narwhal-bench: live: --limit %d: the trace holds %d requests at %s req/s%s: all %d are sent (a longer trace, or a higher rate, holds more)\n",
+				lc.limit, len(plan), fmtRate(rate), within, len(plan))
 		}
 	}
 	switch {
@@ -815,7 +834,7 @@ func writeClientCSV(path string, res *loadgen.Result) error {
 	}
 	w := csv.NewWriter(f)
 	_ = w.Write([]string{"index", "class", "input_tokens", "max_tokens", "scheduled_ns", "sent_ns", "first_token_ns",
-		"end_ns", "output_tokens", "chunks", "status", "finish_reason", "error", "chunk_us_after_send", "journal_scheduled_ns", "client_queue_ns"})
+		"end_ns", "output_tokens", "chunks", "status", "finish_reason", "error", "chunk_us_after_send", "journal_scheduled_ns", "client_queue_ns", "server_prompt_tokens"})
 	for i := range res.Outcomes {
 		o := &res.Outcomes[i]
 		tok := make([]string, len(o.TokenAt))
@@ -826,10 +845,18 @@ func writeClientCSV(path string, res *loadgen.Result) error {
 			strconv.FormatInt(int64(o.Scheduled), 10), strconv.FormatInt(int64(o.Sent), 10),
 			strconv.FormatInt(int64(o.FirstToken), 10), strconv.FormatInt(int64(o.End), 10),
 			strconv.Itoa(o.Tokens), strconv.Itoa(o.Chunks), strconv.Itoa(o.Status), o.Finish, o.Err, strings.Join(tok, " "),
-			strconv.FormatInt(int64(o.Ready()+res.RouterOffset), 10), strconv.FormatInt(int64(o.QueueWait), 10)})
+			strconv.FormatInt(int64(o.Ready()+res.RouterOffset), 10), strconv.FormatInt(int64(o.QueueWait), 10), serverCount(o.PromptTokens)})
 	}
 	w.Flush()
 	return errors.Join(w.Error(), f.Close())
+}
+
+// serverCount is a count the server gave, "" for none (-1).
+func serverCount(n int) string {
+	if n < 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 // writeTable prints sim's table for the live runs, then what only a live

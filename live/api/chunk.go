@@ -9,11 +9,13 @@ import (
 // Chunk is what one event of a streamed answer says: how many choices
 // carry output (text, content, reasoning or a tool call), its finish reason (last seen; "" while none), its usage's
 // completion tokens (-1 when it has no usage), and its error object when it
-// is an error event (nil otherwise).
+// is an error event (nil otherwise). Prompt is its usage's prompt tokens
+// (-1 when it has no usage, or none there).
 type Chunk struct {
 	Tokens int
 	Finish string
 	Usage  int
+	Prompt int
 	Err    json.RawMessage
 }
 
@@ -30,7 +32,8 @@ type chunkView struct {
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
-		CompletionTokens int `json:"completion_tokens"`
+		CompletionTokens int  `json:"completion_tokens"`
+		PromptTokens     *int `json:"prompt_tokens"`
 	} `json:"usage"`
 	Error json.RawMessage `json:"error"`
 }
@@ -46,6 +49,7 @@ const (
 	mToolCalls
 	mFinish
 	mUsage
+	mPrompt
 	nMarks
 )
 
@@ -62,6 +66,7 @@ var chunkMarks = [nMarks][]byte{
 	mToolCalls:  []byte(`"tool_calls":[`),
 	mFinish:     []byte(`"finish_reason":"`),
 	mUsage:      []byte(`"completion_tokens":`),
+	mPrompt:     []byte(`"prompt_tokens":`),
 }
 
 // marks records where each of chunkMarks first occurs in a payload (-1:
@@ -93,6 +98,8 @@ func (m *marks) at(p []byte, i int) {
 		try(mReasoning2)
 	case 'f':
 		try(mFinish)
+	case 'p':
+		try(mPrompt)
 	}
 }
 
@@ -108,8 +115,8 @@ func (m *marks) at(p []byte, i int) {
 // inside a string (a closing quote is followed by a separator), so the
 // pass finds each key where bytes.Index would.
 func ReadChunk(p []byte) (Chunk, bool) {
-	c := Chunk{Usage: -1}
-	at := marks{-1, -1, -1, -1, -1, -1, -1, -1, -1}
+	c := Chunk{Usage: -1, Prompt: -1}
+	at := marks{-1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
 	if !scanJSON(p, &at) {
 		return c, false // as decodeChunk reads it
 	}
@@ -130,22 +137,31 @@ func ReadChunk(p []byte) (Chunk, bool) {
 			c.Finish = string(rest[:j])
 		}
 	}
-	if at[mUsage] >= 0 {
-		rest := p[at[mUsage]+len(chunkMarks[mUsage]):]
-		j := 0
-		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
-			j++
-		}
-		if n, err := strconv.Atoi(string(rest[:j])); err == nil {
-			c.Usage = n
-		}
-	}
+	c.Usage, c.Prompt = count(p, at[mUsage], mUsage), count(p, at[mPrompt], mPrompt)
 	return c, true
+}
+
+// count is the non-negative integer after key k found at i in p (-1 when
+// k was not found or no digits follow it).
+func count(p []byte, i, k int) int {
+	if i < 0 {
+		return -1
+	}
+	rest := p[i+len(chunkMarks[k]):]
+	j := 0
+	for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+		j++
+	}
+	n, err := strconv.Atoi(string(rest[:j]))
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // decodeChunk is ReadChunk by decoding the event in full.
 func decodeChunk(p []byte) (Chunk, bool) {
-	c := Chunk{Usage: -1}
+	c := Chunk{Usage: -1, Prompt: -1}
 	var v chunkView
 	if json.Unmarshal(p, &v) != nil {
 		return c, false
@@ -166,6 +182,9 @@ func decodeChunk(p []byte) (Chunk, bool) {
 	}
 	if v.Usage != nil && v.Usage.CompletionTokens >= 0 {
 		c.Usage = v.Usage.CompletionTokens // a negative count is none
+	}
+	if v.Usage != nil && v.Usage.PromptTokens != nil && *v.Usage.PromptTokens >= 0 {
+		c.Prompt = *v.Usage.PromptTokens
 	}
 	return c, true
 }

@@ -41,9 +41,17 @@ func TestReadChunk(t *testing.T) {
 	for name, p := range cases {
 		fast, ok1 := ReadChunk([]byte(p))
 		slow, ok2 := decodeChunk([]byte(p))
-		if !ok1 || !ok2 || fast.Tokens != slow.Tokens || fast.Finish != slow.Finish || fast.Usage != slow.Usage || string(fast.Err) != string(slow.Err) {
+		if !ok1 || !ok2 || fast.Tokens != slow.Tokens || fast.Finish != slow.Finish || fast.Usage != slow.Usage || fast.Prompt != slow.Prompt || string(fast.Err) != string(slow.Err) {
 			t.Errorf("%s: scan %+v (%v), decode %+v (%v)\n%s", name, fast, ok1, slow, ok2, p)
 		}
+	}
+	// The usage's prompt tokens, as the server counted them; not the
+	// details' cached count.
+	if c, _ := ReadChunk([]byte(cases["usage"])); c.Prompt != 12 || c.Usage != 345 {
+		t.Errorf("usage read as %+v: expected 12 prompt and 345 completion tokens", c)
+	}
+	if c, _ := ReadChunk([]byte(`{"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":7},"completion_tokens":2}}`)); c.Prompt != -1 {
+		t.Errorf("usage without prompt_tokens read as %+v: expected prompt -1", c)
 	}
 	if _, ok := ReadChunk([]byte("not json")); ok {
 		t.Error("a payload that is not JSON read as a chunk")

@@ -148,6 +148,10 @@ type Outcome struct {
 	// Tokens counts output tokens: the final usage when the server sent
 	// it, else the chunks with content.
 	Tokens int
+	// PromptTokens is the prompt's length as the server counted it (its
+	// usage's prompt_tokens; -1 when it sent none): Input is the plan's,
+	// which a server's tokenizer counts differently.
+	PromptTokens int
 	// Chunks counts the chunks with content (ITL's denominator).
 	Chunks int
 	// TokenAt is when each chunk with content arrived, microseconds after
@@ -406,7 +410,7 @@ func (r *runner) since() time.Duration { return time.Since(r.start) }
 // one sends request i and reads its stream.
 func (r *runner) one(i int, it *Item, body []byte, wait time.Duration) {
 	o := &r.out[i]
-	*o = Outcome{Index: i, Class: it.Class, Input: it.Input, Output: it.Output, Scheduled: it.At, QueueWait: wait, FirstToken: -1, End: -1}
+	*o = Outcome{Index: i, Class: it.Class, Input: it.Input, Output: it.Output, Scheduled: it.At, QueueWait: wait, FirstToken: -1, End: -1, PromptTokens: -1}
 	ctx, cancel := context.WithTimeout(r.reqCtx, r.cfg.RequestTimeout)
 	defer cancel()
 	var firstTimeout atomic.Bool
@@ -495,6 +499,9 @@ func (r *runner) one(i int, it *Item, body []byte, wait time.Duration) {
 		}
 		if c.Usage >= 0 {
 			usage = c.Usage
+		}
+		if c.Prompt >= 0 {
+			o.PromptTokens = c.Prompt
 		}
 		if n > 0 {
 			now := time.Now()

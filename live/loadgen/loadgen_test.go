@@ -132,6 +132,18 @@ func TestRunThroughRouter(t *testing.T) {
 	if s.OK != 20 || s.Good != 20 || s.TPOT.N != 20 || s.ITL.N != 80 || s.Degraded {
 		t.Fatalf("summary %+v", s)
 	}
+	// The prompts as the engine counted them (its usage), not as planned;
+	// total tokens per second count them with the output.
+	server := 0
+	for _, o := range res.Outcomes {
+		if o.PromptTokens < 1 {
+			t.Fatalf("outcome %+v: no prompt count from the server's usage", o)
+		}
+		server += o.PromptTokens
+	}
+	if s.InputFromServer != 20 || s.TotalInputTokens != server || s.TotalTokensRPS <= s.OutputTokensRPS {
+		t.Fatalf("input tokens: %d from the server, total %d (server's %d), %.1f tok/s in all: expected the server's counts", s.InputFromServer, s.TotalInputTokens, server, s.TotalTokensRPS)
+	}
 	var f event.Fold
 	for _, r := range Records(res) {
 		f.Record(&r)

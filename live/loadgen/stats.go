@@ -120,6 +120,14 @@ type Summary struct {
 	RequestRPS       float64 `json:"request_throughput_rps"`
 	OutputTokensRPS  float64 `json:"output_token_throughput_tps"`
 	TotalOutputToken int     `json:"total_output_tokens"`
+	// TotalInputTokens sums the prompts of the requests that succeeded,
+	// each as the server counted it (usage.prompt_tokens) where it did,
+	// else as planned; InputFromServer counts those the server counted.
+	// TotalTokensRPS is input and output tokens per second (vllm bench
+	// serve's total token throughput).
+	TotalInputTokens int     `json:"total_input_tokens"`
+	InputFromServer  int     `json:"input_tokens_from_server"`
+	TotalTokensRPS   float64 `json:"total_token_throughput_tps"`
 }
 
 // Summarize scores res against the SLOs (zero: no SLO on that latency).
@@ -151,6 +159,12 @@ func Summarize(res *Result, ttftSLO, tpotSLO time.Duration) Summary {
 			continue
 		}
 		s.TotalOutputToken += o.Tokens
+		if o.PromptTokens >= 0 {
+			s.TotalInputTokens += o.PromptTokens
+			s.InputFromServer++
+		} else {
+			s.TotalInputTokens += o.Input
+		}
 		e2e = append(e2e, (o.End - o.Sent).Seconds())
 		if o.FirstToken < 0 {
 			continue
@@ -186,6 +200,7 @@ func Summarize(res *Result, ttftSLO, tpotSLO time.Duration) Summary {
 		s.GoodputRPS = float64(s.Good) / s.DurationS
 		s.RequestRPS = float64(s.OK) / s.DurationS
 		s.OutputTokensRPS = float64(s.TotalOutputToken) / s.DurationS
+		s.TotalTokensRPS = float64(s.TotalInputTokens+s.TotalOutputToken) / s.DurationS
 	}
 	if s.Sent > 0 {
 		s.GoodShare = float64(s.Good) / float64(s.Sent)
