@@ -230,19 +230,17 @@ func liveAgainstReplay(t *testing.T, checks bool) []string {
 	return misses
 }
 
-// TestLiveTarget drives one stub engine as a plain OpenAI endpoint (chat),
-// journaled on the client side.
-func TestLiveTarget(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a live run of a few seconds")
-	}
-	fleetPath, tracePath := liveFiles(t, "2s")
+// startOneStub starts one stub engine serving model, timed by the test
+// fleet's profile and run at once (time scale 0); closed with the test.
+func startOneStub(t *testing.T, model string) *stub.Fleet {
+	t.Helper()
+	fleetPath, _ := liveFiles(t, "2s")
 	spec, err := fleet.Load(fleetPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	zero := 0.0
-	sf, err := stub.NewFleet(stub.Options{Model: "m1", TimeScale: &zero},
+	sf, err := stub.NewFleet(stub.Options{Model: model, TimeScale: &zero},
 		[]stub.Instance{{ID: "e0", Addr: "127.0.0.1:0", Engine: engine.Config{Profile: spec.Profiles()[0]}}})
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +248,18 @@ func TestLiveTarget(t *testing.T) {
 	if err := sf.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer sf.Close()
+	t.Cleanup(sf.Close)
+	return sf
+}
+
+// TestLiveTarget drives one stub engine as a plain OpenAI endpoint (chat),
+// journaled on the client side.
+func TestLiveTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a live run of a few seconds")
+	}
+	_, tracePath := liveFiles(t, "2s")
+	sf := startOneStub(t, "m1")
 	dir := filepath.Join(t.TempDir(), "target")
 	t.Setenv("NARWHAL_API_KEY", "secret")
 	code, out, errs := liveCLI(t, context.Background(), "live", "--target", sf.Servers()[0].URL()+"/v1", "--trace", tracePath,
@@ -346,21 +355,7 @@ func TestLiveEveryRequestFailed(t *testing.T) {
 	}
 
 	// Served once (the test request, by a stub engine), then 500s.
-	fleetPath, _ := liveFiles(t, "2s")
-	spec, err := fleet.Load(fleetPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zero := 0.0
-	sf, err := stub.NewFleet(stub.Options{Model: "m", TimeScale: &zero},
-		[]stub.Instance{{ID: "e0", Addr: "127.0.0.1:0", Engine: engine.Config{Profile: spec.Profiles()[0]}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sf.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer sf.Close()
+	sf := startOneStub(t, "m")
 	engineURL, _ := url.Parse(sf.Servers()[0].URL())
 	proxy := httputil.NewSingleHostReverseProxy(engineURL)
 	var calls atomic.Int64
