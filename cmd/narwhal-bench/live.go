@@ -430,20 +430,6 @@ type liveResult struct {
 }
 
 func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
-	if lc.sloFrom != "" {
-		fmt.Fprintf(stderr, "narwhal-bench: live: goodput is scored against %s: the trace names no SLOs; set --ttft-slo and --tpot-slo for your own\n", lc.sloFrom)
-	}
-	if lc.dir != "" {
-		if err := os.MkdirAll(lc.dir, 0o755); err != nil {
-			return usageError{fmt.Errorf("--journal %s: %w", lc.dir, err)}
-		}
-		for _, rate := range lc.rates {
-			p := filepath.Join(lc.dir, sweep.RunName(lc.arm, rate))
-			if _, err := os.Stat(p); err == nil {
-				return usageError{fmt.Errorf("--journal %s: run %s already exists: choose another directory", lc.dir, filepath.Base(p))}
-			}
-		}
-	}
 	for _, rate := range lc.rates {
 		// Every rate's plan is checked before the first runs: a sweep
 		// is not cut short by a rate with nothing to send.
@@ -460,6 +446,20 @@ func (lc *liveRun) run(ctx context.Context, stdout, stderr io.Writer) error {
 			}
 			fmt.Fprintf(stderr, "narwhal-bench: live: --limit %d: the trace holds %d requests at %s req/s%s: all %d are sent (a longer trace, or a higher rate, holds more)\n",
 				lc.limit, len(plan), fmtRate(rate), within, len(plan))
+		}
+	}
+	if lc.sloFrom != "" {
+		fmt.Fprintf(stderr, "narwhal-bench: live: goodput is scored against %s: the trace names no SLOs; set --ttft-slo and --tpot-slo for your own\n", lc.sloFrom)
+	}
+	if lc.dir != "" {
+		if err := os.MkdirAll(lc.dir, 0o755); err != nil {
+			return usageError{fmt.Errorf("--journal %s: %w", lc.dir, err)}
+		}
+		for _, rate := range lc.rates {
+			p := filepath.Join(lc.dir, sweep.RunName(lc.arm, rate))
+			if _, err := os.Stat(p); err == nil {
+				return usageError{fmt.Errorf("--journal %s: run %s already exists: choose another directory", lc.dir, filepath.Base(p))}
+			}
 		}
 	}
 	switch {

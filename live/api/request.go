@@ -218,8 +218,8 @@ func truthy(v json.RawMessage) bool {
 // LaxBool reads a JSON value as pydantic's lax mode reads a boolean, as
 // vLLM's request models do: true or false, the numbers 0 and 1, or one of
 // the strings "true", "false", "1", "0", "yes", "no", "on", "off", "t",
-// "f", "y", "n" (any case, surrounding spaces ignored). ok is false for
-// anything else.
+// "f", "y", "n" (any case, no spaces around). ok is false for anything
+// else.
 func LaxBool(v json.RawMessage) (b, ok bool) {
 	var x any
 	if json.Unmarshal(v, &x) != nil {
@@ -231,7 +231,7 @@ func LaxBool(v json.RawMessage) (b, ok bool) {
 	case float64:
 		return t == 1, t == 0 || t == 1
 	case string:
-		switch strings.ToLower(strings.TrimSpace(t)) {
+		switch strings.ToLower(t) {
 		case "true", "1", "yes", "on", "t", "y":
 			return true, true
 		case "false", "0", "no", "off", "f", "n":
@@ -322,9 +322,9 @@ func (d *decoder) boolean(name string) bool {
 	return b
 }
 
-// integer reads an integral JSON number >= lo (5.0 counts as 5), or a
-// string holding a decimal integer ("5", as pydantic's lax mode reads it
-// for vLLM).
+// integer reads an integral JSON number >= lo (5.0 counts as 5), a
+// string holding one ("5", " +5 ", "1_000", "5.0": strInt) or a boolean
+// (1 or 0), as pydantic's lax mode reads an integer for vLLM.
 func (d *decoder) integer(name string, lo int) *int {
 	v, ok := d.get(name)
 	if !ok {
@@ -341,17 +341,43 @@ func (d *decoder) integer(name string, lo int) *int {
 func toInt(v json.RawMessage) (int, bool) {
 	var s string
 	if json.Unmarshal(v, &s) == nil {
-		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-		if err != nil || n > 1<<53 || n < -(1<<53) {
-			return 0, false
+		return strInt(s)
+	}
+	var b bool
+	if json.Unmarshal(v, &b) == nil {
+		// pydantic's lax mode reads a boolean as an integer too.
+		if b {
+			return 1, true
 		}
-		return int(n), true
+		return 0, true
 	}
 	var f float64
 	if json.Unmarshal(v, &f) != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
 		return 0, false
 	}
 	return int(f), true
+}
+
+// strInt reads a string as pydantic's lax mode reads it into an integer:
+// surrounding spaces, a leading +, single underscores between digits and a
+// fraction of zeros (".0") are allowed; anything else is not an integer.
+func strInt(s string) (int, bool) {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '.'); i >= 0 {
+		if frac := s[i+1:]; frac == "" || strings.Trim(frac, "0") != "" {
+			return 0, false
+		}
+		s = s[:i]
+	}
+	digits := strings.TrimPrefix(strings.TrimPrefix(s, "+"), "-")
+	if digits == "" || digits[0] == '_' || digits[len(digits)-1] == '_' || strings.Contains(digits, "__") {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimPrefix(strings.ReplaceAll(s, "_", ""), "+"), 10, 64)
+	if err != nil || n > 1<<53 || n < -(1<<53) {
+		return 0, false
+	}
+	return int(n), true
 }
 
 func (d *decoder) stop() []string {

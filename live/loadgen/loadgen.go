@@ -469,12 +469,14 @@ func (r *runner) one(i int, it *Item, body []byte, wait time.Duration) {
 		if err != nil {
 			ct := resp.Header.Get("Content-Type")
 			stream := strings.Contains(ct, "event-stream")
-			if errors.Is(err, io.EOF) && stream && o.Finish != "" {
-				break // ended after its finish reason, without data: [DONE] (as vllm bench serve, a whole answer)
+			// A body that ends where no event does (a JSON answer, or a
+			// last data: [DONE] without its newline) reads as an
+			// unexpected EOF.
+			ended := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+			if ended && stream && o.Finish != "" {
+				break // ended after its finish reason, with no whole data: [DONE] (as vllm bench serve, a whole answer)
 			}
-			// A body that ends where no event does (a JSON answer has no
-			// newline at its end) reads as an unexpected EOF.
-			if ended := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF); ended && !stream {
+			if ended && !stream {
 				err = fmt.Errorf("the answer was not a stream (Content-Type %q, expected text/event-stream): does the server honour stream: true?", ct)
 			} else if ended && ctx.Err() == nil {
 				err = errors.New("the stream ended before its finish reason and data: [DONE] (the connection closed mid-answer)")

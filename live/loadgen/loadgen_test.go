@@ -432,6 +432,24 @@ func TestStreamErrorsNamed(t *testing.T) {
 	}
 }
 
+// A stream whose last line, data: [DONE], lacks its newline ended after
+// its finish reason: a whole answer, as vllm bench serve takes it.
+func TestStreamDoneUnterminated(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" b\",\"finish_reason\":\"length\"}]}\n\ndata: [DONE]")
+	}))
+	defer srv.Close()
+	res, err := Run(context.Background(), Config{URL: srv.URL}, evenPlan(1, 1, 10, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := res.Outcomes[0]; !o.OK() || o.Tokens != 2 {
+		t.Fatalf("outcome %+v: expected a whole answer of 2 tokens", o)
+	}
+}
+
 // A 200 stream with no output chunk is an error, not an answer (vllm
 // bench serve fails it too): it cannot raise the throughput.
 func TestStreamWithoutOutput(t *testing.T) {

@@ -409,7 +409,7 @@ func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
 		return sse.Send(o.response([]api.Choice{api.TextChoice(text, finish).WithStop(stop)}, usage(k)))
 	}
 	if k == 1 {
-		if err := sse.Send(o.response([]api.Choice{api.DeltaChoice("assistant", "", "")}, usage(0))); err != nil {
+		if err := sse.Send(o.response([]api.Choice{api.DeltaChoice(answerRole(o.req), "", "")}, usage(0))); err != nil {
 			return err
 		}
 		if o.ans.echo != "" {
@@ -429,6 +429,7 @@ func (o *output) whole() {
 	var ch api.Choice
 	if o.chat {
 		ch = api.MessageChoice(text, o.ans.finish).WithStop(o.ans.stop)
+		ch.Message.Role = answerRole(o.req)
 	} else {
 		ch = api.TextChoice(text, o.ans.finish).WithStop(o.ans.stop)
 	}

@@ -565,7 +565,13 @@ func TestEcho(t *testing.T) {
 	if content, evs := chat(`[{"role":"user","content":"go on"}]`, ""); strings.Contains(content, "go on") || len(evs) != 4 {
 		t.Errorf("chat echo after a user message: %q, %d events: expected nothing echoed", content, len(evs))
 	}
-	if content, _ := chat(`[{"role":"user","content":"go on"}]`, `,"add_generation_prompt":false`); !strings.HasPrefix(content, "go on") {
-		t.Errorf("chat echo without a generation prompt: %q: expected the user's message continued", content)
+	// Without a generation prompt the answer continues the last message,
+	// in its role.
+	if content, evs := chat(`[{"role":"user","content":"go on"}]`, `,"add_generation_prompt":false`); !strings.HasPrefix(content, "go on") || evs[0].Choices[0].Delta.Role != "user" {
+		t.Errorf("chat echo without a generation prompt: %q, role chunk %+v: expected the user's message continued as the user", content, evs[0].Choices[0].Delta)
+	}
+	r = post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"go on"}],"add_generation_prompt":false,"max_tokens":2}`)
+	if c := decodeResp(t, r.body); c.Choices[0].Message.Role != "user" {
+		t.Errorf("without a generation prompt: %s: expected the answer in the last message's role", r.body)
 	}
 }

@@ -88,16 +88,22 @@ func echoText(r *api.Request) string {
 		return ""
 	}
 	last := r.Messages[len(r.Messages)-1]
-	role := "assistant"
-	if v, ok := r.Raw["add_generation_prompt"]; ok {
-		if b, ok := api.LaxBool(v); ok && !b {
-			role = last.Role
-		}
-	}
-	if last.Role != role {
+	if last.Role != answerRole(r) {
 		return ""
 	}
 	return last.Content
+}
+
+// answerRole is a chat answer's role, as vLLM decides it: assistant, or
+// with add_generation_prompt false the last message's own (the answer
+// continues that message).
+func answerRole(r *api.Request) string {
+	if v, ok := r.Raw["add_generation_prompt"]; ok && len(r.Messages) > 0 {
+		if b, ok := api.LaxBool(v); ok && !b {
+			return r.Messages[len(r.Messages)-1].Role
+		}
+	}
+	return "assistant"
 }
 
 // promptHash keys an answer to its prompt, so the same prompt always gets
