@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,6 +156,11 @@ func Open(arg, format string) (t *Trace, err error) {
 	}
 	parts := strings.Split(arg, "+")
 	if len(parts) == 1 && (format == "" || format == FormatSpec) {
+		if rest, ok := strings.CutPrefix(arg, FixedPrefix); ok {
+			if _, err := os.Stat(arg); err != nil { // a file of that name wins
+				return fixedTrace(arg, rest)
+			}
+		}
 		if name, ok := BuiltinByFile(arg); ok {
 			data, _ := builtinData(name)
 			return specTrace(data, name+".yaml (built-in)")
@@ -213,6 +219,42 @@ func formatOf(path string) string {
 		return FormatAzure
 	}
 	return ""
+}
+
+// FixedPrefix names a synthetic trace of fixed lengths: "fixed:IN:OUT"
+// is every prompt IN tokens and every answer OUT tokens, Poisson arrivals
+// at 1 req/s (scaled by a run's rate) for an hour (cut by live's --limit
+// or --duration): vllm bench serve's random dataset with a range ratio of
+// 0 (--random-input-len IN --random-output-len OUT).
+const FixedPrefix = "fixed:"
+
+// fixedTrace is the trace "fixed:IN:OUT" names (rest is "IN:OUT").
+func fixedTrace(arg, rest string) (*Trace, error) {
+	in, out, ok := strings.Cut(rest, ":")
+	if !ok {
+		return nil, fmt.Errorf("trace %q: expected fixed:IN:OUT, prompt and answer lengths in tokens (such as fixed:1024:128)", arg)
+	}
+	var n [2]int
+	for i, f := range []struct{ name, v string }{{"IN", in}, {"OUT", out}} {
+		v, err := strconv.Atoi(f.v)
+		if err != nil || v < 1 || v > MaxTokens {
+			return nil, fmt.Errorf("trace %q: %s %q: expected fixed:IN:OUT, prompt and answer lengths in tokens from 1 to %d (such as fixed:1024:128)", arg, f.name, f.v, MaxTokens)
+		}
+		n[i] = v
+	}
+	name := fmt.Sprintf("fixed-%d-%d", n[0], n[1])
+	spec := fmt.Sprintf(`name: %s
+description: Every prompt %d tokens and every answer %d, Poisson arrivals at 1 req/s for an hour (scaled by the rate).
+seed: 1
+arrival: {process: poisson}
+classes:
+  fixed:
+    input:  {dist: fixed, value: %d}
+    output: {dist: fixed, value: %d}
+phases:
+  - {name: fixed, duration: 1h, rate: 1, mix: {fixed: 1}}
+`, name, n[0], n[1], n[0], n[1])
+	return specTrace([]byte(spec), arg+" (synthetic)")
 }
 
 func specTrace(data []byte, source string) (*Trace, error) {

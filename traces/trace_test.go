@@ -360,3 +360,33 @@ func TestShippedAzure(t *testing.T) {
 	}
 	t.Logf("code+conv: %d requests, span %v, MeanRate %.4f req/s, bounds %v", len(reqs), b[2], both.MeanRate(), b)
 }
+
+// "fixed:IN:OUT" is a synthetic trace of fixed lengths (vllm bench
+// serve's random dataset with range ratio 0): Poisson arrivals at 1 req/s
+// for an hour; bad lengths name the part.
+func TestFixedTrace(t *testing.T) {
+	tr, err := Open("fixed:1024:128", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Name != "fixed-1024-128" || tr.MeanRate() != 1 {
+		t.Fatalf("trace %s at %v req/s", tr.Name, tr.MeanRate())
+	}
+	reqs, err := tr.Generate(7, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(reqs); n < 17000 || n > 19000 {
+		t.Errorf("%d requests at 5 req/s over an hour: expected about 18,000", n)
+	}
+	for _, r := range reqs {
+		if r.InputTokens != 1024 || r.OutputTokens != 128 {
+			t.Fatalf("request %+v: expected 1024 and 128 tokens", r)
+		}
+	}
+	for arg, part := range map[string]string{"fixed:0:5": "IN", "fixed:5": "", "fixed:5:x": "OUT", "fixed:20000000:1": "IN"} {
+		if _, err := Open(arg, ""); err == nil || part != "" && !strings.Contains(err.Error(), part+" ") || !strings.Contains(err.Error(), "expected fixed:IN:OUT") {
+			t.Errorf("%s: %v: expected an error naming %s", arg, err, part)
+		}
+	}
+}

@@ -47,7 +47,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "fleet", Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file: the router runs in this process in front of its engines"},
 			&cli.StringFlag{Name: "target", Usage: "drive this OpenAI-compatible base URL instead (a bare vLLM, Dynamo, Ray Serve LLM, a remote serve); journaled on the client side"},
-			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), a trace YAML file, a Mooncake .jsonl or Azure .csv file"},
+			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), fixed:IN:OUT (every prompt IN tokens, every answer OUT: vllm bench serve's random dataset), a trace YAML file, a Mooncake .jsonl or Azure .csv file"},
 			&cli.StringFlag{Name: "trace-format", Usage: "force the trace format: spec, mooncake or azure"},
 			&cli.Float64Flag{Name: "arrival-cv", Usage: "as sim's: redraw a synthetic trace's arrivals from a gamma process with this coefficient of variation of the gaps (1 = Poisson; vllm bench serve's --burstiness B is CV 1/sqrt(B))"},
 			&cli.Float64Flag{Name: "batch-mean", Usage: "as sim's: send arrivals in batches at one instant, batch sizes geometric with this mean (> 1)"},

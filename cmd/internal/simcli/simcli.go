@@ -90,7 +90,7 @@ func Command(stderr io.Writer, j Journal) *cli.Command {
 			"the share of offered requests that met both SLOs, and each arm's sustained rate (the\n" +
 			"highest swept rate with at least 90% attainment).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), a trace YAML file, a Mooncake .jsonl or Azure .csv file, or files joined with + to play one after another"},
+			&cli.StringFlag{Name: "trace", Value: "demo", Usage: "built-in trace (" + strings.Join(traces.Builtin(), ", ") + "), fixed:IN:OUT (every prompt IN tokens, every answer OUT), a trace YAML file, a Mooncake .jsonl or Azure .csv file, or files joined with + to play one after another"},
 			&cli.StringFlag{Name: "trace-format", Usage: "force the trace format: spec, mooncake or azure (default: by file extension)"},
 			&cli.Float64Flag{Name: "speedup", Value: 1, Usage: "multiply every rate by this factor (2 plays a trace twice as fast)"},
 			&cli.Float64Flag{Name: "arrival-cv", Usage: "redraw a synthetic trace's arrivals from a gamma process with this coefficient of variation of the gaps (1 = as bursty as Poisson, 2 and 4 burstier)"},
