@@ -374,6 +374,7 @@ func (lc *liveRun) warmUp(ctx context.Context, stderr io.Writer, n int, what str
 	}
 	cfg := lc.lg
 	cfg.URL, cfg.Salt, cfg.Transport = lc.target, 0x7761726d7570, lc.targetTransport() // salt: "warmup"
+	cfg.IDPrefix = "nwb-warmup-"
 	if cfg.Model = lc.model; cfg.Model == "" {
 		if cfg.Model, err = firstModel(ctx, lc.target, cfg.APIKey, cfg.Transport); err != nil {
 			// The target not answering is a failed run (exit 1), not bad

@@ -474,8 +474,13 @@ func TestLiveDefaultSLOSaid(t *testing.T) {
 func TestLiveWarmup(t *testing.T) {
 	var got atomic.Int64
 	var fail atomic.Bool
+	var mu sync.Mutex
+	ids := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
 		got.Add(1)
+		mu.Lock()
+		ids[q.Header.Get("X-Request-Id")]++
+		mu.Unlock()
 		if fail.Load() {
 			http.Error(w, `{"error":{"message":"down","type":"InternalServerError","param":null,"code":500}}`, http.StatusInternalServerError)
 			return
@@ -490,6 +495,12 @@ func TestLiveWarmup(t *testing.T) {
 	if code != 0 || got.Load() != 5 || !strings.Contains(errs, "warm-up: 2 requests to "+srv.URL+", 2 succeeded") || !strings.Contains(out, `"sent": 3`) {
 		t.Fatalf("exit %d, %d requests received (want 2 + 3), stderr %s, stdout %s", code, got.Load(), errs, out)
 	}
+	// The warm-up's ids are its own: a target's logs tell them apart.
+	mu.Lock()
+	if ids["nwb-warmup-0"] != 1 || ids["nwb-warmup-1"] != 1 || ids["nwb-live-0"] != 1 || len(ids) != 5 {
+		t.Errorf("request ids %v: expected nwb-warmup-0..1 and nwb-live-0..2, each once", ids)
+	}
+	mu.Unlock()
 	fail.Store(true)
 	got.Store(0)
 	if code, _, errs := runCLI(t, args...); code != 1 || got.Load() != 2 || !strings.Contains(errs, "warm-up: no request succeeded") {

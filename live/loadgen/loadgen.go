@@ -95,6 +95,10 @@ type Config struct {
 	// each rate's run with its rate), so that a server's prefix cache does
 	// not serve one run's prompts from another's.
 	Salt uint64
+	// IDPrefix begins each request's X-Request-Id, its index after it
+	// (default "nwb-live-"; a warm-up's are "nwb-warmup-", so that a
+	// target's logs tell them from the run's).
+	IDPrefix string
 	// RouterStart, when set, is the receiving router's clock zero
 	// (live.Router.Start): each request then carries X-Narwhal-Scheduled-Ns,
 	// its scheduled send time in nanoseconds of that clock, so the
@@ -428,7 +432,11 @@ func (r *runner) one(i int, it *Item, body []byte, wait time.Duration) {
 	}
 	hq.Header.Set("Content-Type", "application/json")
 	hq.Header.Set("Accept", "text/event-stream")
-	hq.Header.Set(HeaderRequestID, "nwb-live-"+strconv.Itoa(i))
+	prefix := r.cfg.IDPrefix
+	if prefix == "" {
+		prefix = "nwb-live-"
+	}
+	hq.Header.Set(HeaderRequestID, prefix+strconv.Itoa(i))
 	if it.Class != "" {
 		hq.Header.Set(HeaderClass, it.Class)
 	}
