@@ -34,6 +34,7 @@ var external = map[string]string{
 	"--request-rate":                 "vllm bench serve's flag, cited in docs/live.md",
 	"--num-prompts":                  "vllm bench serve's flag, cited in docs/live.md",
 	"--dataset-name":                 "vllm bench serve's flag, cited in docs/traces.md",
+	"--max-logprobs":                 "vllm serve's flag, cited in docs/stub.md",
 	"--random-input-len":             "vllm bench serve's flag, cited in docs/live.md and docs/traces.md",
 	"--random-output-len":            "vllm bench serve's flag, cited in docs/live.md and docs/traces.md",
 	"--ssl-keyfile":                  "vllm serve's flag, cited in docs/security.md",

@@ -338,6 +338,10 @@ func (d *decoder) integer(name string, lo int) *int {
 	return &n
 }
 
+// LaxInt reads a JSON value as an integer the way integer fields are
+// read (pydantic's lax mode: toInt).
+func LaxInt(v json.RawMessage) (int, bool) { return toInt(v) }
+
 func toInt(v json.RawMessage) (int, bool) {
 	var s string
 	if json.Unmarshal(v, &s) == nil {

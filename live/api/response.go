@@ -42,12 +42,14 @@ type Response struct {
 // Choice is one choice of a response or chunk. Text is set for
 // completions, Message for chat answers, Delta for chat chunks.
 type Choice struct {
-	Index        int          `json:"index"`
-	Text         *string      `json:"text,omitempty"`
-	Message      *ChatMessage `json:"message,omitempty"`
-	Delta        *ChatDelta   `json:"delta,omitempty"`
-	Logprobs     *struct{}    `json:"logprobs"`
-	FinishReason *string      `json:"finish_reason"` // null until the last chunk
+	Index   int          `json:"index"`
+	Text    *string      `json:"text,omitempty"`
+	Message *ChatMessage `json:"message,omitempty"`
+	Delta   *ChatDelta   `json:"delta,omitempty"`
+	// Logprobs is the choice's logprobs object as the server wrote it
+	// (completions' or chat's shape); null when none was asked.
+	Logprobs     json.RawMessage `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"` // null until the last chunk
 	// StopReason is vLLM's: the stop string that ended the answer, null
 	// otherwise (an end of sequence, the length limit, every chunk but
 	// the last).

@@ -174,6 +174,11 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		api.WriteVLLMError(w, e)
 		return
 	}
+	ask, e := askLogprobs(req)
+	if e != nil {
+		api.WriteVLLMError(w, e)
+		return
+	}
 	prompt, limit := req.PromptTokens(), req.OutputLimitIn(s.opts.MaxModelLen)
 	if prompt >= s.opts.MaxModelLen {
 		// vLLM checks the prompt alone first, whatever the output limit
@@ -288,6 +293,9 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		}()
 	}
 	o := output{s: s, w: w, req: req, ans: &ans, l: l, rid: rid, chat: chat, breakAfter: f.BreakAfter}
+	if ask.on {
+		o.lp = &logprobWriter{ask: ask, seed: s.opts.Seed, hash: promptHash(req)}
+	}
 	if prefillLeg {
 		o.prefillLeg = true
 	}
@@ -309,6 +317,7 @@ type output struct {
 	chat       bool
 	prefillLeg bool
 	breakAfter int
+	lp         *logprobWriter // nil: no logprobs asked
 }
 
 // run waits for the engine and writes the response; false when the
@@ -406,7 +415,18 @@ func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
 		usage = func(int) *api.Usage { return nil }
 	}
 	if !o.chat {
-		return sse.Send(o.response([]api.Choice{api.TextChoice(text, finish).WithStop(stop)}, usage(k)))
+		ch := api.TextChoice(text, finish).WithStop(stop)
+		if o.lp != nil {
+			var prompt, answer []string
+			if k == 1 && o.lp.ask.prompt {
+				prompt = promptTokens(o.req)
+			}
+			if !o.ans.echoOnly {
+				answer = []string{o.ans.token(k - 1)}
+			}
+			ch.Logprobs = o.lp.completions(prompt, answer, k-1)
+		}
+		return sse.Send(o.response([]api.Choice{ch}, usage(k)))
 	}
 	if k == 1 {
 		if err := sse.Send(o.response([]api.Choice{api.DeltaChoice(answerRole(o.req), "", "")}, usage(0))); err != nil {
@@ -420,7 +440,11 @@ func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
 			text = o.ans.token(0)
 		}
 	}
-	return sse.Send(o.response([]api.Choice{api.DeltaChoice("", text, finish).WithStop(stop)}, usage(k)))
+	ch := api.DeltaChoice("", text, finish).WithStop(stop)
+	if o.lp != nil {
+		ch.Logprobs = o.lp.chat([]string{o.ans.token(k - 1)}, k-1)
+	}
+	return sse.Send(o.response([]api.Choice{ch}, usage(k)))
 }
 
 // whole writes a non-streamed answer; a prefill leg's carries the handoff.
@@ -432,6 +456,24 @@ func (o *output) whole() {
 		ch.Message.Role = answerRole(o.req)
 	} else {
 		ch = api.TextChoice(text, o.ans.finish).WithStop(o.ans.stop)
+	}
+	if o.lp != nil {
+		var answer []string
+		if !o.ans.echoOnly {
+			answer = make([]string, o.ans.n())
+			for i := range answer {
+				answer[i] = o.ans.token(i)
+			}
+		}
+		if o.chat {
+			ch.Logprobs = o.lp.chat(answer, 0)
+		} else {
+			var prompt []string
+			if o.lp.ask.prompt {
+				prompt = promptTokens(o.req)
+			}
+			ch.Logprobs = o.lp.completions(prompt, answer, 0)
+		}
 	}
 	resp := o.response([]api.Choice{ch}, o.usage())
 	if o.prefillLeg && !o.s.getFaults().NoHandoff {

@@ -575,3 +575,97 @@ func TestEcho(t *testing.T) {
 		t.Errorf("without a generation prompt: %s: expected the answer in the last message's role", r.body)
 	}
 }
+
+// Logprobs, in vLLM's shapes: on completions (logprobs N) each token with
+// its logprob and the chosen token among its N alternatives, the prompt's
+// tokens first with echo (the first with null), text offsets that index
+// the text; streamed, each chunk its tokens' part of the same values; on
+// chat (logprobs true, top_logprobs N) a content list. Asked beyond
+// --max-logprobs, or top_logprobs without logprobs, is a 400.
+func TestLogprobs(t *testing.T) {
+	u := startFleet(t, 1, Options{Seed: 9}).Servers()[0].URL()
+	type lp struct {
+		TextOffset    []int                `json:"text_offset"`
+		TokenLogprobs []*float64           `json:"token_logprobs"`
+		Tokens        []string             `json:"tokens"`
+		TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	}
+	const prompt = "hello there, engine"
+	r := post(t, u+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":4,"logprobs":2,"echo":true}`)
+	c := decodeResp(t, r.body)
+	var whole lp
+	if err := json.Unmarshal(c.Choices[0].Logprobs, &whole); err != nil || r.status != 200 {
+		t.Fatalf("%d %s: %v", r.status, r.body, err)
+	}
+	text := *c.Choices[0].Text
+	if n := c.Usage.PromptTokens + 4; len(whole.Tokens) != n || len(whole.TokenLogprobs) != n || len(whole.TopLogprobs) != n || len(whole.TextOffset) != n {
+		t.Fatalf("logprobs %+v: expected %d prompt and answer tokens", whole, n)
+	}
+	if whole.TokenLogprobs[0] != nil || whole.TopLogprobs[0] != nil || strings.Join(whole.Tokens, "") != text {
+		t.Errorf("logprobs %+v: expected the first prompt token without a logprob, the tokens spelling %q", whole, text)
+	}
+	for i := 1; i < len(whole.Tokens); i++ {
+		v, top := *whole.TokenLogprobs[i], whole.TopLogprobs[i]
+		if v >= 0 || len(top) < 1 || len(top) > 2 || top[whole.Tokens[i]] != v || text[whole.TextOffset[i]:][:len(whole.Tokens[i])] != whole.Tokens[i] {
+			t.Errorf("token %d %q: logprob %v, alternatives %v, offset %d: expected a negative logprob among at most 2 and an offset into the text", i, whole.Tokens[i], v, top, whole.TextOffset[i])
+		}
+	}
+	// Streamed without echo: the chunks' values are the answer's part of
+	// the whole's, the offsets continuing.
+	evs := events(t, post(t, u+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":4,"logprobs":2,"stream":true}`).body)
+	p := c.Usage.PromptTokens
+	off := 0
+	for k, e := range evs {
+		var part lp
+		if err := json.Unmarshal(e.Choices[0].Logprobs, &part); err != nil || len(part.Tokens) != 1 {
+			t.Fatalf("chunk %d: %s (%v)", k, e.Choices[0].Logprobs, err)
+		}
+		if part.Tokens[0] != whole.Tokens[p+k] || *part.TokenLogprobs[0] != *whole.TokenLogprobs[p+k] || part.TextOffset[0] != off {
+			t.Errorf("chunk %d: %+v: expected %q at offset %d, as the whole answer's", k, part, whole.Tokens[p+k], off)
+		}
+		off += len(part.Tokens[0])
+	}
+	// Chat.
+	r = post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"logprobs":true,"top_logprobs":3}`)
+	cc := decodeResp(t, r.body)
+	var chat struct {
+		Content []struct {
+			Token       string  `json:"token"`
+			Logprob     float64 `json:"logprob"`
+			Bytes       []int   `json:"bytes"`
+			TopLogprobs []struct {
+				Token   string  `json:"token"`
+				Logprob float64 `json:"logprob"`
+			} `json:"top_logprobs"`
+		} `json:"content"`
+	}
+	if err := json.Unmarshal(cc.Choices[0].Logprobs, &chat); err != nil || len(chat.Content) != 3 {
+		t.Fatalf("chat logprobs %s: %v", r.body, err)
+	}
+	var spelled strings.Builder
+	for _, e := range chat.Content {
+		spelled.WriteString(e.Token)
+		if len(e.TopLogprobs) != 3 || e.TopLogprobs[0].Token != e.Token || e.TopLogprobs[0].Logprob != e.Logprob || len(e.Bytes) != len(e.Token) {
+			t.Errorf("chat token %+v: expected 3 alternatives, the chosen first, its bytes", e)
+		}
+	}
+	if spelled.String() != cc.Choices[0].Message.Content {
+		t.Errorf("chat logprobs spell %q, the answer is %q", spelled.String(), cc.Choices[0].Message.Content)
+	}
+	if r := post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}`); !bytes.Contains(r.body, []byte(`"logprobs":null`)) {
+		t.Errorf("no logprobs asked: %s", r.body)
+	}
+	for body, param := range map[string]string{
+		`{"prompt":"x","logprobs":21}`:                                                    "logprobs",
+		`{"messages":[{"role":"user","content":"hi"}],"top_logprobs":2}`:                  "top_logprobs",
+		`{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":-1}`: "top_logprobs",
+	} {
+		path := "/v1/completions"
+		if strings.Contains(body, "messages") {
+			path = "/v1/chat/completions"
+		}
+		if r := post(t, u+path, body); r.status != 400 || !bytes.Contains(r.body, []byte(`"param":"`+param+`"`)) {
+			t.Errorf("%s: %d %s: expected a 400 naming %s", body, r.status, r.body, param)
+		}
+	}
+}
