@@ -1290,6 +1290,14 @@ func TestPromptLogprobsRunWhole(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: %d %s", c.body, resp.StatusCode, b)
 		}
+		// The engine that ran it whole computed the prompt: its values
+		// reach the client.
+		if strings.Contains(c.body, `"prompt_logprobs":1`) && !bytes.Contains(b, []byte(`"prompt_logprobs":[null,{`)) {
+			t.Errorf("%s: %s: expected the prompt's logprobs", c.body, b)
+		}
+		if strings.Contains(c.body, `"echo":true,"logprobs":1`) && !bytes.Contains(b, []byte(`"token_logprobs":[null,`)) {
+			t.Errorf("%s: %s: expected the echoed prompt's logprobs", c.body, b)
+		}
 	}
 	if n := decodeCalls.Load(); n != 0 {
 		t.Errorf("%d calls reached the decode engine: expected every prompt-logprobs request whole on the prefill engine", n)

@@ -37,6 +37,9 @@ type Response struct {
 	Choices          []Choice        `json:"choices"`
 	Usage            *Usage          `json:"usage,omitempty"`
 	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
+	// PromptLogprobs is vLLM's prompt_logprobs of a chat answer (top
+	// level there; a completions choice carries its own).
+	PromptLogprobs json.RawMessage `json:"prompt_logprobs,omitempty"`
 }
 
 // Choice is one choice of a response or chunk. Text is set for
@@ -48,8 +51,12 @@ type Choice struct {
 	Delta   *ChatDelta   `json:"delta,omitempty"`
 	// Logprobs is the choice's logprobs object as the server wrote it
 	// (completions' or chat's shape); null when none was asked.
-	Logprobs     json.RawMessage `json:"logprobs"`
-	FinishReason *string         `json:"finish_reason"` // null until the last chunk
+	Logprobs json.RawMessage `json:"logprobs"`
+	// PromptLogprobs is vLLM's prompt_logprobs of a completions choice:
+	// per prompt token (the first null) its id's logprob, rank and text,
+	// and the alternatives asked for.
+	PromptLogprobs json.RawMessage `json:"prompt_logprobs,omitempty"`
+	FinishReason   *string         `json:"finish_reason"` // null until the last chunk
 	// StopReason is vLLM's: the stop string that ended the answer, null
 	// otherwise (an end of sequence, the length limit, every chunk but
 	// the last).

@@ -293,7 +293,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		}()
 	}
 	o := output{s: s, w: w, req: req, ans: &ans, l: l, rid: rid, chat: chat, breakAfter: f.BreakAfter}
-	if ask.on {
+	if ask.on || ask.promptTop >= 0 {
 		o.lp = &logprobWriter{ask: ask, seed: s.opts.Seed, hash: promptHash(req)}
 	}
 	if prefillLeg {
@@ -416,7 +416,7 @@ func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
 	}
 	if !o.chat {
 		ch := api.TextChoice(text, finish).WithStop(stop)
-		if o.lp != nil {
+		if o.lp != nil && o.lp.ask.on {
 			var prompt, answer []string
 			if k == 1 && o.lp.ask.prompt {
 				prompt = promptTokens(o.req)
@@ -442,7 +442,9 @@ func (o *output) chunk(sse *api.SSEWriter, k int, last bool) error {
 	}
 	ch := api.DeltaChoice("", text, finish).WithStop(stop)
 	if o.lp != nil {
-		ch.Logprobs = o.lp.chat([]string{o.ans.token(k - 1)}, k-1)
+		if o.lp.ask.on {
+			ch.Logprobs = o.lp.chat([]string{o.ans.token(k - 1)}, k-1)
+		}
 	}
 	return sse.Send(o.response([]api.Choice{ch}, usage(k)))
 }
@@ -457,7 +459,14 @@ func (o *output) whole() {
 	} else {
 		ch = api.TextChoice(text, o.ans.finish).WithStop(o.ans.stop)
 	}
-	if o.lp != nil {
+	var promptLP json.RawMessage
+	if o.lp != nil && o.lp.ask.promptTop >= 0 {
+		promptLP = promptLogprobs(o.req, o.s.opts.Seed, o.lp.ask.promptTop)
+		if !o.chat {
+			ch.PromptLogprobs = promptLP
+		}
+	}
+	if o.lp != nil && o.lp.ask.on {
 		var answer []string
 		if !o.ans.echoOnly {
 			answer = make([]string, o.ans.n())
@@ -476,6 +485,9 @@ func (o *output) whole() {
 		}
 	}
 	resp := o.response([]api.Choice{ch}, o.usage())
+	if o.chat {
+		resp.PromptLogprobs = promptLP
+	}
 	if o.prefillLeg && !o.s.getFaults().NoHandoff {
 		resp.KVTransferParams = o.s.pinHandoff(o.id(), o.l.prompt, promptKey(o.req))
 	}

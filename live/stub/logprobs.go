@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 
 	"github.com/narwhal-bench/narwhal-bench/live/api"
 )
@@ -20,12 +21,15 @@ type logprobsAsk struct {
 	on     bool
 	top    int
 	prompt bool // completions echo: the prompt's tokens come first
+	// promptTop is vLLM's prompt_logprobs: the alternatives per prompt
+	// token (-1: not asked).
+	promptTop int
 }
 
 // askLogprobs reads the request's logprobs fields; a bad one is a 400
 // naming it.
 func askLogprobs(r *api.Request) (logprobsAsk, *api.Error) {
-	var a logprobsAsk
+	a := logprobsAsk{promptTop: -1}
 	raw := func(k string) (json.RawMessage, bool) {
 		v, ok := r.Raw[k]
 		return v, ok && string(v) != "null"
@@ -36,6 +40,23 @@ func askLogprobs(r *api.Request) (logprobsAsk, *api.Error) {
 			return 0, api.Invalid(k, string(v), fmt.Sprintf("an integer from 0 to %d", MaxLogprobs))
 		}
 		return n, nil
+	}
+	if v, ok := raw("prompt_logprobs"); ok {
+		// -1 asks for the whole vocabulary: the stub gives its most.
+		n, all := MaxLogprobs, string(v) == "-1"
+		if !all {
+			var e *api.Error
+			if n, e = count("prompt_logprobs", v); e != nil {
+				return a, api.Invalid("prompt_logprobs", string(v), fmt.Sprintf("an integer from 0 to %d, or -1", MaxLogprobs))
+			}
+		}
+		switch {
+		case r.Stream && (all || n > 0):
+			// As vLLM: the prompt's logprobs come only in a whole answer.
+			return a, api.Invalid("prompt_logprobs", string(v), "0, or stream false (prompt logprobs are not streamed)")
+		case !r.Stream:
+			a.promptTop = n
+		}
 	}
 	if !r.Chat {
 		v, ok := raw("logprobs")
@@ -212,5 +233,36 @@ func (w *logprobWriter) chat(answer []string, first int) json.RawMessage {
 		content = append(content, e)
 	}
 	b, _ := json.Marshal(map[string]any{"content": content})
+	return b
+}
+
+// promptLogprob is one prompt token's entry in vLLM's prompt_logprobs.
+type promptLogprob struct {
+	Logprob float64 `json:"logprob"`
+	Rank    int     `json:"rank"`
+	Decoded string  `json:"decoded_token"`
+}
+
+// promptLogprobs is vLLM's prompt_logprobs of the request: per prompt
+// token, null for the first, else its id with its logprob (rank 1) and
+// top alternatives (other ids, ranks 2 on), keyed by token id.
+func promptLogprobs(r *api.Request, seed uint64, top int) json.RawMessage {
+	toks := promptTokens(r)
+	ids := tokenIDs(r, len(toks))
+	h := promptHash(r) ^ 0x70726f6d7074
+	out := make([]map[string]promptLogprob, len(toks))
+	for i := 1; i < len(toks); i++ {
+		v := tokenLogprob(seed, h, i)
+		m := map[string]promptLogprob{strconv.Itoa(ids[i]): {Logprob: v, Rank: 1, Decoded: toks[i]}}
+		for k := 1; k < top; k++ {
+			alt, lv := alternative(toks[i], v, k)
+			id := (ids[i] + 7919*k) % vocabSize
+			if _, ok := m[strconv.Itoa(id)]; !ok {
+				m[strconv.Itoa(id)] = promptLogprob{Logprob: lv, Rank: k + 1, Decoded: alt}
+			}
+		}
+		out[i] = m
+	}
+	b, _ := json.Marshal(out)
 	return b
 }

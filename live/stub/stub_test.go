@@ -655,7 +655,47 @@ func TestLogprobs(t *testing.T) {
 	if r := post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":3}`); !bytes.Contains(r.body, []byte(`"logprobs":null`)) {
 		t.Errorf("no logprobs asked: %s", r.body)
 	}
+	// vLLM's prompt_logprobs: per prompt token (the first null) its id
+	// with rank 1 and the alternatives asked; on chat at the top level.
+	type plp map[string]struct {
+		Logprob float64 `json:"logprob"`
+		Rank    int     `json:"rank"`
+		Decoded string  `json:"decoded_token"`
+	}
+	checkPrompt := func(name string, raw json.RawMessage, n, top int) {
+		t.Helper()
+		var list []plp
+		if err := json.Unmarshal(raw, &list); err != nil || len(list) != n || list[0] != nil {
+			t.Fatalf("%s prompt_logprobs %s (%v): expected %d entries, the first null", name, raw, err, n)
+		}
+		var text strings.Builder
+		for _, m := range list[1:] {
+			if len(m) != top {
+				t.Errorf("%s: %v: expected %d alternatives", name, m, top)
+			}
+			for _, e := range m {
+				if e.Rank == 1 {
+					text.WriteString(e.Decoded)
+				}
+			}
+		}
+		if !strings.HasSuffix(prompt, text.String()) || text.Len() == 0 {
+			t.Errorf("%s: rank-1 tokens spell %q: expected the prompt after its first token", name, text.String())
+		}
+	}
+	r = post(t, u+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":2,"prompt_logprobs":2}`)
+	c = decodeResp(t, r.body)
+	checkPrompt("completions", c.Choices[0].PromptLogprobs, c.Usage.PromptTokens, 2)
+	if string(c.Choices[0].Logprobs) != "null" {
+		t.Errorf("prompt_logprobs alone gave the answer's logprobs: %s", r.body)
+	}
+	r = post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"`+prompt+`"}],"max_tokens":2,"prompt_logprobs":0}`)
+	cc = decodeResp(t, r.body)
+	checkPrompt("chat", cc.PromptLogprobs, cc.Usage.PromptTokens, 1)
 	for body, param := range map[string]string{
+		`{"prompt":"x","prompt_logprobs":1,"stream":true}`:                                "prompt_logprobs",
+		`{"prompt":"x","prompt_logprobs":-1,"stream":true}`:                               "prompt_logprobs",
+		`{"prompt":"x","prompt_logprobs":-2}`:                                             "prompt_logprobs",
 		`{"prompt":"x","logprobs":21}`:                                                    "logprobs",
 		`{"messages":[{"role":"user","content":"hi"}],"top_logprobs":2}`:                  "top_logprobs",
 		`{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":-1}`: "top_logprobs",
