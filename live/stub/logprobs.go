@@ -58,6 +58,14 @@ func askLogprobs(r *api.Request) (logprobsAsk, *api.Error) {
 			a.promptTop = n
 		}
 	}
+	// As vLLM, an echo without prompt_logprobs asks for the prompt's at
+	// the answer's count (completions' logprobs, chat's top_logprobs), in
+	// a whole answer.
+	echoPrompt := func() {
+		if a.promptTop < 0 && r.Echo() && !r.Stream && (a.on || r.Chat) {
+			a.promptTop = a.top
+		}
+	}
 	if !r.Chat {
 		v, ok := raw("logprobs")
 		if !ok {
@@ -69,6 +77,7 @@ func askLogprobs(r *api.Request) (logprobsAsk, *api.Error) {
 		}
 		a.on, a.top = true, n
 		a.prompt = r.Echo()
+		echoPrompt()
 		return a, nil
 	}
 	if v, ok := raw("logprobs"); ok {
@@ -88,6 +97,7 @@ func askLogprobs(r *api.Request) (logprobsAsk, *api.Error) {
 			return a, api.Invalid("top_logprobs", string(v), "logprobs true with top_logprobs")
 		}
 	}
+	echoPrompt()
 	return a, nil
 }
 

@@ -692,6 +692,14 @@ func TestLogprobs(t *testing.T) {
 	r = post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"`+prompt+`"}],"max_tokens":2,"prompt_logprobs":0}`)
 	cc = decodeResp(t, r.body)
 	checkPrompt("chat", cc.PromptLogprobs, cc.Usage.PromptTokens, 1)
+	// An echo asks for them as vLLM's does: at the answer's count
+	// (completions' logprobs, chat's top_logprobs), in a whole answer.
+	r = post(t, u+"/v1/completions", `{"prompt":"`+prompt+`","max_tokens":2,"echo":true,"logprobs":3}`)
+	c = decodeResp(t, r.body)
+	checkPrompt("completions echo", c.Choices[0].PromptLogprobs, c.Usage.PromptTokens, 3)
+	r = post(t, u+"/v1/chat/completions", `{"messages":[{"role":"user","content":"`+prompt+`"}],"max_tokens":2,"echo":true}`)
+	cc = decodeResp(t, r.body)
+	checkPrompt("chat echo", cc.PromptLogprobs, cc.Usage.PromptTokens, 1)
 	for body, param := range map[string]string{
 		`{"prompt":"x","prompt_logprobs":1,"stream":true}`:                                "prompt_logprobs",
 		`{"prompt":"x","prompt_logprobs":-1,"stream":true}`:                               "prompt_logprobs",
