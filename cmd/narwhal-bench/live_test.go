@@ -358,6 +358,10 @@ func TestLiveEveryRequestFailed(t *testing.T) {
 	sf := startOneStub(t, "m")
 	engineURL, _ := url.Parse(sf.Servers()[0].URL())
 	proxy := httputil.NewSingleHostReverseProxy(engineURL)
+	// A fresh connection each time: a kept one could meet the stub's idle
+	// close (5 s) on a loaded machine and turn the test request into a
+	// 502.
+	proxy.Transport = &http.Transport{DisableKeepAlives: true}
 	var calls atomic.Int64
 	once := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
 		if calls.Add(1) == 1 {
@@ -374,12 +378,12 @@ func TestLiveEveryRequestFailed(t *testing.T) {
 	// --json counts them as failed, as sim's does: offered = completed +
 	// refused + expired + failed.
 	calls.Store(0)
-	_, out, _ = runCLI(t, "live", "--target", once.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50", "--json")
+	_, out, errs = runCLI(t, "live", "--target", once.URL, "--model", "m", "--trace", "testdata/live-short.yaml", "--limit", "3", "--rate", "50", "--json")
 	var res []struct {
 		Score struct{ Offered, Completed, Failed int }
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res) != 1 || res[0].Score.Offered != 3 || res[0].Score.Failed != 3 || res[0].Score.Completed != 0 {
-		t.Errorf("--json %s (%v): expected 3 offered, 3 failed", out, err)
+		t.Errorf("--json %s (%v), stderr %s: expected 3 offered, 3 failed", out, err, errs)
 	}
 }
 
