@@ -204,7 +204,7 @@ func windowStarts(bounds []event.Time, w event.Time) []event.Time {
 type qualifier struct {
 	fold   event.StreamFold
 	slo    event.SLO
-	log    *moveLog
+	log    *MoveLog
 	failed int // ended without qualifying
 	stopAt int // stop when failed reaches it (no stop: above any count)
 	// Requests lo <= i < hi (0-based) leave their worst SLO ratio in
@@ -239,7 +239,7 @@ func (q *qualifier) end(r *event.Row) {
 // run replays reqs under ctrl and returns the requests that qualified;
 // with bar >= 0 it stops as soon as at most bar can, and returns bar with
 // stopped set.
-func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request, slo event.SLO, log *moveLog, bar int) (v int, stopped bool, err error) {
+func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request, slo event.SLO, log *MoveLog, bar int) (v int, stopped bool, err error) {
 	q.reset(slo, log, len(reqs)+1)
 	if bar >= 0 {
 		if bar >= len(reqs) {
@@ -256,7 +256,7 @@ func (q *qualifier) run(cfg sim.Config, ctrl core.Controller, reqs []sim.Request
 
 // reset readies q for a replay from the start that stops when stopAt
 // requests have failed.
-func (q *qualifier) reset(slo event.SLO, log *moveLog, stopAt int) {
+func (q *qualifier) reset(slo event.SLO, log *MoveLog, stopAt int) {
 	q.fold.Reset()
 	q.fold.End = q.end
 	q.slo, q.log, q.failed, q.stopAt = slo, log, 0, stopAt
@@ -478,7 +478,7 @@ func pick(vals []int, best int) (int, int) {
 // play, when not nil, plays a rival that moves roles as the sweep plays an
 // arm, scoring the whole run (the oracle then reuses the best rival's run
 // rather than playing it again); nil: with a qualifier.
-func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, known map[string]playedRun, memo wholeReplays, workers int, play func(arm string, log *moveLog) (Run, error)) (*boundPlan, error) {
+func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []event.Time, slo event.SLO, phase []score.PhaseTarget, rivals []string, known map[string]playedRun, memo wholeReplays, workers int, play func(arm string, log *MoveLog) (Run, error)) (*boundPlan, error) {
 	n := len(cfg.Profiles)
 	starts := windowStarts(bounds, BoundWindow(bounds[len(bounds)-1]))
 	plan := &boundPlan{starts: starts, ok: -1}
@@ -568,7 +568,7 @@ func bound(ctx context.Context, cfg sim.Config, reqs []sim.Request, bounds []eve
 			if neverMoves(ctrl) {
 				bar = staticBar
 			}
-			log := &moveLog{}
+			log := &MoveLog{}
 			if play != nil && bar < 0 {
 				r, err := play(rivals[i], log)
 				if err != nil {

@@ -37,7 +37,7 @@ func TestStaticSplitPlacesOnACurrentView(t *testing.T) {
 		cfg := SimConfig(fl, slo, false)
 		cfg.ObserveEvery = observe
 		q := &qualifier{}
-		v, _, err := q.run(cfg, ctrl, reqs, slo, &moveLog{}, -1)
+		v, _, err := q.run(cfg, ctrl, reqs, slo, &MoveLog{}, -1)
 		if err != nil {
 			t.Fatal(err)
 		}

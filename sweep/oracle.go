@@ -11,13 +11,29 @@ import (
 	"github.com/narwhal-bench/narwhal-bench/sim"
 )
 
-// moveLog keeps a run's role-move records.
-type moveLog struct{ moves []event.Record }
+// MoveLog keeps a run's role-move records, opening roles included (an
+// event.Recorder; the live driver scores with it as the simulator does).
+type MoveLog struct{ moves []event.Record }
 
-func (m *moveLog) Record(r *event.Record) {
+// Record implements event.Recorder.
+func (m *MoveLog) Record(r *event.Record) {
 	if r.Kind == event.KindRoleMove {
 		m.moves = append(m.moves, *r)
 	}
+}
+
+// Moves is the records kept.
+func (m *MoveLog) Moves() []event.Record { return m.moves }
+
+// Count is the number of role moves, opening roles not included.
+func (m *MoveLog) Count() int {
+	n := 0
+	for i := range m.moves {
+		if !m.moves[i].Opening() {
+			n++
+		}
+	}
+	return n
 }
 
 // oracle chooses, in hindsight, one split per phase of a workload, by

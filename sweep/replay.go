@@ -147,7 +147,7 @@ func Replay(src *ReplaySource, cfg ReplayConfig) (run Run, err error) {
 	}
 	meta.ConfigHash = configHash(simCfg, meta)
 	var fold event.Fold
-	moves := &moveLog{}
+	moves := &MoveLog{}
 	fix := &refFix{sched: src.Scheduled}
 	recs := event.Tee{&fold, moves}
 	if cfg.Journal != nil {

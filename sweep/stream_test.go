@@ -80,7 +80,7 @@ func TestStreamedCellMatchesMaterialised(t *testing.T) {
 			wantSum, wantSt, wantRows := materialised(t, tr, cfg, arm, c.scale)
 			wl := &workload{trace: tr, seed: tr.Seed, scale: c.scale}
 			var fold event.StreamFold
-			run, err := runOne(context.Background(), cfg, arm, len(cfg.Profiles), 1, wl, cfg.SLO, nil, nil, &fold, nil, event.RunMeta{}, &moveLog{})
+			run, err := runOne(context.Background(), cfg, arm, len(cfg.Profiles), 1, wl, cfg.SLO, nil, nil, &fold, nil, event.RunMeta{}, &MoveLog{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestStreamedCellHoldsRequestsInFlight(t *testing.T) {
 		sp.Phases[0].Duration = time.Duration(seconds) * time.Second
 		wl := &workload{trace: &traces.Trace{Name: sp.Name, Spec: &sp}, seed: 1, scale: 1}
 		var fold event.StreamFold
-		run, err := runOne(context.Background(), cfg, "adaptive", len(cfg.Profiles), 6, wl, cfg.SLO, nil, nil, &fold, nil, event.RunMeta{}, &moveLog{})
+		run, err := runOne(context.Background(), cfg, "adaptive", len(cfg.Profiles), 6, wl, cfg.SLO, nil, nil, &fold, nil, event.RunMeta{}, &MoveLog{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -437,7 +437,7 @@ func Execute(cfg Config) (*Result, error) {
 	// bound is asked for) its search, which reuses those runs for the
 	// rivals the sweep already played, then the hindsight arms.
 	plans := make([]*boundPlan, len(rates))
-	moveLogs := make([]*moveLog, len(res.Runs))
+	moveLogs := make([]*MoveLog, len(res.Runs))
 	errs := make([]error, len(res.Runs))
 	started := 0
 	order := dispatchOrder(cfg.Arms, rates)
@@ -460,7 +460,7 @@ func Execute(cfg Config) (*Result, error) {
 					// already: runs journaled before the field hash the same.
 					meta.PrefixCache = cfg.PrefixCache
 					meta.Cordons = cfg.CordonSpec // (in the hash through the fleet's settings)
-					moveLogs[k] = &moveLog{}
+					moveLogs[k] = &MoveLog{}
 					if p := plans[ri]; arm == "oracle" && p != nil && p.run != nil && cfg.Journal == nil {
 						// The oracle plays a rival whose whole run the
 						// bound's search kept, and nothing is journaled:
@@ -517,7 +517,7 @@ func Execute(cfg Config) (*Result, error) {
 			}
 			// A rival that moves roles is played as an arm is, so that
 			// the oracle, when it plays that rival, reuses its run.
-			play := func(arm string, log *moveLog) (Run, error) {
+			play := func(arm string, log *MoveLog) (Run, error) {
 				var fold event.StreamFold
 				return runOne(ctx, simCfg, arm, n, rates[i], &workloads[i], scoreSLO, targets[i], nil, &fold, nil, event.RunMeta{}, log)
 			}
@@ -613,7 +613,7 @@ func simRequest(q *traces.Request) sim.Request {
 // runOne runs one cell. Its outcomes are scored as its requests end
 // (event.StreamFold), so it holds no row per offered request.
 func runOne(ctx context.Context, cfg sim.Config, arm string, n int, rate float64, wl *workload, slo event.SLO,
-	targets []score.PhaseTarget, plan *boundPlan, fold *event.StreamFold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta, moves *moveLog) (run Run, err error) {
+	targets []score.PhaseTarget, plan *boundPlan, fold *event.StreamFold, journal func(string, event.RunMeta) (Sink, error), meta event.RunMeta, moves *MoveLog) (run Run, err error) {
 	var ctrl core.Controller
 	switch {
 	case arm == "phase-oracle":

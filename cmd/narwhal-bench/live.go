@@ -577,7 +577,7 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	var (
 		res   *loadgen.Result
 		fold  event.Fold
-		moves moveLog
+		moves sweep.MoveLog
 		tmp   *journal.Writer
 	)
 	tmpDir := ""
@@ -678,8 +678,8 @@ func (lc *liveRun) one(ctx context.Context, rate float64, stderr io.Writer) (*li
 	}
 	rows := fold.Rows()
 	s := report.Summarize(rows, lc.slo)
-	scored := sweep.Scored(lc.arm, rate, s, moves.moves, nil)
-	scored.Moves, scored.SimSeconds = moves.count(), res.Elapsed.Seconds()
+	scored := sweep.Scored(lc.arm, rate, s, moves.Moves(), nil)
+	scored.Moves, scored.SimSeconds = moves.Count(), res.Elapsed.Seconds()
 	out := &liveResult{Run: name, Rate: rate, Meta: meta, Client: sum, Score: scored}
 	if lc.dir == "" {
 		return out, nil
@@ -981,27 +981,6 @@ func liveConfigHash(lc *liveRun, meta event.RunMeta) string {
 	}{profiles, meta, lc.lg.Endpoint, lc.lg.MaxConcurrency, lc.stub, lc.timeScale})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-// moveLog keeps a run's role-move records, opening roles included.
-type moveLog struct{ moves []event.Record }
-
-// Record implements event.Recorder.
-func (m *moveLog) Record(r *event.Record) {
-	if r.Kind == event.KindRoleMove {
-		m.moves = append(m.moves, *r)
-	}
-}
-
-// count is the number of role moves, opening roles not included.
-func (m *moveLog) count() int {
-	n := 0
-	for i := range m.moves {
-		if !m.moves[i].Opening() {
-			n++
-		}
-	}
-	return n
 }
 
 // playCordons cordons and uncordons the router's engines at the windows'

@@ -330,7 +330,7 @@ func (d *decoder) integer(name string, lo int) *int {
 	if !ok {
 		return nil
 	}
-	n, ok := toInt(v)
+	n, ok := LaxInt(v)
 	if !ok || n < lo || n > maxInt {
 		d.fail(Invalid(name, string(v), "an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(maxInt)))
 		return nil
@@ -338,11 +338,10 @@ func (d *decoder) integer(name string, lo int) *int {
 	return &n
 }
 
-// LaxInt reads a JSON value as an integer the way integer fields are
-// read (pydantic's lax mode: toInt).
-func LaxInt(v json.RawMessage) (int, bool) { return toInt(v) }
-
-func toInt(v json.RawMessage) (int, bool) {
+// LaxInt reads a JSON value as pydantic's lax mode reads an integer, as
+// every integer field here is read: an integral number, a string strInt
+// takes, or a boolean (1 or 0).
+func LaxInt(v json.RawMessage) (int, bool) {
 	var s string
 	if json.Unmarshal(v, &s) == nil {
 		return strInt(s)

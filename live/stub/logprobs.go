@@ -137,13 +137,7 @@ func promptTokens(r *api.Request) []string {
 		}
 		return out
 	}
-	text := r.Text()
-	n := r.PromptTokens()
-	out := make([]string, n)
-	for i := range out {
-		out[i] = text[i*len(text)/n : (i+1)*len(text)/n]
-	}
-	return out
+	return textSlices(r.Text(), r.PromptTokens())
 }
 
 // completionLogprobs is a completions choice's logprobs object (OpenAI's

@@ -249,12 +249,21 @@ func tokenIDs(r *api.Request, n int) []int {
 	if r.PromptIDs != nil {
 		return r.PromptIDs
 	}
-	text := r.Text()
 	ids := make([]int, n)
-	for i := range ids {
+	for i, piece := range textSlices(r.Text(), n) {
 		h := fnv.New32a()
-		h.Write([]byte(text[i*len(text)/n : (i+1)*len(text)/n]))
+		h.Write([]byte(piece))
 		ids[i] = int(h.Sum32() % vocabSize)
 	}
 	return ids
+}
+
+// textSlices cuts text in n slices of about equal length: the stub's
+// tokens of a text prompt (/tokenize hashes them, logprobs show them).
+func textSlices(text string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = text[i*len(text)/n : (i+1)*len(text)/n]
+	}
+	return out
 }
