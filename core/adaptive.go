@@ -1150,9 +1150,11 @@ func (a *Adaptive) needed(e DemandEstimate) float64 {
 // is, but the splits differ in the burst they ride: the current split
 // stays when its headroom is the burst's (needed), and otherwise the
 // neighbour with the most headroom, up to that, is proposed when
-//   - the side receiving the engine missed its SLO more often than the
-//     side giving it up, over the memory (the insurance answers bursts
-//     seen to hurt; with no misses on either side it does nothing);
+//   - the side giving the engine up missed its SLO no more often than
+//     the side receiving it, over the memory (an engine is not taken
+//     from a pool seen to miss more; with no misses on either side the
+//     headroom decides: issue 10, fortieth round, where holding back on
+//     a 0-0 tie left a thin decode pool for a burst to break);
 //   - under the envelope of the remembered mixes the neighbour has at
 //     least the current split's headroom (an engine is not given away
 //     from a side a recent phase needed);
@@ -1182,9 +1184,9 @@ func (a *Adaptive) insure(c *View, e DemandEstimate, p, n int, cur SplitScore, d
 	}
 	gain := fmt.Sprintf("neighbour %dP has more headroom (%.2fx -> %.2fx the load, %.2fx needed)", bp, hc, bh, lim)
 	take, give := a.mem.sides(bp - p)
-	if give >= take {
-		return fmt.Sprintf("%s, but the side receiving the engine missed no more often in the last %.0f s (%d <= %d)",
-			gain, a.Cfg.Memory.Seconds(), take, give), false
+	if give > take {
+		return fmt.Sprintf("%s, but the side giving the engine up missed more often in the last %.0f s (%d > %d)",
+			gain, a.Cfg.Memory.Seconds(), give, take), false
 	}
 	env := a.mem.envelope(e)
 	if hb, hp := Headroom(c, env, bp, lim), Headroom(c, env, p, lim); hb < hp {

@@ -62,9 +62,9 @@ func TestHeadroom(t *testing.T) {
 }
 
 // The burst insurance (AdaptiveConfig.BurstZ): among splits that all meet
-// both SLOs, the fleet moves toward more headroom only for the side seen
-// missing its SLO more often, and never away from a side a remembered mix
-// needed (issue 10, ninth round).
+// both SLOs, the fleet moves toward more headroom unless the side giving
+// the engine up was seen missing its SLO more often, and never away from
+// a side a remembered mix needed (issue 10, ninth and fortieth rounds).
 func TestBurstInsurance(t *testing.T) {
 	decide := func(cfg func(*Adaptive, *View)) AdaptiveDecision {
 		// (0.03 + slope × 4,800/4) / 0.05 = 0.9 on 4P4D, 0.84 on 3P5D: both met.
@@ -82,17 +82,20 @@ func TestBurstInsurance(t *testing.T) {
 	}
 	// Evenly spaced arrivals price as Poisson (c_a² = 1): a minute holds
 	// 60 ± 7.7, so the needed headroom is 1 + 2/sqrt(60) = 1.26.
-	d := decide(missed(0, 0))
+	// With no misses remembered the headroom decides (issue 10, fortieth
+	// round: holding back on a 0-0 tie left a thin decode pool for a burst
+	// to break), and so it does on any tie.
+	for _, m := range [][2]int{{0, 0}, {0, 5}, {5, 5}} {
+		d := decide(missed(m[0], m[1]))
+		if d.Choice != "propose 3P5D" || !strings.Contains(d.Why, "insurance: headroom 1.20x -> 1.26x, confirmation 1 of 3") {
+			t.Fatalf("misses %d TTFT, %d TPOT: %s (%s), want a proposal of 3P5D for insurance", m[0], m[1], d.Choice, d.Why)
+		}
+	}
+	// The prefill side, which 3P5D takes an engine from, missed more.
+	d := decide(missed(5, 0))
 	if d.Choice != "stay" || !strings.Contains(d.Why, "best neighbour 3P improves 0.900 -> 0.840, below the margins (0.05, 10%); no insurance: ") || !strings.Contains(d.Why, "neighbour 3P has more headroom (1.20x -> 1.26x the load, 1.26x needed)") ||
-		!strings.Contains(d.Why, "missed no more often in the last 600 s (0 <= 0)") {
-		t.Fatalf("no misses remembered: %s (%s), want the score's stay, the insurance saying no side was seen missing", d.Choice, d.Why)
-	}
-	d = decide(missed(0, 5))
-	if d.Choice != "propose 3P5D" || !strings.Contains(d.Why, "insurance: headroom 1.20x -> 1.26x, confirmation 1 of 3") {
-		t.Fatalf("decode side missed: %s (%s), want a proposal of 3P5D for insurance", d.Choice, d.Why)
-	}
-	if d = decide(missed(5, 5)); d.Choice != "stay" || !strings.Contains(d.Why, "(5 <= 5)") {
-		t.Fatalf("both sides missed alike: %s (%s), want stay", d.Choice, d.Why)
+		!strings.Contains(d.Why, "the side giving the engine up missed more often in the last 600 s (5 > 0)") {
+		t.Fatalf("prefill side missed: %s (%s), want the score's stay, the insurance saying the giving side missed more", d.Choice, d.Why)
 	}
 	d = decide(func(a *Adaptive, v *View) {
 		missed(0, 5)(a, v)
