@@ -1152,9 +1152,9 @@ func (a *Adaptive) needed(e DemandEstimate) float64 {
 // neighbour with the most headroom, up to that, is proposed when
 //   - the side giving the engine up missed its SLO no more often than
 //     the side receiving it, over the memory (an engine is not taken
-//     from a pool seen to miss more; with no misses on either side the
-//     headroom decides: issue 10, fortieth round, where holding back on
-//     a 0-0 tie left a thin decode pool for a burst to break);
+//     from a pool seen to miss more; on a tie, none at all included,
+//     the headroom decides: issue 10, fortieth round, where holding back
+//     on a 0-0 tie left a thin decode pool for a burst to break);
 //   - under the envelope of the remembered mixes the neighbour has at
 //     least the current split's headroom (an engine is not given away
 //     from a side a recent phase needed);

@@ -82,9 +82,10 @@ func TestBurstInsurance(t *testing.T) {
 	}
 	// Evenly spaced arrivals price as Poisson (c_a² = 1): a minute holds
 	// 60 ± 7.7, so the needed headroom is 1 + 2/sqrt(60) = 1.26.
-	// With no misses remembered the headroom decides (issue 10, fortieth
-	// round: holding back on a 0-0 tie left a thin decode pool for a burst
-	// to break), and so it does on any tie.
+	// Unless the side giving the engine up missed more, the headroom
+	// decides: with no misses remembered (issue 10, fortieth round:
+	// holding back on a 0-0 tie left a thin decode pool for a burst to
+	// break), when only the receiving side missed, and on any other tie.
 	for _, m := range [][2]int{{0, 0}, {0, 5}, {5, 5}} {
 		d := decide(missed(m[0], m[1]))
 		if d.Choice != "propose 3P5D" || !strings.Contains(d.Why, "insurance: headroom 1.20x -> 1.26x, confirmation 1 of 3") {
