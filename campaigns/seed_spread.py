@@ -139,7 +139,11 @@ def main():
         label = AZURE[level] if trace == 'azure' else B.LABEL[level]
         for k in tot:
             tot[k] += s[k]
-        seeds = SEEDS[trace].replace('..', '-')
+        # The seeds the case ran (the Azure traces' recorded arrivals run
+        # on the first alone: burstiness.seeds_for).
+        seeds = B.seeds_for(trace, level, SEEDS[trace]).replace('..', '-')
+        if seeds.count('-') == 1 and len(set(seeds.split('-'))) == 1:
+            seeds = seeds.split('-')[0]
         if ag['mean']:
             worst_agg.append((ag['ratio'], trace, label))
         if not s['best_mean']:
@@ -150,7 +154,7 @@ def main():
         md, half = mean_interval([sus(x, 'adaptive') - sus(x, s['best']) for x in d['per_seed']])
         g, t = s['alg1'], s['tok']
         print(f"| {trace} | {label} | {seeds} | {s['best'].removeprefix('static:')} {s['best_mean']:.2f} | {s['arm_mean']:.2f} "
-              f"| {s['ratio']:.3f} | {md:+.2f} [{md - half:+.2f}, {md + half:+.2f}] | {t['below']} / {t['equal']} / {t['above']} "
+              f"| {s['ratio']:.3f} | {interval(md, half)} | {t['below']} / {t['equal']} / {t['above']} "
               f"| {g['best'].removeprefix('static:')} {g['mean']:.2f} | {g['ratio']:.3f}; {g['below']} / {g['equal']} / {g['above']} "
               f"| {agg_cells(ag)} | {s['moves_h']:.0f} | {reversals(s)} |",
               flush=True)
@@ -204,8 +208,16 @@ def mean_interval(diff):
 
 def agg_cells(ag):
     """The aggregated columns of the table."""
-    return (f"{ag['mean']:.2f} | {ag['ratio']:.3f}; {ag['diff']:+.2f} [{ag['diff'] - ag['half']:+.2f}, "
-            f"{ag['diff'] + ag['half']:+.2f}]; {ag['below']} / {ag['equal']} / {ag['above']}")
+    return (f"{ag['mean']:.2f} | {ag['ratio']:.3f}; {interval(ag['diff'], ag['half'])}; "
+            f"{ag['below']} / {ag['equal']} / {ag['above']}")
+
+
+def interval(mean, half):
+    """A per-seed difference and its 95% interval, as the table prints
+    them; over a single seed there is no interval to give."""
+    if math.isnan(half):
+        return f'{mean:+.2f} (one seed: no interval)'
+    return f'{mean:+.2f} [{mean - half:+.2f}, {mean + half:+.2f}]'
 
 
 def rival(mean, alg1):
