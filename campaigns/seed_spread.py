@@ -6,7 +6,9 @@ The burstiness campaign (burstiness.py) evaluates each case on five seeds;
 on demo a difference of one grid step on one seed moves a mean by 4-5%, so
 this script reruns every case (the same grids, arms and arrival levels) on
 a hundred seeds from --first on demo and steady (short traces), twenty on
-chatdoc, mixed and Azure. The default, 600 (seeds 600-699 and 600-619), is
+chatdoc, mixed and the Azure traces in batches, and one on the Azure
+traces' recorded arrivals (no seed changes them; its row gives no
+interval). The default, 600 (seeds 600-699 and 600-619), is
 the evaluation of the controller with the decode-noise robustness check,
 on seeds never used before it; 800 evaluated the delivered-attainment
 check after it (docs/controllers-rounds.md, fifth round), 1000 the check
@@ -53,8 +55,8 @@ second reading, a normal interval by the delta method for a ratio of
 means, the rival fixed to the one chosen over all seeds (thirty-eighth
 round).
 
-About 30 minutes on two cores (the /alg1 splits nearly double the runs;
-17 minutes without them). Sweeps are cached in --out by binary and
+About 70 minutes on two cores (forty-first round, every case; the
+/alg1 splits nearly double the runs). Sweeps are cached in --out by binary and
 command line, as burstiness.py caches them.
 """
 import argparse
@@ -139,11 +141,9 @@ def main():
         label = AZURE[level] if trace == 'azure' else B.LABEL[level]
         for k in tot:
             tot[k] += s[k]
-        # The seeds the case ran (the Azure traces' recorded arrivals run
-        # on the first alone: burstiness.seeds_for).
-        seeds = B.seeds_for(trace, level, SEEDS[trace]).replace('..', '-')
-        if seeds.count('-') == 1 and len(set(seeds.split('-'))) == 1:
-            seeds = seeds.split('-')[0]
+        # The seeds the case ran, read off the sweep (the Azure traces'
+        # recorded arrivals run on the first alone: burstiness.seeds_for).
+        seeds = seed_label([x['seed'] for x in d['per_seed']])
         if ag['mean']:
             worst_agg.append((ag['ratio'], trace, label))
         if not s['best_mean']:
@@ -210,6 +210,17 @@ def agg_cells(ag):
     """The aggregated columns of the table."""
     return (f"{ag['mean']:.2f} | {ag['ratio']:.3f}; {interval(ag['diff'], ag['half'])}; "
             f"{ag['below']} / {ag['equal']} / {ag['above']}")
+
+
+def seed_label(seeds):
+    """The seeds cell: one seed, a run of consecutive seeds as A-B, or
+    the list."""
+    seeds = sorted(seeds)
+    if len(seeds) == 1:
+        return str(seeds[0])
+    if seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f'{seeds[0]}-{seeds[-1]}'
+    return ','.join(map(str, seeds))
 
 
 def interval(mean, half):
