@@ -96,7 +96,10 @@ def seeds_for(trace, level, seeds):
     return seeds
 
 
-def sweep(binary, out, trace, level, arms, seeds=None, refine=0):
+def sweep_path(binary, out, trace, level, arms, seeds=None, refine=0):
+    """The sim arguments of a case's sweep and the file its JSON is kept
+    in: named by the binary's hash and the arguments, so a rerun with the
+    same binary only re-reads it."""
     args = ['sim'] + TRACES[trace] + LEVELS[level] + ['--arms', arms, '--rates', GRID[trace],
                                                       '--seeds', seeds_for(trace, level, seeds or SEEDS[trace]), '--json']
     if refine:
@@ -104,7 +107,11 @@ def sweep(binary, out, trace, level, arms, seeds=None, refine=0):
     with open(binary, 'rb') as f:
         tag = hashlib.sha256(f.read()).hexdigest()[:16]
     key = hashlib.sha256((tag + ' '.join(args)).encode()).hexdigest()[:24]
-    path = os.path.join(out, f'{trace}-{level}-{key}.json')
+    return args, os.path.join(out, f'{trace}-{level}-{key}.json')
+
+
+def sweep(binary, out, trace, level, arms, seeds=None, refine=0):
+    args, path = sweep_path(binary, out, trace, level, arms, seeds, refine)
     try:
         run_cached([binary] + args, path)
     except RuntimeError as e:

@@ -1,0 +1,138 @@
+package campaigncheck
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fullSweep writes a sim --json sweep at path with the fields
+// seed_spread.py's table reads: per seed, each arm's sustained rate and
+// one run per arm at the grid's one rate (attainment 1 where the arm
+// sustains anything, 0.5 where not), and the arms' means over seeds.
+func fullSweep(t *testing.T, path string, perSeed map[int]map[string]float64) {
+	t.Helper()
+	type run struct {
+		Arm          string  `json:"arm"`
+		Rate         float64 `json:"rate"`
+		Attainment   float64 `json:"attainment"`
+		Moves        int     `json:"moves"`
+		Reversals60s int     `json:"reversals_60s"`
+		SplitChanges int     `json:"split_changes"`
+		SimSeconds   float64 `json:"sim_seconds"`
+	}
+	type seed struct {
+		Seed      int                `json:"seed"`
+		Sustained map[string]float64 `json:"sustained"`
+		Rates     []float64          `json:"rates"`
+		Runs      []run              `json:"runs"`
+	}
+	arms := map[string]bool{}
+	sums := map[string][]float64{}
+	var seeds []seed
+	for s, rates := range perSeed {
+		sd := seed{Seed: s, Sustained: rates, Rates: []float64{1}}
+		for a, v := range rates {
+			arms[a] = true
+			sums[a] = append(sums[a], v)
+			att := 0.5
+			if v > 0 {
+				att = 1
+			}
+			sd.Runs = append(sd.Runs, run{Arm: a, Rate: 1, Attainment: att, Moves: 2, Reversals60s: 0, SplitChanges: 2, SimSeconds: 3600})
+		}
+		seeds = append(seeds, sd)
+	}
+	sustained := map[string]map[string]float64{}
+	var names []string
+	for a := range arms {
+		names = append(names, a)
+		v := sums[a]
+		lo, hi, sum := v[0], v[0], 0.0
+		for _, x := range v {
+			lo, hi, sum = min(lo, x), max(hi, x), sum+x
+		}
+		sustained[a] = map[string]float64{"mean": sum / float64(len(v)), "min": lo, "max": hi}
+	}
+	b, err := json.Marshal(map[string]any{
+		"arms": names, "per_seed": seeds, "sustained": sustained, "rates": []float64{1},
+		"cells": []map[string]any{{"rate": 1, "attainment": map[string]float64{"mean": 0.5}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSeedSpreadTableRows: seed_spread.py's table names the seeds each
+// case ran, read off its sweep, and gives a per-seed difference's 95%
+// interval only over two seeds or more: the Azure traces' recorded
+// arrivals run on one seed (no seed changes them), and their row said
+// "23000-23019" and "[+nan, +nan]" before the forty-first round.
+func TestSeedSpreadTableRows(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed: the campaign scripts need it")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "fake-narwhal-bench") // never run: every sweep is cached
+	if err := os.WriteFile(bin, []byte("not a binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Where seed_spread.py --first 5 looks for each case's two sweeps.
+	where := exec.Command(py, "-c", `import sys
+sys.path.insert(0, 'campaigns')
+import burstiness as B, seed_spread as S
+B.SEEDS.update(S.seeds_from(5))
+for t, lv in [('demo', 'cv1'), ('azure', 'cv1')]:
+    for arms in (B.STATIC + ',' + B.STATIC_ALG1 + ',adaptive', 'aggregated'):
+        print(B.sweep_path(sys.argv[1], sys.argv[2], t, lv, arms)[1])
+`, bin, dir)
+	where.Dir = root
+	out, err := where.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sweep paths: %v\n%s", err, out)
+	}
+	paths := strings.Fields(string(out))
+	if len(paths) != 4 {
+		t.Fatalf("want 4 sweep paths, got %q", paths)
+	}
+	split := func(ad, tok, alg1 float64) map[string]float64 {
+		return map[string]float64{"adaptive": ad, "static:4P4D": tok, "static:4P4D/alg1": alg1}
+	}
+	fullSweep(t, paths[0], map[int]map[string]float64{5: split(2, 1, 2), 6: split(3, 2, 3)})
+	fullSweep(t, paths[1], map[int]map[string]float64{5: {"aggregated": 1}, 6: {"aggregated": 1}})
+	fullSweep(t, paths[2], map[int]map[string]float64{5: split(8, 6, 6)})
+	fullSweep(t, paths[3], map[int]map[string]float64{5: {"aggregated": 4}})
+	cmd := exec.Command(py, "campaigns/seed_spread.py", "--bin", bin, "--out", dir, "--first", "5", "--cases", "demo:cv1,azure:cv1")
+	cmd.Dir = root
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("seed_spread.py: %v\n%s", err, out)
+	}
+	table := string(out)
+	// Demo: two seeds, each adaptive 1.0 req/s over 4P4D: a zero-width
+	// interval; over aggregated +1.0 and +2.0: 1.5 +- 1.96 * 0.5.
+	for _, want := range []string{
+		"| demo | Poisson (CV 1) | 5-6 | 4P4D 1.50 | 2.50 | 1.667 | +1.00 [+1.00, +1.00] | 0 / 0 / 2 |",
+		"| 1.00 | 2.500; +1.50 [+0.52, +2.48]; 0 / 0 / 2 |",
+		"| azure | recorded arrivals | 5 | 4P4D 6.00 | 8.00 | 1.333 | +2.00 (one seed: no interval) | 0 / 0 / 1 |",
+		"| 4.00 | 2.000; +4.00 (one seed: no interval); 0 / 0 / 1 |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	if strings.Contains(table, "nan") {
+		t.Errorf("table prints nan:\n%s", table)
+	}
+}
