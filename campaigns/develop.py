@@ -30,9 +30,11 @@ with the same --first and compared seed for seed, in minutes rather than
 seed_spread.py's half hour per build.
 
 `compare` prints one line per case found in both directories: the mean
-sustained rate of A and of B (a seed that sustains nothing counts 0), how
-many seeds B sustains less and more than A, and reversals within 60 s
-over split changes, summed over every seed and rate.
+sustained rate of A and of B (a seed that sustains nothing counts 0), the
+per-seed difference B - A with its 95% interval (normal approximation;
+forty-first round), how many seeds B sustains less and more than A, and
+reversals within 60 s over split changes, summed over every seed and
+rate.
 
 `failures` reads every sweep in DIR (develop.py's own, or any `sim
 --seeds ... --json` output kept there) and says, per file, how ARM
@@ -130,6 +132,19 @@ def load(path):
     return per, sum(r['reversals_60s'] for r in runs), sum(r['split_changes'] for r in runs)
 
 
+def difference(a, b):
+    """B's sustained rate minus A's, per seed: the mean and its 95%
+    interval (normal approximation: mean +- 1.96 standard errors), or
+    the one seed's difference alone."""
+    d = [b[s] - a[s] for s in sorted(a)]
+    m = sum(d) / len(d)
+    if len(d) < 2:
+        return f'B-A {m:+.3f} (one seed)'
+    sd = (sum((x - m) ** 2 for x in d) / (len(d) - 1)) ** 0.5
+    half = 1.96 * sd / len(d) ** 0.5
+    return f'B-A {m:+.3f} [{m - half:+.3f}, {m + half:+.3f}]'
+
+
 def compare(a_dir, b_dir):
     lines = 0
     for t, lv in CASES:
@@ -142,7 +157,7 @@ def compare(a_dir, b_dir):
         ma, mb = sum(a.values()) / len(a), sum(b.values()) / len(b)
         lower = sum(1 for s in a if b[s] < a[s])
         higher = sum(1 for s in a if b[s] > a[s])
-        print(f'{t:8s} {lv:4s} {ma:7.3f} -> {mb:7.3f}  seeds lower/higher {lower}/{higher}  '
+        print(f'{t:8s} {lv:4s} {ma:7.3f} -> {mb:7.3f}  {difference(a, b)}  seeds lower/higher {lower}/{higher}  '
               f'reversals {ra}/{ca} -> {rb}/{cb}')
         lines += 1
     if lines == 0:

@@ -136,3 +136,39 @@ for t, lv in [('demo', 'cv1'), ('azure', 'cv1')]:
 		t.Errorf("table prints nan:\n%s", table)
 	}
 }
+
+// TestDevelopCompareInterval: develop.py compare gives each case's
+// per-seed difference B - A with its 95% interval beside the means
+// (forty-first round), and the one seed's difference alone where a case
+// ran one seed (the Azure traces on the development seeds).
+func TestDevelopCompareInterval(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed: the campaign scripts need it")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := t.TempDir(), t.TempDir()
+	// Demo: B is 1.0 and 3.0 req/s above A on its two seeds, so B - A is
+	// 2.0 with a standard error of sqrt(2)/sqrt(2) = 1: 2.0 -+ 1.96.
+	fullSweep(t, filepath.Join(a, "demo-cv1.json"), map[int]map[string]float64{300: {"adaptive": 2}, 301: {"adaptive": 2}})
+	fullSweep(t, filepath.Join(b, "demo-cv1.json"), map[int]map[string]float64{300: {"adaptive": 3}, 301: {"adaptive": 5}})
+	fullSweep(t, filepath.Join(a, "azure-b8.json"), map[int]map[string]float64{300: {"adaptive": 8}})
+	fullSweep(t, filepath.Join(b, "azure-b8.json"), map[int]map[string]float64{300: {"adaptive": 7.5}})
+	cmd := exec.Command(py, "campaigns/develop.py", "compare", a, b)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("develop.py compare: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"demo     cv1    2.000 ->   4.000  B-A +2.000 [+0.040, +3.960]  seeds lower/higher 0/2",
+		"azure    b8     8.000 ->   7.500  B-A -0.500 (one seed)  seeds lower/higher 1/0",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("compare lacks %q:\n%s", want, out)
+		}
+	}
+}
