@@ -1,41 +1,11 @@
 package campaigncheck
 
 import (
-	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-// sweep writes a sim --json sweep of chatdoc at CV 3 into dir under
-// name, with per-seed sustained rates per arm.
-func sweep(t *testing.T, dir, name string, perSeed map[int]map[string]float64) {
-	t.Helper()
-	var arms []string
-	for _, rates := range perSeed {
-		for a := range rates {
-			arms = append(arms, a)
-		}
-		break
-	}
-	type seed struct {
-		Seed      int                `json:"seed"`
-		Sustained map[string]float64 `json:"sustained"`
-	}
-	var seeds []seed
-	for s, rates := range perSeed {
-		seeds = append(seeds, seed{Seed: s, Sustained: rates})
-	}
-	b, err := json.Marshal(map[string]any{"arms": arms, "per_seed": seeds})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestPoolDirsPoolsAggregatedSweep: burstiness.py keeps aggregated
 // serving as a sweep of its own beside each case's sweep (issue 10,
@@ -45,21 +15,14 @@ func sweep(t *testing.T, dir, name string, perSeed map[int]map[string]float64) {
 // seed by seed, as a column of their own once every directory has one
 // (thirty-sixth round).
 func TestPoolDirsPoolsAggregatedSweep(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not installed: the campaign scripts need it")
-	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	py, root := python(t)
 	a, b := t.TempDir(), t.TempDir()
-	sweep(t, a, "chatdoc-cv3-aaaa.json", map[int]map[string]float64{
+	fullSweep(t, filepath.Join(a, "chatdoc-cv3-aaaa.json"), map[int]map[string]float64{
 		16: {"adaptive": 2.0, "static:4P4D": 1.0, "static:4P4D/alg1": 2.0},
 		17: {"adaptive": 2.0, "static:4P4D": 1.0, "static:4P4D/alg1": 2.0},
 	})
-	sweep(t, a, "chatdoc-cv3-bbbb.json", map[int]map[string]float64{16: {"aggregated": 9.0}, 17: {"aggregated": 9.0}})
-	sweep(t, b, "chatdoc-cv3-cccc.json", map[int]map[string]float64{
+	fullSweep(t, filepath.Join(a, "chatdoc-cv3-bbbb.json"), map[int]map[string]float64{16: {"aggregated": 9.0}, 17: {"aggregated": 9.0}})
+	fullSweep(t, filepath.Join(b, "chatdoc-cv3-cccc.json"), map[int]map[string]float64{
 		18: {"adaptive": 1.0, "static:4P4D": 1.0, "static:4P4D/alg1": 2.0},
 		19: {"adaptive": 1.0, "static:4P4D": 1.0, "static:4P4D/alg1": 2.0},
 	})
@@ -89,7 +52,7 @@ func TestPoolDirsPoolsAggregatedSweep(t *testing.T) {
 	}
 	// With b's aggregated sweep (1.0 on its seeds, listed in another
 	// order), aggregated's mean is 5.0 and adaptive / aggregated 0.300.
-	sweep(t, b, "chatdoc-cv3-eeee.json", map[int]map[string]float64{19: {"aggregated": 1.0}, 18: {"aggregated": 1.0}})
+	fullSweep(t, filepath.Join(b, "chatdoc-cv3-eeee.json"), map[int]map[string]float64{19: {"aggregated": 1.0}, 18: {"aggregated": 1.0}})
 	cmd = exec.Command(py, "campaigns/seed_spread.py", "--pool-dirs", a+","+b)
 	cmd.Dir = root
 	if out, err = cmd.CombinedOutput(); err != nil {
@@ -99,7 +62,7 @@ func TestPoolDirsPoolsAggregatedSweep(t *testing.T) {
 		t.Fatalf("pooled adaptive / aggregated is not 0.300:\n%s", out)
 	}
 	// Two sweeps that both ran the adaptive arm are still an error.
-	sweep(t, b, "chatdoc-cv3-dddd.json", map[int]map[string]float64{18: {"adaptive": 1.0, "static:4P4D": 1.0}})
+	fullSweep(t, filepath.Join(b, "chatdoc-cv3-dddd.json"), map[int]map[string]float64{18: {"adaptive": 1.0, "static:4P4D": 1.0}})
 	cmd = exec.Command(py, "campaigns/seed_spread.py", "--pool-dirs", a+","+b)
 	cmd.Dir = root
 	out, err = cmd.CombinedOutput()

@@ -9,6 +9,20 @@ import (
 	"testing"
 )
 
+// python is the python3 that runs the campaign scripts and the
+// repository's root to run them from; the test is skipped without one.
+func python(t *testing.T) (py, root string) {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed: the campaign scripts need it")
+	}
+	if root, err = filepath.Abs("../.."); err != nil {
+		t.Fatal(err)
+	}
+	return py, root
+}
+
 // fullSweep writes a sim --json sweep at path with the fields
 // seed_spread.py's table reads: per seed, each arm's sustained rate and
 // one run per arm at the grid's one rate (attainment 1 where the arm
@@ -75,14 +89,7 @@ func fullSweep(t *testing.T, path string, perSeed map[int]map[string]float64) {
 // arrivals run on one seed (no seed changes them), and their row said
 // "23000-23019" and "[+nan, +nan]" before the forty-first round.
 func TestSeedSpreadTableRows(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not installed: the campaign scripts need it")
-	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	py, root := python(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "fake-narwhal-bench") // never run: every sweep is cached
 	if err := os.WriteFile(bin, []byte("not a binary"), 0o755); err != nil {
@@ -142,14 +149,7 @@ for t, lv in [('demo', 'cv1'), ('azure', 'cv1')]:
 // (forty-first round), and the one seed's difference alone where a case
 // ran one seed (the Azure traces on the development seeds).
 func TestDevelopCompareInterval(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not installed: the campaign scripts need it")
-	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	py, root := python(t)
 	a, b := t.TempDir(), t.TempDir()
 	// Demo: B is 1.0 and 3.0 req/s above A on its two seeds, so B - A is
 	// 2.0 with a standard error of sqrt(2)/sqrt(2) = 1: 2.0 -+ 1.96.
