@@ -27,7 +27,7 @@ Two sweeps at a time (the machine's two cores).
 the cheap held-out check of a change that moves only the adaptive arm
 (the static splits it is judged against do not change): two builds run
 with the same --first and compared seed for seed, in minutes rather than
-seed_spread.py's half hour per build.
+seed_spread.py's hour or more per build.
 
 `compare` prints one line per case found in both directories: the mean
 sustained rate of A and of B (a seed that sustains nothing counts 0), the
