@@ -29,7 +29,9 @@ round's second look used 50..54, seeds no round had used).
 import argparse
 import hashlib
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 
@@ -94,6 +96,21 @@ def seeds_for(trace, level, seeds):
         first = seeds.split(',')[0].split('..')[0].strip()
         return f'{first}..{first}'  # a bare number is a count of seeds
     return seeds
+
+
+def mean_interval(diff):
+    """The mean of per-seed differences and the half-width of its 95%
+    interval (normal approximation; nan under two seeds)."""
+    half = 1.96 * statistics.stdev(diff) / math.sqrt(len(diff)) if len(diff) > 1 else float('nan')
+    return statistics.mean(diff), half
+
+
+def interval(mean, half, digits=2):
+    """A per-seed difference and its 95% interval as the campaign
+    scripts print them; over a single seed there is no interval to give."""
+    if math.isnan(half):
+        return f'{mean:+.{digits}f} (one seed: no interval)'
+    return f'{mean:+.{digits}f} [{mean - half:+.{digits}f}, {mean + half:+.{digits}f}]'
 
 
 def sweep_path(binary, out, trace, level, arms, seeds=None, refine=0):

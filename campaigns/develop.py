@@ -53,6 +53,7 @@ import argparse
 import concurrent.futures as cf
 import hashlib
 import json
+import math
 import os
 import sys
 
@@ -134,15 +135,11 @@ def load(path):
 
 def difference(a, b):
     """B's sustained rate minus A's, per seed: the mean and its 95%
-    interval (normal approximation: mean +- 1.96 standard errors), or
-    the one seed's difference alone."""
-    d = [b[s] - a[s] for s in sorted(a)]
-    m = sum(d) / len(d)
-    if len(d) < 2:
+    interval (burstiness.mean_interval), or the one seed's difference."""
+    m, half = B.mean_interval([b[s] - a[s] for s in sorted(a)])
+    if math.isnan(half):
         return f'B-A {m:+.3f} (one seed)'
-    sd = (sum((x - m) ** 2 for x in d) / (len(d) - 1)) ** 0.5
-    half = 1.96 * sd / len(d) ** 0.5
-    return f'B-A {m:+.3f} [{m - half:+.3f}, {m + half:+.3f}]'
+    return 'B-A ' + B.interval(m, half, digits=3)
 
 
 def compare(a_dir, b_dir):

@@ -151,10 +151,10 @@ def main():
                   f"| {agg_cells(ag)} | {s['moves_h']:.0f} | {reversals(s)} |")
             continue
         sus = lambda x, arm: x['sustained'][arm] or 0.0
-        md, half = mean_interval([sus(x, 'adaptive') - sus(x, s['best']) for x in d['per_seed']])
+        md, half = B.mean_interval([sus(x, 'adaptive') - sus(x, s['best']) for x in d['per_seed']])
         g, t = s['alg1'], s['tok']
         print(f"| {trace} | {label} | {seeds} | {s['best'].removeprefix('static:')} {s['best_mean']:.2f} | {s['arm_mean']:.2f} "
-              f"| {s['ratio']:.3f} | {interval(md, half)} | {t['below']} / {t['equal']} / {t['above']} "
+              f"| {s['ratio']:.3f} | {B.interval(md, half)} | {t['below']} / {t['equal']} / {t['above']} "
               f"| {g['best'].removeprefix('static:')} {g['mean']:.2f} | {g['ratio']:.3f}; {g['below']} / {g['equal']} / {g['above']} "
               f"| {agg_cells(ag)} | {s['moves_h']:.0f} | {reversals(s)} |",
               flush=True)
@@ -193,22 +193,15 @@ def against(d, g, other, arm='adaptive'):
         sys.exit(f'seed_spread.py: the {other} sweep ran seeds {sorted(theirs)}, the {arm} sweep {sorted(own)}')
     diff = [own[k] - theirs[k] for k in sorted(own)]
     mean = statistics.mean(theirs.values())
-    md, half = mean_interval(diff)
+    md, half = B.mean_interval(diff)
     return dict(mean=mean, ratio=statistics.mean(own.values()) / mean if mean else float('nan'), diff=md, half=half,
                 below=sum(1 for x in diff if x < -1e-9), equal=sum(1 for x in diff if abs(x) <= 1e-9),
                 above=sum(1 for x in diff if x > 1e-9))
 
 
-def mean_interval(diff):
-    """The mean of per-seed differences and the half-width of its 95%
-    interval (normal approximation; nan under two seeds)."""
-    half = 1.96 * statistics.stdev(diff) / math.sqrt(len(diff)) if len(diff) > 1 else float('nan')
-    return statistics.mean(diff), half
-
-
 def agg_cells(ag):
     """The aggregated columns of the table."""
-    return (f"{ag['mean']:.2f} | {ag['ratio']:.3f}; {interval(ag['diff'], ag['half'])}; "
+    return (f"{ag['mean']:.2f} | {ag['ratio']:.3f}; {B.interval(ag['diff'], ag['half'])}; "
             f"{ag['below']} / {ag['equal']} / {ag['above']}")
 
 
@@ -221,14 +214,6 @@ def seed_label(seeds):
     if seeds == list(range(seeds[0], seeds[-1] + 1)):
         return f'{seeds[0]}-{seeds[-1]}'
     return ','.join(map(str, seeds))
-
-
-def interval(mean, half):
-    """A per-seed difference and its 95% interval, as the table prints
-    them; over a single seed there is no interval to give."""
-    if math.isnan(half):
-        return f'{mean:+.2f} (one seed: no interval)'
-    return f'{mean:+.2f} [{mean - half:+.2f}, {mean + half:+.2f}]'
 
 
 def rival(mean, alg1):
