@@ -53,7 +53,7 @@ func liveCommand(stderr io.Writer) *cli.Command {
 			&cli.Float64Flag{Name: "batch-mean", Usage: "as sim's: send arrivals in batches at one instant, batch sizes geometric with this mean (> 1)"},
 			&cli.StringFlag{Name: "rate", Usage: "one mean arrival rate: req/s (2.4) or a multiple of the trace's rate (1.5x)"},
 			&cli.StringFlag{Name: "rates", Usage: "several rates, as sim's --rates; one live run per rate, one after another"},
-			&cli.StringFlag{Name: "arm", Usage: "controller with --fleet (static:kPmD, aggregated, hybrid:kPmM, adaptive, arrow, planner, coldswap, dynamo, ray; default adaptive); with --target, the label of the system driven (default target)"},
+			&cli.StringFlag{Name: "arm", Usage: "controller with --fleet (static:kPmD, static:kPmD/alg1, aggregated, hybrid:kPmM, adaptive, arrow, planner, coldswap, dynamo, ray; default adaptive); with --target, the label of the system driven (default target)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed of the trace's draws and the prompts", DefaultText: "the trace's seed"},
 			&cli.StringFlag{Name: "journal", Usage: "write each run's journal to DIR/ARM@RATE, the client's own timings to DIR/client/ARM@RATE.csv, and the Parquet export to DIR/parquet"},
 			&cli.BoolFlag{Name: "no-parquet", Usage: "with --journal: skip the Parquet export"},

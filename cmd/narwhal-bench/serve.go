@@ -32,7 +32,7 @@ func serveCommand(stderr io.Writer) *cli.Command {
 		Usage: "route OpenAI-API traffic to a fleet's vLLM engines with the same core and controllers as sim (docs/serve.md)",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "fleet", Required: true, Usage: "built-in fleet name (" + strings.Join(fleet.Builtin(), ", ") + ") or a fleet YAML file whose instances.list[].url name the engines"},
-			&cli.StringFlag{Name: "arm", Value: "adaptive", Usage: "controller: static:kPmD, aggregated, hybrid:kPmM, adaptive, arrow, planner, coldswap, dynamo, ray"},
+			&cli.StringFlag{Name: "arm", Value: "adaptive", Usage: "controller: static:kPmD, static:kPmD/alg1, aggregated, hybrid:kPmM, adaptive, arrow, planner, coldswap, dynamo, ray"},
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8000", Usage: "address the router serves on"},
 			&cli.StringFlag{Name: "journal", Usage: "write every request, decision and role move to a Pebble journal in this directory"},
 			&cli.StringFlag{Name: "model", Usage: "the model name clients must ask for (default: any, forwarded as sent; stub with --stub)"},

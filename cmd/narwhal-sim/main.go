@@ -1,6 +1,6 @@
 // Command narwhal-sim is `narwhal-bench sim` in a lean binary: the same
 // flags, output, exit codes and results, linking only the simulator's
-// packages, so that a process starts in about 2 ms instead of 10 (the
+// packages, so that a process starts in about 3 ms instead of 7 (the
 // full binary initialises the journal's, the live router's and the
 // plots' dependencies before main; docs/decisions/0008-lean-sim-binary.md).
 // A command line that needs a journal (--journal, --replay) is handed
