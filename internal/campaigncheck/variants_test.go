@@ -20,7 +20,13 @@ func variantRows(t *testing.T, root string) map[string]string {
 	rows := map[string]string{}
 	header := -1
 	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, "| ") {
+		if !strings.HasPrefix(line, "|") {
+			if header >= 0 {
+				break // the table ends at its first other line
+			}
+			continue
+		}
+		if strings.HasPrefix(line, "|---") {
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "|"), " | ")
@@ -42,10 +48,10 @@ func variantRows(t *testing.T, root string) map[string]string {
 	return rows
 }
 
-// TestVariantsReadmeListsEveryPatch checks that campaigns/variants/README.md
-// has one row per patch in the directory and none for a patch that is not
-// there, and that every NB_ variable a row says switches its patch on is
-// read by that patch: the tuning log's commands name these variables, so a
+// TestVariantsReadmeListsEveryPatch checks that campaigns/variants/README.md's
+// table has one row per patch in the directory and none for a patch that is
+// not there, and that every row names the NB_ variables that switch its
+// patch on and each is read by a line the patch adds: the tuning log's commands name these variables, so a
 // wrong one would rebuild the shipped controller and measure nothing.
 func TestVariantsReadmeListsEveryPatch(t *testing.T) {
 	root, err := filepath.Abs("../..")
@@ -73,9 +79,20 @@ func TestVariantsReadmeListsEveryPatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range nbVar.FindAllString(on, -1) {
-			if !strings.Contains(string(text), `"`+v+`"`) {
-				t.Errorf("campaigns/variants/README.md: %s is switched on by %s, which the patch never reads", name, v)
+		var added strings.Builder // the lines the patch adds
+		for _, l := range strings.Split(string(text), "\n") {
+			if strings.HasPrefix(l, "+") && !strings.HasPrefix(l, "+++") {
+				added.WriteString(l)
+				added.WriteByte('\n')
+			}
+		}
+		vars := nbVar.FindAllString(on, -1)
+		if len(vars) == 0 {
+			t.Errorf("campaigns/variants/README.md: the row of %s names no NB_ variable that switches it on (%q)", name, on)
+		}
+		for _, v := range vars {
+			if !strings.Contains(added.String(), `"`+v+`"`) {
+				t.Errorf("campaigns/variants/README.md: %s is switched on by %s, which the patch's added lines never read", name, v)
 			}
 		}
 	}
