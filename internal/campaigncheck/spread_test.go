@@ -17,10 +17,17 @@ func python(t *testing.T) (py, root string) {
 	if err != nil {
 		t.Skip("python3 not installed: the campaign scripts need it")
 	}
-	if root, err = filepath.Abs("../.."); err != nil {
+	return py, repoRoot(t)
+}
+
+// repoRoot is the repository's root, two levels above this package.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return py, root
+	return root
 }
 
 // fullSweep writes a sim --json sweep at path with the fields

@@ -54,10 +54,7 @@ func variantRows(t *testing.T, root string) map[string]string {
 // patch on and each is read by a line the patch adds: the tuning log's commands name these variables, so a
 // wrong one would rebuild the shipped controller and measure nothing.
 func TestVariantsReadmeListsEveryPatch(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	rows := variantRows(t, root)
 	patches, err := filepath.Glob(filepath.Join(root, "campaigns", "variants", "*.patch"))
 	if err != nil {
