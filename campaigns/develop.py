@@ -9,6 +9,7 @@ seed, without spending the evaluation seeds.
 Usage:
   campaigns/develop.py run --bin BIN --out DIR [--cases demo:cv1,steady:b8,...] [--first N]
   campaigns/develop.py compare DIR_A DIR_B
+  campaigns/develop.py attainment DIR_A DIR_B [--cases ...] [--all-rates]
   campaigns/develop.py failures DIR [--arm ARM]
 
 `run` sweeps BIN's adaptive arm once per case (`BIN sim ... --arms adaptive
@@ -35,6 +36,18 @@ per-seed difference B - A with its 95% interval (normal approximation;
 forty-first round), how many seeds B sustains less and more than A, and
 reversals within 60 s over split changes, summed over every seed and
 rate.
+
+`attainment` pairs the two runs' attainment seed by seed at each grid
+rate of each case found in both (forty-fourth round): the mean of B's
+attainment minus A's in points with its 95% interval, how many seeds B
+qualifies less and more, and the TTFT misses, TPOT misses and spilled
+prompts summed over the seeds, A -> B. Rows run up to the first grid
+rate above every seed's sustained rate in A (the rates that decide a
+sustained rate; `--all-rates` for the whole grid), and a row whose
+interval excludes zero is marked (`*`). A case sitting at the 90% line
+turns half a point of attainment into a sustained rate that jumps on
+a few seeds and not on others; this reading shows whether such a
+change is systematic, at which rates, and what it trades.
 
 `failures` reads every sweep in DIR (develop.py's own, or any `sim
 --seeds ... --json` output kept there) and says, per file, how ARM
@@ -142,12 +155,21 @@ def difference(a, b):
     return 'B-A ' + B.interval(m, half, digits=3)
 
 
-def compare(a_dir, b_dir):
-    lines = 0
-    for t, lv in CASES:
+def paired(a_dir, b_dir, cases):
+    """Each case's sweep in both directories: (trace, level, A's file,
+    B's file), in the order of cases; exits when no case is in both."""
+    found = False
+    for t, lv in cases:
         pa, pb = (os.path.join(x, f'{t}-{lv}.json') for x in (a_dir, b_dir))
-        if not (os.path.exists(pa) and os.path.exists(pb)):
-            continue
+        if os.path.exists(pa) and os.path.exists(pb):
+            found = True
+            yield t, lv, pa, pb
+    if not found:
+        sys.exit(f'develop.py: no case is in both {a_dir} and {b_dir}')
+
+
+def compare(a_dir, b_dir):
+    for t, lv, pa, pb in paired(a_dir, b_dir, CASES):
         (a, ra, ca), (b, rb, cb) = load(pa), load(pb)
         if set(a) != set(b):
             sys.exit(f'develop.py: {t} {lv}: the two runs have different seeds')
@@ -156,9 +178,52 @@ def compare(a_dir, b_dir):
         higher = sum(1 for s in a if b[s] > a[s])
         print(f'{t:8s} {lv:4s} {ma:7.3f} -> {mb:7.3f}  {difference(a, b)}  seeds lower/higher {lower}/{higher}  '
               f'reversals {ra}/{ca} -> {rb}/{cb}')
-        lines += 1
-    if lines == 0:
-        sys.exit(f'develop.py: no case is in both {a_dir} and {b_dir}')
+
+
+def grid_runs(path):
+    """A sweep's grid rates and its adaptive runs at them, keyed (seed,
+    rate); the rates its refinement added per seed are left out (they
+    differ from seed to seed and from build to build)."""
+    with open(path) as f:
+        d = json.load(f)
+    rates = [round(r, 6) for r in d['rates']]
+    grid = set(rates)
+    runs = {(s['seed'], round(r['rate'], 6)): r for s in d['per_seed'] for r in s['runs']
+            if r['arm'] == 'adaptive' and round(r['rate'], 6) in grid}
+    top = max((s['sustained'].get('adaptive') or 0) for s in d['per_seed'])
+    return rates, runs, top
+
+
+def attainment(a_dir, b_dir, cases, all_rates):
+    for t, lv, pa, pb in paired(a_dir, b_dir, cases):
+        (ra, a, top), (rb, b, _) = grid_runs(pa), grid_runs(pb)
+        if ra != rb or set(a) != set(b):
+            sys.exit(f'develop.py: {t} {lv}: the two runs have different seeds or grids')
+        print(f'{t:8s} {lv:4s} {"rate":>7s}  {"A mean":>7s}  {"B-A points [95%]":26s} lower/higher  '
+              f'TTFT misses A -> B   TPOT misses A -> B   spilled A -> B')
+        lower, higher = [], []
+        for rate in ra:
+            keys = sorted(k for k in a if k[1] == rate)
+            diff = [100 * (b[k]['attainment'] - a[k]['attainment']) for k in keys]
+            m, half = B.mean_interval(diff)
+            mark = ' '
+            if not math.isnan(half) and (m - half > 0 or m + half < 0):
+                mark = '*'
+                (higher if m > 0 else lower).append(f'{rate:.3f}')
+            mean_a = 100 * sum(a[k]['attainment'] for k in keys) / len(keys)
+
+            def tot(runs, field):
+                return sum(runs[k].get(field, 0) for k in keys)
+            cmp = f'{B.interval(m, half, digits=2)} {mark}'
+            print(f'{"":13s} {rate:7.3f}  {mean_a:6.2f}%  {cmp:26s} '
+                  f'{sum(1 for x in diff if x < 0):5d}/{sum(1 for x in diff if x > 0):<5d}  '
+                  f'{tot(a, "miss_ttft"):8d} -> {tot(b, "miss_ttft"):<8d} '
+                  f'{tot(a, "miss_tpot"):8d} -> {tot(b, "miss_tpot"):<8d} '
+                  f'{tot(a, "spilled"):6d} -> {tot(b, "spilled"):<6d}')
+            if rate > top and not all_rates:
+                break
+        print(f'{t:8s} {lv:4s} B lower (interval below zero) at: {", ".join(lower) or "none"}; '
+              f'higher (interval above zero) at: {", ".join(higher) or "none"}')
 
 
 def failure_kind(run):
@@ -224,6 +289,12 @@ def main():
     c = sub.add_parser('compare', help='compare two run directories case by case')
     c.add_argument('a')
     c.add_argument('b')
+    at = sub.add_parser('attainment', help='pair two run directories\' attainment seed by seed at each grid rate')
+    at.add_argument('a')
+    at.add_argument('b')
+    at.add_argument('--cases', default='')
+    at.add_argument('--all-rates', action='store_true',
+                    help='every grid rate (default: up to the first above every seed\'s sustained rate in A)')
     f = sub.add_parser('failures', help='how an arm fails at each seed\'s first rate under 90%%')
     f.add_argument('dir')
     f.add_argument('--arm', default='adaptive')
@@ -233,6 +304,9 @@ def main():
         return
     if args.cmd == 'compare':
         compare(args.a, args.b)
+        return
+    if args.cmd == 'attainment':
+        attainment(args.a, args.b, parse_cases(args.cases), args.all_rates)
         return
     binary = os.path.abspath(args.bin)
     if not os.access(binary, os.X_OK):

@@ -78,10 +78,16 @@ func fullSweep(t *testing.T, path string, perSeed map[int]map[string]float64) {
 		}
 		sustained[a] = map[string]float64{"mean": sum / float64(len(v)), "min": lo, "max": hi}
 	}
-	b, err := json.Marshal(map[string]any{
+	writeJSON(t, path, map[string]any{
 		"arms": names, "per_seed": seeds, "sustained": sustained, "rates": []float64{1},
 		"cells": []map[string]any{{"rate": 1, "attainment": map[string]float64{"mean": 0.5}}},
 	})
+}
+
+// writeJSON writes v at path as JSON.
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,16 +142,12 @@ for t, lv in [('demo', 'cv1'), ('azure', 'cv1')]:
 	table := string(out)
 	// Demo: two seeds, each adaptive 1.0 req/s over 4P4D: a zero-width
 	// interval; over aggregated +1.0 and +2.0: 1.5 +- 1.96 * 0.5.
-	for _, want := range []string{
+	containsAll(t, "table", table,
 		"| demo | Poisson (CV 1) | 5-6 | 4P4D 1.50 | 2.50 | 1.667 | +1.00 [+1.00, +1.00] | 0 / 0 / 2 |",
 		"| 1.00 | 2.500; +1.50 [+0.52, +2.48]; 0 / 0 / 2 |",
 		"| azure | recorded arrivals | 5 | 4P4D 6.00 | 8.00 | 1.333 | +2.00 (one seed: no interval) | 0 / 0 / 1 |",
 		"| 4.00 | 2.000; +4.00 (one seed: no interval); 0 / 0 / 1 |",
-	} {
-		if !strings.Contains(table, want) {
-			t.Errorf("table lacks %q:\n%s", want, table)
-		}
-	}
+	)
 	if strings.Contains(table, "nan") {
 		t.Errorf("table prints nan:\n%s", table)
 	}
@@ -170,12 +172,86 @@ func TestDevelopCompareInterval(t *testing.T) {
 	if err != nil {
 		t.Fatalf("develop.py compare: %v\n%s", err, out)
 	}
-	for _, want := range []string{
+	containsAll(t, "compare", string(out),
 		"demo     cv1    2.000 ->   4.000  B-A +2.000 [+0.040, +3.960]  seeds lower/higher 0/2",
 		"azure    b8     8.000 ->   7.500  B-A -0.500 (one seed)  seeds lower/higher 1/0",
-	} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("compare lacks %q:\n%s", want, out)
+	)
+}
+
+// gridSweep writes a sim --json sweep of the adaptive arm at path: the
+// grid rates, and per seed its sustained rate and one run per rate with
+// the attainment att[seed][k] at rates[k], two TTFT misses, one TPOT miss
+// and one spilled prompt; a refined rate (rate 1.5) is added on every
+// seed, as sim --refine adds its bisections, for attainment to leave out.
+func gridSweep(t *testing.T, path string, rates []float64, sustained map[int]float64, att map[int][]float64) {
+	t.Helper()
+	var seeds []map[string]any
+	for s, a := range att {
+		var runs []map[string]any
+		for k, r := range rates {
+			runs = append(runs, map[string]any{"arm": "adaptive", "rate": r, "attainment": a[k],
+				"miss_ttft": 2, "miss_tpot": 1, "spilled": 1})
+		}
+		runs = append(runs, map[string]any{"arm": "adaptive", "rate": 1.5, "attainment": 0.0})
+		seeds = append(seeds, map[string]any{"seed": s, "runs": runs,
+			"sustained": map[string]float64{"adaptive": sustained[s]}})
+	}
+	writeJSON(t, path, map[string]any{"rates": rates, "per_seed": seeds})
+}
+
+// TestDevelopAttainment: develop.py attainment pairs the two runs'
+// attainment seed by seed at each grid rate (forty-fourth round), marks
+// a rate whose interval excludes zero, sums the misses and spilled
+// prompts, stops at the first grid rate above every seed's sustained
+// rate in A, leaves refined rates out, and refuses runs of other seeds.
+func TestDevelopAttainment(t *testing.T) {
+	py, root := python(t)
+	a, b, c := t.TempDir(), t.TempDir(), t.TempDir()
+	rates := []float64{1, 2, 3, 4}
+	sus := map[int]float64{300: 2, 301: 2, 302: 1}
+	// At rate 1 B is 0.4, 0.5 and 0.6 points under A on the three seeds:
+	// -0.5 with a standard error of 0.1/sqrt(3), so -0.50 -+ 0.11. At 2
+	// B is 1 point up on one seed only: +0.33 with an interval holding 0.
+	gridSweep(t, filepath.Join(a, "chatdoc-b8.json"), rates, sus, map[int][]float64{
+		300: {0.95, 0.92, 0.80, 0.70}, 301: {0.95, 0.92, 0.80, 0.70}, 302: {0.95, 0.89, 0.80, 0.70}})
+	gridSweep(t, filepath.Join(b, "chatdoc-b8.json"), rates, sus, map[int][]float64{
+		300: {0.946, 0.93, 0.80, 0.70}, 301: {0.945, 0.92, 0.80, 0.70}, 302: {0.944, 0.89, 0.80, 0.70}})
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(py, append([]string{"campaigns/develop.py", "attainment"}, args...)...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run(a, b)
+	if err != nil {
+		t.Fatalf("develop.py attainment: %v\n%s", err, out)
+	}
+	containsAll(t, "attainment", out,
+		"1.000   95.00%  -0.50 [-0.61, -0.39] *",
+		"2.000   91.00%  +0.33 [-0.32, +0.99]  ",
+		"3/0",
+		"6 -> 6",
+		"chatdoc  b8   B lower (interval below zero) at: 1.000; higher (interval above zero) at: none",
+	)
+	if strings.Contains(out, "  4.000 ") || strings.Contains(out, "1.500") {
+		t.Errorf("attainment printed a rate past the first above every sustained rate, or a refined one:\n%s", out)
+	}
+	if out, err = run(a, b, "--all-rates"); err != nil || !strings.Contains(out, "  4.000 ") {
+		t.Errorf("attainment --all-rates lacks the grid's top rate (%v):\n%s", err, out)
+	}
+	gridSweep(t, filepath.Join(c, "chatdoc-b8.json"), rates, map[int]float64{300: 2},
+		map[int][]float64{300: {0.95, 0.92, 0.80, 0.70}})
+	if out, err = run(a, c); err == nil || !strings.Contains(out, "chatdoc b8: the two runs have different seeds or grids") {
+		t.Errorf("attainment over other seeds: err %v, want a refusal naming the case:\n%s", err, out)
+	}
+}
+
+// containsAll reports each of wants that out lacks, naming what out is.
+func containsAll(t *testing.T, name, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s lacks %q:\n%s", name, want, out)
 		}
 	}
 }
