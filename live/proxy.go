@@ -890,9 +890,10 @@ func (l *leg) setWriteDeadline(d time.Time) {
 	_ = l.rc.SetWriteDeadline(d) // (not every writer has one)
 }
 
-// clientWriteFailed ends a request whose client could not be written to:
-// it hung up or stopped reading (cancel), or the request's deadline passed
-// while it did not read (timeout). Either way the engine is not blamed.
+// clientWriteFailed ends a request whose client could not be written to,
+// or whose context a failed write cancelled: it hung up or stopped reading
+// (cancel), or the request's deadline passed while it did not read
+// (timeout). Either way the engine is not blamed.
 func (l *leg) clientWriteFailed() {
 	// (A failed write cancels the request's context itself: net/http's
 	// connection writer does, so only the deadline tells the two apart.)
@@ -1052,7 +1053,11 @@ func (l *leg) relay(e *engine, upstream io.Reader, single bool, timer *time.Time
 		payload, done, err := sr.ReadEvent()
 		if err != nil {
 			if l.q.Context().Err() != nil {
-				l.r.endFlight(l.f, event.KindFinish, event.CauseCancel)
+				// The client hung up, or a write to it failed after it
+				// went into the response's buffer (net/http cancels the
+				// context then): past the request's deadline that is a
+				// timeout, as when the write itself fails.
+				l.clientWriteFailed()
 				return verdict{}
 			}
 			dead := l.f.guard.isDead()
