@@ -41,9 +41,10 @@ rate.
 rate of each case found in both (forty-fourth round): the mean of B's
 attainment minus A's in points with its 95% interval, how many seeds B
 qualifies less and more, and the TTFT misses, TPOT misses and spilled
-prompts summed over the seeds, A -> B. The interval is Student's t (compare's is the normal
-approximation, too narrow over the 5-20 seeds of most cases). Rows run up to the first grid
-rate above every seed's sustained rate in A (the rates that decide a
+prompts summed over the seeds, A -> B. The interval is Student's t
+(compare's is the normal approximation, too narrow over the 5-20 seeds
+of most cases). Rows run up to the first grid rate above every seed's
+sustained rate in A (the rates that decide a
 sustained rate; `--all-rates` for the whole grid), and a row whose
 interval excludes zero is marked (`*`). A case sitting at the 90% line
 turns half a point of attainment into a sustained rate that jumps on
@@ -206,11 +207,11 @@ T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 
 def t975(df):
     """Student's t quantile at 0.975 for df degrees of freedom: exact to
-    three places up to 30, the next tabulated df's value above (so never
-    narrower than the exact interval), 1.96 past 120."""
+    three places up to 30; past it the value at the tabulated df just
+    below (30, 40, 60 or 120), so never narrower than the exact one."""
     if df <= 30:
         return T975[df - 1]
-    return 2.021 if df <= 40 else 2.000 if df <= 60 else 1.980 if df <= 120 else 1.96
+    return 2.042 if df <= 40 else 2.021 if df <= 60 else 2.000 if df <= 120 else 1.980
 
 
 def t_interval(diff):
